@@ -1,0 +1,167 @@
+/**
+ * Configuration: environment variables only (12-factor), validated once at start.
+ * Every problem is collected, so one start names every bad variable (DECISIONS "Running it").
+ * Only services/main.ts passes `process.env` here; everything else receives the typed object.
+ */
+import path from 'node:path';
+
+export interface Config {
+  port: number;
+  host: string;
+  publicUrl: string;
+  dataDir: string;
+  mailDomain: string;
+  smtpPort: number; // 0 = listener off
+  smtpHost: string;
+  smtpRelayUrl: string | null;
+  adminToken: string | null;
+  accessTokenTtl: number; // seconds
+  refreshTokenTtl: number;
+  deviceCodeTtl: number;
+  devicePollInterval: number;
+  deviceWaitMax: number;
+  sseKeepaliveMs: number;
+  emailLimitHour: number;
+  emailLimitDay: number;
+  smsProvider: 'local' | 'twilio';
+  smsWebhookSecret: string | null;
+  twilio: { accountSid: string; authToken: string; apiBaseUrl: string } | null;
+  oidc: { issuer: string; clientId: string; clientSecret: string } | null;
+  store: 'embedded' | 'cluster';
+  cluster: { eventStoreUrl: string; mongoUrl: string; kafkaBrokers: string[] } | null;
+  logLevel: string;
+  /** Argon2id cost for account passwords (m in KiB); lowered only by tests. */
+  passwordHashMemoryKiB: number;
+  tls: { certFile: string; keyFile: string } | null;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration: ${problems.join('; ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+export function loadConfig(env: Env, cwd = process.cwd()): Config {
+  const problems: string[] = [];
+  const str = (name: string, fallback: string): string => {
+    const v = env[name];
+    return v === undefined || v === '' ? fallback : v;
+  };
+  const opt = (name: string): string | null => {
+    const v = env[name];
+    return v === undefined || v === '' ? null : v;
+  };
+  const int = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = env[name];
+    if (raw === undefined || raw === '') return fallback;
+    const n = Number(raw);
+    if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      problems.push(`${name} must be an integer from ${min} to ${max} (got "${raw}")`);
+      return fallback;
+    }
+    return n;
+  };
+  const url = (name: string, value: string, protocols: string[]): string => {
+    try {
+      const u = new URL(value);
+      if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${value}")`);
+    } catch {
+      problems.push(`${name} must be a URL (got "${value}")`);
+    }
+    return value;
+  };
+  const oneOf = <T extends string>(name: string, fallback: T, allowed: readonly T[]): T => {
+    const v = str(name, fallback);
+    if (!allowed.includes(v as T)) {
+      problems.push(`${name} must be one of ${allowed.join(', ')} (got "${v}")`);
+      return fallback;
+    }
+    return v as T;
+  };
+
+  const port = int('PORT', 8000, 0, 65535);
+  const host = str('HOST', '127.0.0.1');
+  const publicUrl = url('PUBLIC_URL', str('PUBLIC_URL', `http://localhost:${port}`), ['http:', 'https:']).replace(/\/+$/, '');
+  const dataDir = path.resolve(cwd, str('DATA_DIR', './data'));
+  const mailDomain = str('MAIL_DOMAIN', 'agents.localhost').toLowerCase();
+  if (!/^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/.test(mailDomain)) {
+    problems.push(`MAIL_DOMAIN must be a domain name (got "${mailDomain}")`);
+  }
+  const smtpPort = int('SMTP_PORT', 2525, 0, 65535);
+  const smtpHost = str('SMTP_HOST', '127.0.0.1');
+  const relay = opt('SMTP_RELAY_URL');
+  if (relay) url('SMTP_RELAY_URL', relay, ['smtp:', 'smtps:']);
+
+  const smsProvider = oneOf('SMS_PROVIDER', 'local', ['local', 'twilio'] as const);
+  let twilio: Config['twilio'] = null;
+  if (smsProvider === 'twilio') {
+    const sid = opt('TWILIO_ACCOUNT_SID');
+    const token = opt('TWILIO_AUTH_TOKEN');
+    if (!sid) problems.push('TWILIO_ACCOUNT_SID is required when SMS_PROVIDER=twilio');
+    if (!token) problems.push('TWILIO_AUTH_TOKEN is required when SMS_PROVIDER=twilio');
+    const apiBaseUrl = url('TWILIO_API_URL', str('TWILIO_API_URL', 'https://api.twilio.com'), ['http:', 'https:']);
+    twilio = { accountSid: sid ?? '', authToken: token ?? '', apiBaseUrl: apiBaseUrl.replace(/\/+$/, '') };
+  }
+
+  const oidcIssuer = opt('OIDC_ISSUER');
+  const oidcClientId = opt('OIDC_CLIENT_ID');
+  const oidcClientSecret = opt('OIDC_CLIENT_SECRET');
+  let oidc: Config['oidc'] = null;
+  if (oidcIssuer || oidcClientId || oidcClientSecret) {
+    if (!oidcIssuer) problems.push('OIDC_ISSUER is required when OIDC_CLIENT_ID or OIDC_CLIENT_SECRET is set');
+    else url('OIDC_ISSUER', oidcIssuer, ['http:', 'https:']);
+    if (!oidcClientId) problems.push('OIDC_CLIENT_ID is required when OIDC_ISSUER is set');
+    if (!oidcClientSecret) problems.push('OIDC_CLIENT_SECRET is required when OIDC_ISSUER is set');
+    oidc = { issuer: oidcIssuer ?? '', clientId: oidcClientId ?? '', clientSecret: oidcClientSecret ?? '' };
+  }
+
+  const store = oneOf('STORE', 'embedded', ['embedded', 'cluster'] as const);
+  let cluster: Config['cluster'] = null;
+  if (store === 'cluster') {
+    const es = opt('EVENTSTORE_URL');
+    const mongo = opt('MONGO_URL');
+    const kafka = opt('KAFKA_BROKERS');
+    if (!es) problems.push('EVENTSTORE_URL is required when STORE=cluster');
+    if (!mongo) problems.push('MONGO_URL is required when STORE=cluster');
+    if (!kafka) problems.push('KAFKA_BROKERS is required when STORE=cluster');
+    cluster = { eventStoreUrl: es ?? '', mongoUrl: mongo ?? '', kafkaBrokers: (kafka ?? '').split(',').map((b) => b.trim()).filter(Boolean) };
+  }
+
+  const certFile = opt('SMTP_TLS_CERT');
+  const keyFile = opt('SMTP_TLS_KEY');
+  if (Boolean(certFile) !== Boolean(keyFile)) problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
+
+  const config: Config = {
+    port,
+    host,
+    publicUrl,
+    dataDir,
+    mailDomain,
+    smtpPort,
+    smtpHost,
+    smtpRelayUrl: relay,
+    adminToken: opt('ADMIN_TOKEN'),
+    accessTokenTtl: int('ACCESS_TOKEN_TTL', 3600, 1, 31_536_000),
+    refreshTokenTtl: int('REFRESH_TOKEN_TTL', 2_592_000, 1, 315_360_000),
+    deviceCodeTtl: int('DEVICE_CODE_TTL', 600, 1, 86_400),
+    devicePollInterval: int('DEVICE_POLL_INTERVAL', 5, 0, 3600),
+    deviceWaitMax: int('DEVICE_WAIT_MAX', 120, 0, 3600),
+    sseKeepaliveMs: int('SSE_KEEPALIVE_MS', 30_000, 10, 3_600_000),
+    emailLimitHour: int('EMAIL_LIMIT_HOUR', 60, 0, 1_000_000),
+    emailLimitDay: int('EMAIL_LIMIT_DAY', 500, 0, 10_000_000),
+    smsProvider,
+    smsWebhookSecret: opt('SMS_WEBHOOK_SECRET'),
+    twilio,
+    oidc,
+    store,
+    cluster,
+    logLevel: oneOf('LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
+    passwordHashMemoryKiB: int('PASSWORD_HASH_MEMORY_KIB', 19_456, 1024, 4_194_304),
+    tls: certFile && keyFile ? { certFile, keyFile } : null,
+  };
+  if (problems.length) throw new ConfigError(problems);
+  return config;
+}

@@ -1,0 +1,42 @@
+/**
+ * Long-lived server secrets kept under DATA_DIR/keys (0600): the EdDSA key that signs
+ * JWTs (published at /.well-known/jwks.json) and an HMAC key for signed links (email
+ * verification, password reset, upload URLs). Created on first start, reused after.
+ */
+import { mkdirSync, readFileSync, writeFileSync, existsSync, renameSync } from 'node:fs';
+import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, createHash, type KeyObject } from 'node:crypto';
+import path from 'node:path';
+
+export interface KeyRing {
+  signingKey: KeyObject;
+  verifyKey: KeyObject;
+  kid: string;
+  /** Public JWK set for /.well-known/jwks.json. */
+  jwks: { keys: Record<string, unknown>[] };
+  hmacKey: Buffer;
+}
+
+function writeSecret(file: string, content: string | Buffer): void {
+  writeFileSync(`${file}.tmp`, content, { mode: 0o600 });
+  renameSync(`${file}.tmp`, file);
+}
+
+export function loadKeyRing(dataDir: string): KeyRing {
+  const dir = path.join(dataDir, 'keys');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const signingFile = path.join(dir, 'jwt-ed25519.pem');
+  if (!existsSync(signingFile)) {
+    const { privateKey } = generateKeyPairSync('ed25519');
+    writeSecret(signingFile, privateKey.export({ type: 'pkcs8', format: 'pem' }) as string);
+  }
+  const signingKey = createPrivateKey(readFileSync(signingFile));
+  const verifyKey = createPublicKey(signingKey);
+  const jwk = verifyKey.export({ format: 'jwk' }) as Record<string, unknown>;
+  const kid = createHash('sha256').update(JSON.stringify({ crv: jwk.crv, kty: jwk.kty, x: jwk.x })).digest('base64url').slice(0, 16);
+
+  const hmacFile = path.join(dir, 'hmac.key');
+  if (!existsSync(hmacFile)) writeSecret(hmacFile, randomBytes(32));
+  const hmacKey = readFileSync(hmacFile);
+
+  return { signingKey, verifyKey, kid, jwks: { keys: [{ ...jwk, kid, alg: 'EdDSA', use: 'sig' }] }, hmacKey };
+}

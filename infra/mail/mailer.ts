@@ -1,0 +1,71 @@
+/**
+ * Outbound mailer adapter (nodemailer): SMTP_RELAY_URL when set, else each message is
+ * written as an .eml file under DATA_DIR/outbox (DECISIONS "Running it").
+ */
+import nodemailer from 'nodemailer';
+import MailComposer from 'nodemailer/lib/mail-composer/index.js';
+import { mkdir, writeFile, rename } from 'node:fs/promises';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { TemporaryMailError, type Mailer, type OutboundMail, type SendResult } from '../ports/mailer.js';
+
+export interface MailerOptions {
+  relayUrl: string | null;
+  outboxDir: string;
+  /** Domain for generated Message-IDs. */
+  domain: string;
+  dkim?: { domainName: string; keySelector: string; privateKey: string };
+}
+
+function toNodemailer(mail: OutboundMail, domain: string) {
+  return {
+    from: mail.from,
+    to: mail.to,
+    cc: mail.cc?.length ? mail.cc : undefined,
+    bcc: mail.bcc?.length ? mail.bcc : undefined,
+    subject: mail.subject,
+    text: mail.text,
+    html: mail.html,
+    messageId: mail.messageId ?? `<${randomUUID()}@${domain}>`,
+    inReplyTo: mail.inReplyTo,
+    references: mail.references,
+    headers: mail.headers,
+    attachments: mail.attachments?.map((a) => ({ filename: a.filename, contentType: a.contentType, content: a.content })),
+  };
+}
+
+export function createMailer(options: MailerOptions): Mailer {
+  const transport = options.relayUrl
+    ? nodemailer.createTransport(options.relayUrl, options.dkim ? { dkim: options.dkim } : undefined)
+    : null;
+
+  async function compile(mail: OutboundMail): Promise<Buffer> {
+    const composer = new MailComposer(toNodemailer(mail, options.domain));
+    return composer.compile().build();
+  }
+
+  async function send(mail: OutboundMail): Promise<SendResult> {
+    const message = toNodemailer(mail, options.domain);
+    if (transport) {
+      try {
+        const info = await transport.sendMail(message);
+        return { messageId: info.messageId ?? message.messageId, via: 'relay' };
+      } catch (err) {
+        const e = err as { responseCode?: number; code?: string };
+        // 5xx replies are permanent; 4xx replies and connection trouble are worth a retry.
+        if (e.responseCode && e.responseCode >= 500) throw err;
+        throw new TemporaryMailError(`relay failed: ${(err as Error).message}`, { cause: err });
+      }
+    }
+    await mkdir(options.outboxDir, { recursive: true });
+    const raw = await new MailComposer(message).compile().build();
+    const name = `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID()}.eml`;
+    const file = path.join(options.outboxDir, name);
+    // Write then rename: a reader never sees a half-written message.
+    await writeFile(`${file}.tmp`, raw);
+    await rename(`${file}.tmp`, file);
+    return { messageId: message.messageId, via: 'outbox', location: file };
+  }
+
+  return { send, compile, close: async () => transport?.close() };
+}

@@ -1,0 +1,47 @@
+/**
+ * The outbound mailer port: ONE way out for every mail the service sends (account mails,
+ * identities' outgoing mail). Adapters: an SMTP relay (SMTP_RELAY_URL), or .eml files under
+ * DATA_DIR/outbox when no relay is configured.
+ */
+export interface OutboundAttachment {
+  filename: string;
+  contentType: string;
+  content: Buffer;
+}
+
+export interface OutboundMail {
+  from: string;
+  to: string[];
+  cc?: string[];
+  bcc?: string[];
+  subject: string;
+  text?: string;
+  html?: string;
+  messageId?: string;
+  inReplyTo?: string;
+  references?: string[];
+  headers?: Record<string, string>;
+  attachments?: OutboundAttachment[];
+}
+
+export interface SendResult {
+  messageId: string;
+  /** Where it went: `relay` or `outbox` (a file path). */
+  via: 'relay' | 'outbox';
+  location?: string;
+}
+
+/** A temporary failure (4xx SMTP reply, connection error): retry later. Others are permanent. */
+export class TemporaryMailError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'TemporaryMailError';
+  }
+}
+
+export interface Mailer {
+  send(mail: OutboundMail): Promise<SendResult>;
+  /** Builds the raw RFC 5322 message without sending it (for blobs, internal delivery). */
+  compile(mail: OutboundMail): Promise<Buffer>;
+  close(): Promise<void>;
+}

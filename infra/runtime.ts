@@ -1,0 +1,178 @@
+/**
+ * The composition root: the only place that picks adapters. It opens the ports (embedded
+ * SQLite under DATA_DIR by default), builds every bounded context on them, starts the
+ * projections, the HTTP gateway and the context's background workers (SMTP listener,
+ * mail delivery, ...), and stops them in reverse order.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { mkdirSync } from 'node:fs';
+import pino, { type Logger } from 'pino';
+import type { Config } from './config.js';
+import type { EventStore } from './ports/event-store.js';
+import type { ReadStore } from './ports/read-store.js';
+import { loadKeyRing, type KeyRing } from './keyring.js';
+import { openSqliteEventStore } from './sqlite/event-store.js';
+import { openSqliteReadStore } from './sqlite/read-store.js';
+import { createMemoryRateLimiter } from './memory/rate-limiter.js';
+import { createMailer } from './mail/mailer.js';
+import { createProjectionRunner, type ProjectionRunner } from '../projections/runner.js';
+import type { Projection } from '../projections/projection.js';
+import { createApp, type HttpModule } from '../services/gateway/app.js';
+import { createAuthenticator, type CredentialResolvers, type Authenticator } from '../services/gateway/auth.js';
+import { systemRoutes } from '../services/gateway/system.js';
+import type { Platform } from '../services/kernel/platform.js';
+import { createTokenService, type TokenService } from '../services/accounts/tokens.js';
+import { createAccounts, type Accounts } from '../services/accounts/service.js';
+import { accountRoutes } from '../services/accounts/routes.js';
+import { usersProjection } from '../projections/users/index.js';
+import { sessionsProjection } from '../projections/sessions/index.js';
+
+/** What a bounded context hands to the composition root. */
+export interface ContextParts {
+  name: string;
+  projections?: Projection[];
+  module?: HttpModule;
+  /** Credential resolvers this context owns (keys, identities, sessions). */
+  resolvers?: Partial<CredentialResolvers>;
+  /** Background work started after the projections caught up (listeners, reactors). */
+  start?(): Promise<void>;
+  stop?(): Promise<void>;
+}
+
+/** Shared services a context may use besides the ports. */
+export interface Shared {
+  platform: Platform;
+  keys: KeyRing;
+  tokens: TokenService;
+  accounts: Accounts;
+  /** Filled in before any request is served. */
+  auth: Authenticator;
+}
+
+export type ContextFactory = (shared: Shared) => ContextParts | Promise<ContextParts>;
+
+/** The contexts of the service, in dependency order. Each folder under services/ adds one line. */
+async function contextFactories(): Promise<ContextFactory[]> {
+  return [];
+}
+
+export interface Runtime {
+  config: Config;
+  logger: Logger;
+  events: EventStore;
+  reads: ReadStore;
+  runner: ProjectionRunner;
+  server: http.Server;
+  /** Base URL the HTTP server listens on. */
+  url: string;
+  shared: Shared;
+  parts: ContextParts[];
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  logger?: Logger;
+  /** Extra contexts (tests use it to add probes). */
+  extraContexts?: ContextFactory[];
+}
+
+export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
+  const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
+  mkdirSync(config.dataDir, { recursive: true });
+  const keys = loadKeyRing(config.dataDir);
+
+  const events = await openSqliteEventStore({ file: path.join(config.dataDir, 'events.sqlite'), logger });
+  const reads = openSqliteReadStore({ file: path.join(config.dataDir, 'read-models.sqlite') });
+  const limiter = createMemoryRateLimiter();
+  const mailer = createMailer({ relayUrl: config.smtpRelayUrl, outboxDir: path.join(config.dataDir, 'outbox'), domain: config.mailDomain });
+
+  // The runner is created after the projections are known; progress forwards to it.
+  let runner: ProjectionRunner | null = null;
+  const platform: Platform = {
+    config,
+    logger,
+    events,
+    reads,
+    mailer,
+    limiter,
+    progress: { waitFor: (position, timeoutMs) => runner!.waitFor(position, timeoutMs) },
+  };
+
+  const tokens = createTokenService({ keys, issuer: config.publicUrl, accessTtl: config.accessTokenTtl, refreshTtl: config.refreshTokenTtl });
+  const accounts = createAccounts(platform, tokens, keys.hmacKey);
+  const shared: Shared = { platform, keys, tokens, accounts, auth: undefined as unknown as Authenticator };
+
+  const parts: ContextParts[] = [];
+  for (const factory of [...(await contextFactories()), ...(options.extraContexts ?? [])]) parts.push(await factory(shared));
+
+  const resolvers: CredentialResolvers = {
+    verifyAccessToken: async (token) => {
+      const c = await tokens.verify(token, 'access');
+      return { userPk: c.userPk, identity: c.identity, sessionId: c.sessionId };
+    },
+    findKey: async () => null,
+    findIdentity: async () => null,
+    verifyPassword: async (login, password, ip) => (await accounts.checkPassword(login, password, ip))?.pk ?? null,
+    findSession: async (cookie) => {
+      const claims = await tokens.verify(cookie, 'refresh').catch(() => null);
+      if (!claims) return null;
+      const s = await accounts.liveSession(claims.sessionId);
+      return s && s.kind === 'cookie' && s.tokenId === claims.jti ? { userPk: s.userPk, sessionId: s.id } : null;
+    },
+    userExists: async (pk) => (await accounts.findUser(pk)) !== null,
+  };
+  for (const p of parts) Object.assign(resolvers, p.resolvers ?? {});
+  shared.auth = createAuthenticator(resolvers);
+
+  const projections = [usersProjection, sessionsProjection, ...parts.flatMap((p) => p.projections ?? [])];
+  runner = createProjectionRunner({ eventStore: events, readStore: reads, projections, logger });
+  await runner.start();
+  const head = await events.headPosition();
+  if (head) await runner.waitFor(head, 600_000);
+
+  const findIdentity = (id: string) => resolvers.findIdentity(id);
+  const modules: HttpModule[] = [
+    systemRoutes(),
+    accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks }),
+    ...parts.flatMap((p) => (p.module ? [p.module] : [])),
+  ];
+  const app = createApp({ logger, modules });
+
+  for (const p of parts) await p.start?.();
+
+  const server = http.createServer(app.callback());
+  server.requestTimeout = 120_000; // receiving a request; long-lived responses (SSE) are not limited by it
+  server.headersTimeout = 20_000;
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  const url = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
+  logger.info({ url, dataDir: config.dataDir }, 'gateway listening');
+
+  let closing: Promise<void> | null = null;
+  async function close(): Promise<void> {
+    closing ??= (async () => {
+      // Stop accepting, let in-flight requests finish, then cut the long-lived ones (SSE).
+      const drained = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const force = setTimeout(() => server.closeAllConnections(), 5_000);
+      for (const p of [...parts].reverse()) await p.stop?.().catch((err) => logger.error({ err, context: p.name }, 'stop failed'));
+      server.closeAllConnections();
+      await drained;
+      clearTimeout(force);
+      await runner!.stop();
+      await events.close();
+      await reads.close();
+      await mailer.close();
+      limiter.close();
+    })();
+    return closing;
+  }
+
+  return { config, logger, events, reads, runner, server, url, shared, parts, close };
+}

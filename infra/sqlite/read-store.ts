@@ -1,0 +1,279 @@
+/**
+ * Embedded read store: one SQLite table per collection, documents stored as JSON text and
+ * queried through `json_extract`, with expression indexes for the declared index specs.
+ *
+ * The projection checkpoints live in the same database as the documents, so a commit
+ * (documents + checkpoint) is a single transaction and they can never disagree.
+ */
+import Database from 'better-sqlite3';
+import { comparePositions } from '../ports/event-store.js';
+import type {
+  Change,
+  Collection,
+  CollectionSpec,
+  Doc,
+  Page,
+  Query,
+  ReadStore,
+  Scalar,
+} from '../ports/read-store.js';
+
+// Names are interpolated into SQL, so they are checked against a strict alphabet.
+const COLLECTION_NAME = /^[a-z][a-z0-9_]*$/;
+const FIELD_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const POSITION = /^(0|[1-9][0-9]*)$/;
+
+type Statement = Database.Statement<unknown[], unknown>;
+type Row = { id: string; doc: string; s: unknown };
+
+function collectionName(name: string): string {
+  // `sqlite_` tables are reserved by SQLite itself.
+  if (!COLLECTION_NAME.test(name) || name.startsWith('sqlite_')) {
+    throw new Error(`invalid collection name: ${JSON.stringify(name)}`);
+  }
+  return name;
+}
+
+/** The SQL expression reading a top-level field (the `id` column for `id`). */
+function fieldSql(field: string): string {
+  if (!FIELD_NAME.test(field)) throw new Error(`invalid field name: ${JSON.stringify(field)}`);
+  return field === 'id' ? 'id' : `json_extract(doc, '$.${field}')`;
+}
+
+/**
+ * `json_extract` maps JSON true/false to 1/0 and compares numbers below text, so without a
+ * type check `{ flag: 1 }` would match `true` and `{ gt: 5 }` would match every string.
+ * The check keeps comparisons within one JSON type (as MongoDB does).
+ */
+function typeGuardSql(field: string, value: Exclude<Scalar, null>): string {
+  if (field === 'id') return '';
+  const types =
+    typeof value === 'string' ? `'text'` : typeof value === 'number' ? `'integer', 'real'` : `'true', 'false'`;
+  return ` AND json_type(doc, '$.${field}') IN (${types})`;
+}
+
+/** better-sqlite3 cannot bind booleans; JSON booleans read back as 1/0 anyway. */
+function bindable(value: Exclude<Scalar, null>): string | number {
+  return typeof value === 'boolean' ? (value ? 1 : 0) : value;
+}
+
+const RANGE_OPS = { gt: '>', gte: '>=', lt: '<', lte: '<=' } as const;
+
+function encodeCursor(sortValue: unknown, id: string): string {
+  return Buffer.from(JSON.stringify([sortValue, id])).toString('base64url');
+}
+
+function decodeCursor(cursor: string): [Scalar, string] {
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (Array.isArray(value) && value.length === 2 && typeof value[1] === 'string') {
+      return value as [Scalar, string];
+    }
+  } catch {
+    // fall through
+  }
+  throw Object.assign(new Error('invalid cursor'), { code: 'invalid_cursor' });
+}
+
+/**
+ * Opens (creating if needed) a SQLite read store.
+ *
+ * WAL with `synchronous = NORMAL`: a power loss may drop the last commits, which is fine
+ * because read models are rebuildable and the checkpoint rolls back with the documents.
+ */
+export function openSqliteReadStore(options: { file: string }): ReadStore {
+  const db = new Database(options.file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  // The leading underscore keeps it out of the collection namespace.
+  db.exec('CREATE TABLE IF NOT EXISTS _checkpoints (projection TEXT PRIMARY KEY, position TEXT NOT NULL)');
+
+  // One prepared statement per distinct SQL text, i.e. per query shape.
+  const statements = new Map<string, Statement>();
+  function prepare(sql: string): Statement {
+    let statement = statements.get(sql);
+    if (!statement) {
+      statement = db.prepare(sql);
+      statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  const tables = new Set<string>();
+  /** Quoted table name; the table is created on first use so reads never hit a missing table. */
+  function table(name: string): string {
+    if (!tables.has(name)) {
+      db.exec(`CREATE TABLE IF NOT EXISTS "${collectionName(name)}" (id TEXT PRIMARY KEY, doc TEXT NOT NULL)`);
+      tables.add(name);
+    }
+    return `"${name}"`;
+  }
+
+  function whereSql(query: Pick<Query, 'where' | 'range'>, params: unknown[]): string[] {
+    const clauses: string[] = [];
+    for (const [field, value] of Object.entries(query.where ?? {})) {
+      if (value === null) {
+        clauses.push(`${fieldSql(field)} IS NULL`); // `= NULL` is never true
+      } else {
+        clauses.push(`${fieldSql(field)} = ?${typeGuardSql(field, value)}`);
+        params.push(bindable(value));
+      }
+    }
+    for (const [field, bounds] of Object.entries(query.range ?? {})) {
+      for (const [op, value] of Object.entries(bounds)) {
+        const sqlOp = RANGE_OPS[op as keyof typeof RANGE_OPS];
+        if (!sqlOp) throw new Error(`invalid range operator: ${op}`);
+        if (value === undefined) continue;
+        if (value === null) {
+          clauses.push('0'); // nothing is ordered against null
+          continue;
+        }
+        clauses.push(`${fieldSql(field)} ${sqlOp} ?${typeGuardSql(field, value)}`);
+        params.push(bindable(value));
+      }
+    }
+    return clauses;
+  }
+
+  function find(name: string, query: Query): Page<Doc> {
+    const { field, direction } = query.orderBy ?? { field: 'id', direction: 'asc' as const };
+    if (direction !== 'asc' && direction !== 'desc') throw new Error(`invalid direction: ${String(direction)}`);
+    const sort = fieldSql(field);
+    const dir = direction.toUpperCase();
+    const params: unknown[] = [];
+    const clauses = whereSql(query, params);
+
+    if (query.cursor) {
+      // Keyset pagination on (sort value, id). SQLite puts NULLs first ascending and last
+      // descending, and a row-value comparison with NULL is never true, hence the cases.
+      const [after, afterId] = decodeCursor(query.cursor);
+      const cmp = direction === 'asc' ? '>' : '<';
+      if (field === 'id') {
+        clauses.push(`id ${cmp} ?`);
+        params.push(afterId);
+      } else if (after === null) {
+        clauses.push(direction === 'asc' ? `(${sort} IS NOT NULL OR id > ?)` : `(${sort} IS NULL AND id < ?)`);
+        params.push(afterId);
+      } else {
+        clauses.push(`((${sort}, id) ${cmp} (?, ?)${direction === 'desc' ? ` OR ${sort} IS NULL` : ''})`);
+        params.push(bindable(after), afterId);
+      }
+    }
+
+    let limit: number | undefined;
+    if (query.limit !== undefined) {
+      limit = query.limit;
+      if (!Number.isInteger(limit) || limit < 1) throw new Error(`invalid limit: ${limit}`);
+    }
+    const sql =
+      `SELECT id, doc, ${sort} AS s FROM ${table(name)}` +
+      (clauses.length ? ` WHERE ${clauses.join(' AND ')}` : '') +
+      ` ORDER BY ${sort} ${dir}${field === 'id' ? '' : `, id ${dir}`}` +
+      (limit === undefined ? '' : ' LIMIT ?');
+    if (limit !== undefined) params.push(limit + 1); // one extra row tells whether more remain
+
+    const rows = prepare(sql).all(...params) as Row[];
+    const more = limit !== undefined && rows.length > limit;
+    const pageRows = more ? rows.slice(0, limit) : rows;
+    const last = pageRows[pageRows.length - 1];
+    return {
+      items: pageRows.map((row) => JSON.parse(row.doc) as Doc),
+      next: more && last ? encodeCursor(last.s, last.id) : null,
+    };
+  }
+
+  const collections = new Map<string, Collection>();
+  function collection(name: string): Collection {
+    collectionName(name);
+    let found = collections.get(name);
+    if (!found) {
+      found = {
+        async get(id) {
+          const row = prepare(`SELECT doc FROM ${table(name)} WHERE id = ?`).get(id) as { doc: string } | undefined;
+          return row ? (JSON.parse(row.doc) as Doc) : null;
+        },
+        async findOne(where) {
+          return find(name, { where, limit: 1 }).items[0] ?? null;
+        },
+        async find(query = {}) {
+          return find(name, query);
+        },
+        async count(where = {}) {
+          const params: unknown[] = [];
+          const clauses = whereSql({ where }, params);
+          const sql = `SELECT COUNT(*) AS n FROM ${table(name)}` + (clauses.length ? ` WHERE ${clauses.join(' AND ')}` : '');
+          return (prepare(sql).get(...params) as { n: number }).n;
+        },
+      };
+      collections.set(name, found);
+    }
+    return found;
+  }
+
+  function readCheckpoint(projection: string): string | null {
+    const row = prepare('SELECT position FROM _checkpoints WHERE projection = ?').get(projection) as
+      | { position: string }
+      | undefined;
+    return row?.position ?? null;
+  }
+
+  const commit = db.transaction((projection: string, position: string, changes: Change[]) => {
+    // At or below the checkpoint means a replay: the documents already include it.
+    if (comparePositions(readCheckpoint(projection), position) >= 0) return;
+    for (const change of changes) {
+      if (change.doc) {
+        prepare(`INSERT INTO ${table(change.collection)} (id, doc) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`).run(
+          change.id,
+          JSON.stringify(change.doc),
+        );
+      } else {
+        prepare(`DELETE FROM ${table(change.collection)} WHERE id = ?`).run(change.id);
+      }
+    }
+    prepare(
+      'INSERT INTO _checkpoints (projection, position) VALUES (?, ?) ON CONFLICT (projection) DO UPDATE SET position = excluded.position',
+    ).run(projection, position);
+  });
+
+  const reset = db.transaction((projection: string, names: string[]) => {
+    for (const name of names) prepare(`DELETE FROM ${table(name)}`).run();
+    prepare('DELETE FROM _checkpoints WHERE projection = ?').run(projection);
+  });
+
+  return {
+    async ensureCollections(specs: CollectionSpec[]) {
+      for (const spec of specs) {
+        const quoted = table(spec.name);
+        for (const fields of spec.indexes ?? []) {
+          if (fields.length === 0) continue;
+          const columns = fields.map(fieldSql).join(', ');
+          // Commas cannot occur in names, so distinct specs never share an index name.
+          db.exec(`CREATE INDEX IF NOT EXISTS "ix_${spec.name}(${fields.join(',')})" ON ${quoted} (${columns})`);
+        }
+      }
+    },
+    collection<T extends Doc = Doc>(name: string) {
+      return collection(name) as unknown as Collection<T>;
+    },
+    async getCheckpoint(projection) {
+      return readCheckpoint(projection);
+    },
+    async commit(projection, position, changes) {
+      if (!POSITION.test(position)) throw new Error(`invalid position: ${JSON.stringify(position)}`);
+      for (const change of changes) {
+        table(change.collection); // DDL outside the transaction
+        if (change.doc && change.doc.id !== change.id) {
+          throw new Error(`change for ${change.collection}/${change.id} carries a document with id ${String(change.doc.id)}`);
+        }
+      }
+      commit(projection, position, changes);
+    },
+    async reset(projection, names) {
+      names.forEach(table);
+      reset(projection, names);
+    },
+    async close() {
+      if (db.open) db.close();
+    },
+  };
+}

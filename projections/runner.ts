@@ -1,0 +1,367 @@
+/**
+ * Runs every projection off one catch-up subscription to the event store.
+ *
+ * Per event, each projection that has not seen it yet and reads its type names the
+ * documents it touches; the runner loads them (pending in-batch version first, then the
+ * read store), evolves them, and keeps the results in a per-projection overlay. When the
+ * subscription has nothing more immediately available (next macrotask) or a batch reaches
+ * {@link MAX_BATCH} events, each projection's overlay is committed together with its
+ * checkpoint in one read-store transaction. Busy catch-up thus costs one transaction per
+ * batch, while an idle service sees its write in the read model within a macrotask.
+ */
+import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../infra/ports/event-store.js';
+import type { Change, Doc, ReadStore } from '../infra/ports/read-store.js';
+import type { Projection } from './projection.js';
+
+/** Events per batch before a commit is forced (bounds memory and replay work). */
+const MAX_BATCH = 500;
+/**
+ * A projection with nothing to write is not committed on every batch (that would be one
+ * transaction per projection per event when idle); its checkpoint is persisted at least
+ * this often, and on stop. Lagging there only means re-skipping those events after a restart.
+ */
+const CHECKPOINT_EVERY = 1000;
+const DEFAULT_WAIT_MS = 5000;
+
+export interface ProjectionRunner {
+  /** Ensures collections, reads checkpoints, and subscribes from the lowest checkpoint. */
+  start(): Promise<void>;
+  /**
+   * Resolves once every projection has processed `position` (read-your-writes after an
+   * append). Rejects with {@link ProjectionLagError} after `timeoutMs` (default 5000; pass
+   * Infinity to wait forever), or with {@link ProjectionFailedError} if the runner failed.
+   */
+  waitFor(position: string, timeoutMs?: number): Promise<void>;
+  /** Last position processed (and committed) by all projections, or null. */
+  position(): string | null;
+  /** Resets the projections (all when absent) and replays them; resolves once caught up with the head. */
+  rebuild(names?: string[]): Promise<void>;
+  /** Stops the subscription and commits what was processed. */
+  stop(): Promise<void>;
+  /**
+   * Settles when the runner ends: resolves on stop, rejects with the failure when a
+   * projection or a store failed (main should exit then: the read models are frozen).
+   */
+  readonly done: Promise<void>;
+}
+
+export interface RunnerLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+/** The read models did not reach a position in time (the write itself succeeded). */
+export class ProjectionLagError extends Error {
+  readonly code = 'projection_lag' as const;
+  constructor(
+    readonly position: string,
+    readonly processed: string | null,
+    readonly timeoutMs: number,
+  ) {
+    super(`projections did not reach position ${position} within ${timeoutMs} ms (at ${processed ?? 'start'})`);
+    this.name = 'ProjectionLagError';
+  }
+}
+
+/** The runner stopped because a projection or the stores failed; read models are frozen. */
+export class ProjectionFailedError extends Error {
+  readonly code = 'projection_failed' as const;
+  constructor(
+    message: string,
+    readonly projection?: string,
+    readonly event?: { type: string; position: string; stream: string },
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'ProjectionFailedError';
+  }
+}
+
+interface ProjectionState {
+  projection: Projection;
+  types: Set<string>;
+  collections: Set<string>;
+  /** Last event position this projection has processed (maybe not yet committed). */
+  position: string | null;
+  /** Position of its last commit (its stored checkpoint). */
+  committed: string | null;
+  /** Events processed since its last commit. */
+  sinceCommit: number;
+  /** Pending document writes of the current batch, by `collection\0id`. */
+  overlay: Map<string, Change>;
+}
+
+interface Waiter {
+  position: string;
+  resolve: () => void;
+  reject: (error: Error) => void;
+  timer?: NodeJS.Timeout;
+}
+
+const consoleLogger: RunnerLogger = {
+  info: (obj, msg) => console.info(msg ?? '', obj),
+  warn: (obj, msg) => console.warn(msg ?? '', obj),
+  error: (obj, msg) => console.error(msg ?? '', obj),
+};
+
+function minPosition(positions: (string | null)[]): string | null {
+  return positions.reduce<string | null>((min, p, i) => (i === 0 || comparePositions(p, min) < 0 ? p : min), null);
+}
+
+/**
+ * Creates a runner for `projections` (not started). It subscribes to every event, not only
+ * the projections' types, so that its position also passes events nobody reads and
+ * {@link ProjectionRunner.waitFor} works for any append.
+ */
+export function createProjectionRunner(deps: {
+  eventStore: EventStore;
+  readStore: ReadStore;
+  projections: Projection[];
+  logger?: RunnerLogger;
+}): ProjectionRunner {
+  const { eventStore, readStore } = deps;
+  const logger = deps.logger ?? consoleLogger;
+
+  const names = new Set<string>();
+  const states: ProjectionState[] = deps.projections.map((projection) => {
+    if (names.has(projection.name)) throw new Error(`duplicate projection name: ${projection.name}`);
+    names.add(projection.name);
+    return {
+      projection,
+      types: new Set(projection.eventTypes),
+      collections: new Set(projection.collections.map((c) => c.name)),
+      position: null,
+      committed: null,
+      sinceCommit: 0,
+      overlay: new Map(),
+    };
+  });
+
+  let subscription: Subscription | null = null;
+  let generation = 0; // bumped on each (re)subscription; stale deliveries are dropped
+  let started = false;
+  let stopped = false;
+  let failure: Error | null = null;
+  let seen: string | null = null; // last event processed, maybe not yet committed
+  let processed: string | null = null; // last event processed and committed by all
+  let pendingEvents = 0;
+  let flushTimer: NodeJS.Immediate | null = null;
+  const waiters = new Set<Waiter>();
+
+  let resolveDone!: () => void;
+  let rejectDone!: (error: Error) => void;
+  const done = new Promise<void>((resolve, reject) => {
+    resolveDone = resolve;
+    rejectDone = reject;
+  });
+  done.catch(() => {}); // only explicit listeners should see the failure
+
+  // Event processing and commits run one at a time: a commit in flight must not interleave
+  // with loading documents (the read store would not yet have the batch being committed).
+  let chain: Promise<unknown> = Promise.resolve();
+  function serial<T>(work: () => Promise<T>): Promise<T> {
+    const run = chain.then(work);
+    chain = run.catch(() => {});
+    return run;
+  }
+
+  async function applyEvent(state: ProjectionState, event: RecordedEvent): Promise<void> {
+    for (const update of state.projection.apply(event)) {
+      if (!state.collections.has(update.collection)) {
+        // Rebuild resets only declared collections; writing elsewhere would leave stale docs.
+        throw new Error(`writes to undeclared collection ${update.collection}`);
+      }
+      const key = `${update.collection}\0${update.id}`;
+      const current = state.overlay.has(key)
+        ? state.overlay.get(key)!.doc
+        : await readStore.collection(update.collection).get(update.id);
+      const next = update.evolve(current);
+      if (next === current) continue; // unchanged by contract
+      if (next && next.id !== update.id) throw new Error(`evolve of ${update.collection}/${update.id} returned id ${String(next.id)}`);
+      state.overlay.set(key, { collection: update.collection, id: update.id, doc: next as Doc | null });
+    }
+  }
+
+  async function processEvent(event: RecordedEvent): Promise<void> {
+    for (const state of states) {
+      if (comparePositions(event.position, state.position) <= 0) continue; // already has it (replay)
+      if (state.types.has(event.type)) {
+        try {
+          await applyEvent(state, event);
+        } catch (error) {
+          throw new ProjectionFailedError(
+            `projection ${state.projection.name} failed on ${event.type} at ${event.position}: ${(error as Error)?.message ?? String(error)}`,
+            state.projection.name,
+            { type: event.type, position: event.position, stream: event.stream },
+            { cause: error },
+          );
+        }
+      }
+      state.position = event.position;
+      state.sinceCommit += 1;
+    }
+    seen = event.position;
+    pendingEvents += 1;
+  }
+
+  /** Commits each projection's pending changes and checkpoint; then wakes the waiters. */
+  async function flush(force = false): Promise<void> {
+    if (failure) return; // a failed batch may hold half an event: never commit it
+    for (const state of states) {
+      if (comparePositions(state.position, state.committed) <= 0) continue;
+      if (state.overlay.size === 0 && !force && state.sinceCommit < CHECKPOINT_EVERY) continue;
+      await readStore.commit(state.projection.name, state.position!, [...state.overlay.values()]);
+      state.overlay.clear();
+      state.committed = state.position;
+      state.sinceCommit = 0;
+    }
+    pendingEvents = 0;
+    if (comparePositions(seen, processed) > 0) processed = seen;
+    for (const waiter of waiters) {
+      if (comparePositions(processed, waiter.position) >= 0) settle(waiter);
+    }
+  }
+
+  function scheduleFlush(): void {
+    if (flushTimer) return;
+    // setImmediate runs after the pending microtasks, i.e. after the subscription delivered
+    // whatever it already had in hand: that is the batch.
+    flushTimer = setImmediate(() => {
+      flushTimer = null;
+      serial(() => flush()).catch((error) => fail(error));
+    });
+  }
+
+  function settle(waiter: Waiter, error?: Error): void {
+    waiters.delete(waiter);
+    if (waiter.timer) clearTimeout(waiter.timer);
+    if (error) waiter.reject(error);
+    else waiter.resolve();
+  }
+
+  function fail(error: unknown): void {
+    if (failure) return;
+    failure =
+      error instanceof ProjectionFailedError
+        ? error
+        : new ProjectionFailedError(`projection runner failed: ${(error as Error)?.message ?? String(error)}`, undefined, undefined, {
+            cause: error,
+          });
+    const failed = failure as ProjectionFailedError;
+    logger.error(
+      { err: error, projection: failed.projection, eventType: failed.event?.type, position: failed.event?.position, stream: failed.event?.stream },
+      'projection runner stopped: read models will not advance until the cause is fixed and the service restarted',
+    );
+    subscription?.close();
+    subscription = null;
+    if (flushTimer) clearImmediate(flushTimer);
+    flushTimer = null;
+    for (const waiter of waiters) settle(waiter, failure);
+    rejectDone(failure);
+  }
+
+  function subscribe(): void {
+    const mine = ++generation;
+    const after = minPosition(states.map((s) => s.position));
+    const sub = eventStore.subscribeAll({ after }, (event) =>
+      serial(async () => {
+        if (mine !== generation || failure || stopped) return;
+        try {
+          await processEvent(event);
+          if (pendingEvents >= MAX_BATCH) await flush();
+          else scheduleFlush();
+        } catch (error) {
+          fail(error);
+        }
+      }),
+    );
+    sub.done.catch((error) => {
+      if (mine === generation) fail(error);
+    });
+    subscription = sub;
+  }
+
+  /** Stops delivery and commits everything processed so far. */
+  async function pause(): Promise<void> {
+    generation += 1;
+    subscription?.close();
+    subscription = null;
+    if (flushTimer) clearImmediate(flushTimer);
+    flushTimer = null;
+    await serial(() => flush(true)).catch((error) => {
+      fail(error);
+      throw failure;
+    });
+  }
+
+  function failIfFailed(): void {
+    if (failure) throw failure;
+  }
+
+  async function start(): Promise<void> {
+    failIfFailed();
+    if (started) return;
+    if (stopped) throw new Error('projection runner was stopped');
+    started = true;
+    await readStore.ensureCollections(deps.projections.flatMap((p) => p.collections));
+    for (const state of states) {
+      state.committed = state.position = await readStore.getCheckpoint(state.projection.name);
+    }
+    processed = seen = minPosition(states.map((s) => s.position));
+    subscribe();
+    logger.info({ projections: [...names], from: processed }, 'projection runner started');
+  }
+
+  function waitFor(position: string, timeoutMs = DEFAULT_WAIT_MS): Promise<void> {
+    if (failure) return Promise.reject(failure);
+    if (comparePositions(processed, position) >= 0) return Promise.resolve();
+    if (stopped) return Promise.reject(new Error('projection runner is stopped'));
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = { position, resolve, reject };
+      if (Number.isFinite(timeoutMs)) {
+        waiter.timer = setTimeout(() => settle(waiter, new ProjectionLagError(position, processed, timeoutMs)), timeoutMs);
+      }
+      waiters.add(waiter);
+    });
+  }
+
+  return {
+    start,
+    done,
+    waitFor,
+    position: () => processed,
+
+    async rebuild(only) {
+      failIfFailed();
+      if (stopped) throw new Error('projection runner is stopped');
+      const selected = only ? states.filter((s) => only.includes(s.projection.name)) : states;
+      const unknown = (only ?? []).filter((name) => !names.has(name));
+      if (unknown.length) throw new Error(`unknown projections: ${unknown.join(', ')}`);
+
+      if (!started) await start();
+      await pause();
+      for (const state of selected) {
+        await readStore.reset(state.projection.name, [...state.collections]);
+        state.position = state.committed = null;
+        state.sinceCommit = 0;
+      }
+      // The others keep their checkpoints and skip what they already have.
+      processed = seen = minPosition(states.map((s) => s.position));
+      logger.info({ projections: selected.map((s) => s.projection.name) }, 'rebuilding projections');
+      subscribe();
+      const head = await eventStore.headPosition();
+      if (head) await waitFor(head, Infinity);
+      logger.info({ projections: selected.map((s) => s.projection.name), position: head }, 'projections rebuilt');
+    },
+
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      if (started && !failure) await pause();
+      const error = failure ?? new Error('projection runner is stopped');
+      for (const waiter of waiters) settle(waiter, error);
+      if (!failure) resolveDone();
+    },
+  };
+}

@@ -1,0 +1,112 @@
+/**
+ * Account facts. Streams: `user-<pk>` (the account), `userseq-global` (pk allocation),
+ * `session-<uuid>` (one refresh-token family or dashboard session).
+ * No event carries a secret: passwords appear only as argon2id hashes, tokens not at all.
+ */
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import type { Evolver } from '../kernel/command.js';
+
+export const UserRegistered = 'UserRegistered';
+export const UserProfileUpdated = 'UserProfileUpdated';
+export const UserPasswordChanged = 'UserPasswordChanged';
+export const UserSessionsRevoked = 'UserSessionsRevoked';
+export const UserEmailVerified = 'UserEmailVerified';
+export const PasswordResetRequested = 'PasswordResetRequested';
+export const EmailVerificationSent = 'EmailVerificationSent';
+export const UserNumberAllocated = 'UserNumberAllocated';
+
+export const SessionStarted = 'SessionStarted';
+export const SessionRefreshed = 'SessionRefreshed';
+export const SessionRevoked = 'SessionRevoked';
+
+export interface UserRegisteredData {
+  pk: number;
+  username: string;
+  email: string;
+  firstName: string;
+  lastName: string;
+  /** argon2id hash; null for accounts created through an external identity provider. */
+  passwordHash: string | null;
+  emailVerified: boolean;
+  /** Server-made salt for the client-side vault key derivation (SPEC Authentication 7). */
+  encryptionSalt: string;
+  /** External identity (issuer + subject) for accounts created by OIDC sign-in. */
+  external?: { issuer: string; subject: string } | null;
+  at: string;
+}
+
+export interface UserState {
+  exists: boolean;
+  pk: number;
+  username: string;
+  email: string;
+  firstName: string;
+  lastName: string;
+  passwordHash: string | null;
+  emailVerified: boolean;
+  /** Bumped by every UserSessionsRevoked: sessions of an older generation are dead. */
+  sessionGeneration: number;
+}
+
+export const userEvolver: Evolver<UserState> = {
+  initial: () => ({
+    exists: false,
+    pk: 0,
+    username: '',
+    email: '',
+    firstName: '',
+    lastName: '',
+    passwordHash: null,
+    emailVerified: false,
+    sessionGeneration: 0,
+  }),
+  evolve: (s, e: RecordedEvent) => {
+    switch (e.type) {
+      case UserRegistered: {
+        const d = e.data as UserRegisteredData;
+        return { ...s, exists: true, pk: d.pk, username: d.username, email: d.email, firstName: d.firstName, lastName: d.lastName, passwordHash: d.passwordHash, emailVerified: d.emailVerified };
+      }
+      case UserProfileUpdated:
+        return { ...s, ...(e.data as Partial<Pick<UserState, 'username' | 'firstName' | 'lastName'>>) };
+      case UserPasswordChanged:
+        return { ...s, passwordHash: (e.data as { passwordHash: string }).passwordHash };
+      case UserSessionsRevoked:
+        return { ...s, sessionGeneration: s.sessionGeneration + 1 };
+      case UserEmailVerified:
+        return { ...s, emailVerified: true };
+      default:
+        return s;
+    }
+  },
+};
+
+export interface SessionState {
+  exists: boolean;
+  userPk: number;
+  identity: string | null;
+  generation: number;
+  tokenId: string;
+  expiresAt: string;
+  revoked: boolean;
+  kind: 'token' | 'cookie';
+}
+
+export const sessionEvolver: Evolver<SessionState> = {
+  initial: () => ({ exists: false, userPk: 0, identity: null, generation: 0, tokenId: '', expiresAt: '', revoked: false, kind: 'token' }),
+  evolve: (s, e) => {
+    switch (e.type) {
+      case SessionStarted: {
+        const d = e.data as { userPk: number; identity: string | null; generation: number; tokenId: string; expiresAt: string; kind?: 'token' | 'cookie' };
+        return { ...s, exists: true, userPk: d.userPk, identity: d.identity, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, kind: d.kind ?? 'token' };
+      }
+      case SessionRefreshed: {
+        const d = e.data as { tokenId: string; expiresAt: string };
+        return { ...s, tokenId: d.tokenId, expiresAt: d.expiresAt };
+      }
+      case SessionRevoked:
+        return { ...s, revoked: true };
+      default:
+        return s;
+    }
+  },
+};

@@ -1,0 +1,171 @@
+/** HTTP surface of accounts (SPEC "Sign-up and tokens", except the device flow). */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import type { HttpModule } from '../gateway/app.js';
+import type { Authenticator, IdentityRecord } from '../gateway/auth.js';
+import { SESSION_COOKIE } from '../gateway/auth.js';
+import { body, created } from '../gateway/http.js';
+import { validator } from '../gateway/validate.js';
+import { ApiError, badRequest, forbidden, notFound } from '../gateway/errors.js';
+import { toPublicUser, type Accounts } from './service.js';
+import type { TokenService } from './tokens.js';
+
+const v = {
+  register: validator<{ username: string; email: string; password1: string; password2: string; first_name?: string; last_name?: string }>('accounts.json#Register'),
+  login: validator<{ username?: string; email?: string; password: string }>('accounts.json#Login'),
+  refresh: validator<{ refresh: string }>('accounts.json#Refresh'),
+  verify: validator<{ token: string }>('accounts.json#Verify'),
+  logout: validator<{ refresh?: string }>('accounts.json#Logout'),
+  bind: validator<{ identity: string }>('accounts.json#BindIdentity'),
+  emailOnly: validator<{ email: string }>('accounts.json#EmailOnly'),
+  verifyEmail: validator<{ key: string }>('accounts.json#VerifyEmail'),
+  passwordChange: validator<{ new_password1: string; new_password2: string }>('accounts.json#PasswordChange'),
+  resetConfirm: validator<{ new_password1: string; new_password2: string; uid: string; token: string }>('accounts.json#PasswordResetConfirm'),
+  userPut: validator<{ username: string; first_name?: string; last_name?: string }>('accounts.json#UserPut'),
+  userPatch: validator<{ username?: string; first_name?: string; last_name?: string }>('accounts.json#UserPatch'),
+};
+
+export interface AccountRoutesDeps {
+  accounts: Accounts;
+  tokens: TokenService;
+  auth: Authenticator;
+  findIdentity: (id: string) => Promise<IdentityRecord | null>;
+  /** Public keys that verify our JWTs. */
+  jwks: unknown;
+}
+
+const passwordsMatch = (a: string, b: string, field: string) => {
+  if (a !== b) throw badRequest({ [field]: ["The two password fields didn't match."] });
+};
+
+export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
+  const { accounts, tokens, auth } = deps;
+
+  async function currentUser(ctx: Context) {
+    const p = await auth.principal(ctx);
+    return accounts.getUser(p.userPk);
+  }
+
+  return {
+    routes(r: Router) {
+      r.post('/api/auth/social/', async (ctx) => {
+        const b = v.register(await body(ctx));
+        passwordsMatch(b.password1, b.password2, 'non_field_errors');
+        const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, firstName: b.first_name, lastName: b.last_name });
+        created(ctx, await accounts.tokenPair(user, 'register'));
+      });
+
+      r.post('/api/auth/login/', async (ctx) => {
+        const b = v.login(await body(ctx));
+        const login = b.username?.trim() || b.email?.trim();
+        if (!login) throw badRequest({ non_field_errors: ['Must include "username" or "email" and "password".'] });
+        const user = await accounts.checkPassword(login, b.password, ctx.ip);
+        if (!user) throw badRequest({ non_field_errors: ['Unable to log in with provided credentials.'] });
+        ctx.body = await accounts.tokenPair(user, 'password');
+      });
+
+      r.post('/api/auth/logout/', async (ctx) => {
+        const b = v.logout(await body(ctx));
+        let principal = null;
+        try {
+          principal = await auth.optionalPrincipal(ctx);
+        } catch {
+          // Logout is anonymous-friendly: an expired or bad credential still logs out.
+        }
+        if (principal) await accounts.revokeAllSessions(principal.userPk, 'logout');
+        if (b.refresh) {
+          const claims = await tokens.verify(b.refresh, 'refresh').catch(() => null);
+          if (claims) await accounts.revokeAllSessions(claims.userPk, 'logout');
+        }
+        ctx.cookies.set(SESSION_COOKIE, null);
+        ctx.body = { detail: 'Successfully logged out.' };
+      });
+
+      r.post('/api/auth/token/refresh/', async (ctx) => {
+        const b = v.refresh(await body(ctx));
+        ctx.body = await accounts.refresh(b.refresh);
+      });
+
+      r.post('/api/auth/token/verify/', async (ctx) => {
+        const b = v.verify(await body(ctx));
+        const claims = await tokens.verify(b.token, 'any');
+        if (claims.tokenType === 'refresh' && !(await accounts.liveSession(claims.sessionId))) {
+          throw new ApiError(401, 'token_expired', 'Token has been revoked.');
+        }
+        ctx.body = {};
+      });
+
+      r.post('/api/auth/bind-identity/', async (ctx) => {
+        const p = await auth.principal(ctx);
+        if (p.kind !== 'jwt' && p.kind !== 'session') throw forbidden('bind-identity requires a user token (JWT).');
+        const b = v.bind(await body(ctx));
+        const id = b.identity.toLowerCase();
+        const identity = await deps.findIdentity(id);
+        if (!identity) throw notFound('Identity not found.');
+        if (identity.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+        const user = await accounts.getUser(p.userPk);
+        const s = await accounts.startSession(user, { via: 'bind-identity', identity: id });
+        ctx.body = { access: s.access, refresh: s.refresh, identity: id };
+      });
+
+      r.post('/api/auth/social/resend-email/', async (ctx) => {
+        const b = v.emailOnly(await body(ctx));
+        await accounts.resendVerification(b.email);
+        created(ctx, { detail: 'ok' });
+      });
+
+      r.post('/api/auth/social/verify-email/', async (ctx) => {
+        const b = v.verifyEmail(await body(ctx));
+        await accounts.verifyEmail(b.key);
+        ctx.body = { detail: 'ok' };
+      });
+
+      r.post('/api/auth/password/change/', async (ctx) => {
+        const p = await auth.principal(ctx);
+        const b = v.passwordChange(await body(ctx));
+        passwordsMatch(b.new_password1, b.new_password2, 'new_password2');
+        await accounts.setPassword(p.userPk, b.new_password1, 'change');
+        ctx.body = { detail: 'New password has been saved.' };
+      });
+
+      r.post('/api/auth/password/reset/', async (ctx) => {
+        const b = v.emailOnly(await body(ctx));
+        await accounts.requestPasswordReset(b.email);
+        ctx.body = { detail: 'Password reset e-mail has been sent.' };
+      });
+
+      r.post('/api/auth/password/reset/confirm/', async (ctx) => {
+        const b = v.resetConfirm(await body(ctx));
+        passwordsMatch(b.new_password1, b.new_password2, 'new_password2');
+        await accounts.confirmPasswordReset(b.uid, b.token, b.new_password1);
+        ctx.body = { detail: 'Password has been reset with the new password.' };
+      });
+
+      r.get('/api/auth/user/', async (ctx) => {
+        ctx.body = toPublicUser(await currentUser(ctx));
+      });
+
+      r.put('/api/auth/user/', async (ctx) => {
+        const p = await auth.principal(ctx);
+        const b = v.userPut(await body(ctx));
+        ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
+      });
+
+      r.patch('/api/auth/user/', async (ctx) => {
+        const p = await auth.principal(ctx);
+        const b = v.userPatch(await body(ctx));
+        ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
+      });
+
+      r.get('/api/master/', async (ctx) => {
+        const u = await currentUser(ctx);
+        ctx.body = { first_name: u.firstName, last_name: u.lastName, email: u.email };
+      });
+
+      r.get('/.well-known/jwks.json', async (ctx) => {
+        ctx.set('Cache-Control', 'public, max-age=300');
+        ctx.body = deps.jwks;
+      });
+    },
+  };
+}

@@ -1,0 +1,414 @@
+/**
+ * Account commands: registration, sign-in, sessions (refresh-token families), profile,
+ * password change and reset, email verification. Each write is an event; reads come from
+ * the `users` and `sessions` read models after a read-your-writes wait.
+ */
+import argon2 from 'argon2';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { streamName } from '../../infra/ports/event-store.js';
+import type { Platform } from '../kernel/platform.js';
+import { event, execute, loadStream } from '../kernel/command.js';
+import { newId, nowIso } from '../kernel/ids.js';
+import { release, reserve } from '../kernel/reservations.js';
+import { ApiError, badRequest, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
+import type { TokenService } from './tokens.js';
+import {
+  EmailVerificationSent,
+  PasswordResetRequested,
+  SessionRefreshed,
+  SessionRevoked,
+  SessionStarted,
+  UserEmailVerified,
+  UserNumberAllocated,
+  UserPasswordChanged,
+  UserProfileUpdated,
+  UserRegistered,
+  UserSessionsRevoked,
+  sessionEvolver,
+  userEvolver,
+  type UserRegisteredData,
+} from './events.js';
+import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
+import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
+
+export interface PublicUser {
+  pk: number;
+  username: string;
+  email: string;
+  first_name: string;
+  last_name: string;
+}
+
+export interface TokenPair {
+  access: string;
+  refresh: string;
+  user: PublicUser;
+}
+
+export const toPublicUser = (u: Pick<UserDoc, 'pk' | 'username' | 'email' | 'firstName' | 'lastName'>): PublicUser => ({
+  pk: u.pk,
+  username: u.username,
+  email: u.email,
+  first_name: u.firstName,
+  last_name: u.lastName,
+});
+
+/** Brute-force limits for sign-in (per account, per client address), over 15 minutes. */
+const LOGIN_WINDOW_S = 15 * 60;
+const LOGIN_FAILURES_PER_ACCOUNT = 10;
+const LOGIN_FAILURES_PER_IP = 100;
+/** Lifetime of links sent by mail. */
+const VERIFY_LINK_TTL_S = 3 * 24 * 3600;
+const RESET_LINK_TTL_S = 3600;
+
+const userStream = (pk: number) => streamName('user', pk);
+const sessionStream = (id: string) => streamName('session', id);
+
+export function createAccounts(platform: Platform, tokens: TokenService, hmacKey: Buffer) {
+  const { events: store, reads, progress, config, limiter, mailer, logger } = platform;
+  const users = reads.collection<UserDoc>(USERS);
+  const sessions = reads.collection<SessionDoc>(SESSIONS);
+  const hashOptions = { type: argon2.argon2id, memoryCost: config.passwordHashMemoryKiB, timeCost: 2, parallelism: 1 } as const;
+  // Verified against when the account does not exist, so timing does not reveal which accounts exist.
+  const dummyHash = argon2.hash(randomBytes(16).toString('hex'), hashOptions);
+
+  const hashPassword = (password: string) => argon2.hash(password, hashOptions);
+
+  async function settle(position: string | undefined | null) {
+    if (position) await progress.waitFor(position);
+  }
+
+  async function allocatePk(): Promise<number> {
+    const stream = streamName('userseq', 'global');
+    const { result } = await execute(
+      store,
+      stream,
+      { initial: () => 0, evolve: (n, e) => Math.max(n, (e.data as { pk: number }).pk) },
+      (last) => {
+        const pk = last + 1;
+        return { events: [event(UserNumberAllocated, { pk })], result: pk };
+      },
+      50,
+    );
+    return result;
+  }
+
+  async function findByLogin(login: string): Promise<UserDoc | null> {
+    const key = login.trim().toLowerCase();
+    return (await users.findOne({ usernameKey: key })) ?? (key.includes('@') ? await users.findOne({ emailKey: key }) : null);
+  }
+
+  async function getUser(pk: number): Promise<UserDoc> {
+    const u = await users.get(userDocId(pk));
+    if (!u) throw tokenNotValid('User not found.');
+    return u;
+  }
+
+  /** Creates an account. Username and email are unique (case-insensitively) through reservations. */
+  async function register(input: {
+    username: string;
+    email: string;
+    password: string | null;
+    firstName?: string;
+    lastName?: string;
+    emailVerified?: boolean;
+    external?: { issuer: string; subject: string } | null;
+  }): Promise<UserDoc> {
+    const passwordHash = input.password === null ? Promise.resolve(null) : hashPassword(input.password);
+    const pk = await allocatePk();
+    const owner = `user-${pk}`;
+    const usernameKey = input.username.toLowerCase();
+    const emailKey = input.email.toLowerCase();
+    if (!(await reserve(store, 'username', usernameKey, owner))) {
+      throw badRequest({ username: ['A user with that username already exists.'] });
+    }
+    if (!(await reserve(store, 'useremail', emailKey, owner))) {
+      await release(store, 'username', usernameKey, owner);
+      throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
+    }
+    if (input.external && !(await reserve(store, 'externalsubject', externalKeyOf(input.external.issuer, input.external.subject), owner))) {
+      await release(store, 'username', usernameKey, owner);
+      await release(store, 'useremail', emailKey, owner);
+      throw new ApiError(409, 'conflict', 'This external account is already linked.');
+    }
+    const data: UserRegisteredData = {
+      pk,
+      username: input.username,
+      email: input.email,
+      firstName: input.firstName ?? '',
+      lastName: input.lastName ?? '',
+      passwordHash: await passwordHash,
+      emailVerified: input.emailVerified ?? false,
+      encryptionSalt: randomBytes(16).toString('base64'),
+      external: input.external ?? null,
+      at: nowIso(),
+    };
+    const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
+    await settle(appended.position);
+    if (!data.emailVerified) void sendVerification(pk, input.email).catch((err) => logger.warn({ err }, 'verification mail not sent'));
+    return (await users.get(userDocId(pk)))!;
+  }
+
+  /** Checks a login (username or email) and password, with brute-force throttling. */
+  async function checkPassword(login: string, password: string, ip: string): Promise<UserDoc | null> {
+    const accountKey = `login:acct:${login.trim().toLowerCase()}`;
+    const ipKey = `login:ip:${ip}`;
+    for (const [key, limit] of [[accountKey, LOGIN_FAILURES_PER_ACCOUNT], [ipKey, LOGIN_FAILURES_PER_IP]] as const) {
+      const d = limiter.peek(key, limit, LOGIN_WINDOW_S);
+      if (!d.allowed) throw throttled(d.retryAfter, `Too many failed sign-in attempts. Try again in ${d.retryAfter} seconds.`);
+    }
+    const user = await findByLogin(login);
+    const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
+    if (!user || !user.passwordHash || !ok) {
+      limiter.hit(accountKey, LOGIN_FAILURES_PER_ACCOUNT, LOGIN_WINDOW_S);
+      limiter.hit(ipKey, LOGIN_FAILURES_PER_IP, LOGIN_WINDOW_S);
+      return null;
+    }
+    return user;
+  }
+
+  /** Starts a session family and returns its first token pair. */
+  async function startSession(user: UserDoc, opts: { identity?: string | null; via: string; kind?: 'token' | 'cookie' }) {
+    const sessionId = newId();
+    const tokenId = newId();
+    const refresh = await tokens.issueRefresh({ userPk: user.pk, sessionId, identity: opts.identity, jti: tokenId });
+    const appended = await store.append(
+      sessionStream(sessionId),
+      [event(SessionStarted, { userPk: user.pk, identity: opts.identity ?? null, generation: user.sessionGeneration, tokenId, expiresAt: refresh.expiresAt, via: opts.via, kind: opts.kind ?? 'token', at: nowIso() })],
+      { expectedRevision: 'no_stream' },
+    );
+    await settle(appended.position);
+    const access = await tokens.issueAccess({ userPk: user.pk, sessionId, identity: opts.identity });
+    return { sessionId, access: access.token, refresh: refresh.token, refreshExpiresAt: refresh.expiresAt };
+  }
+
+  async function tokenPair(user: UserDoc, via: string, identity?: string | null): Promise<TokenPair> {
+    const s = await startSession(user, { via, identity });
+    return { access: s.access, refresh: s.refresh, user: toPublicUser(user) };
+  }
+
+  /** Rotates a refresh token. A spent token revokes its whole family (reuse detection). */
+  async function refresh(refreshToken: string): Promise<{ access: string; refresh: string }> {
+    const claims = await tokens.verify(refreshToken, 'refresh');
+    const user = await users.get(userDocId(claims.userPk));
+    if (!user) throw tokenNotValid('User not found.');
+    const stream = sessionStream(claims.sessionId);
+    let reused = false;
+    const { result } = await execute(store, stream, sessionEvolver, async (s) => {
+      if (!s.exists || s.userPk !== claims.userPk) throw tokenNotValid('Token is invalid');
+      if (s.revoked || s.generation !== user.sessionGeneration) throw tokenExpired('Token has been revoked; sign in again.');
+      if (s.tokenId !== claims.jti) {
+        reused = true;
+        return { events: [event(SessionRevoked, { reason: 'refresh_token_reuse', at: nowIso() })], result: null };
+      }
+      const next = await tokens.issueRefresh({ userPk: claims.userPk, sessionId: claims.sessionId, identity: s.identity, jti: newId() });
+      const access = await tokens.issueAccess({ userPk: claims.userPk, sessionId: claims.sessionId, identity: s.identity });
+      return {
+        events: [event(SessionRefreshed, { tokenId: next.jti, previousTokenId: claims.jti, expiresAt: next.expiresAt, at: nowIso() })],
+        result: { access: access.token, refresh: next.token },
+      };
+    });
+    if (reused || !result) {
+      logger.warn({ session: claims.sessionId, user: claims.userPk }, 'refresh token reuse: session family revoked');
+      throw tokenExpired('Token has been revoked; sign in again.');
+    }
+    return result;
+  }
+
+  /** Ends every session of the user (logout, password change, password reset). */
+  async function revokeAllSessions(pk: number, reason: string): Promise<void> {
+    const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+      if (!s.exists) return { events: [], result: undefined };
+      return { events: [event(UserSessionsRevoked, { reason, at: nowIso() })], result: undefined };
+    });
+    await settle(append?.position);
+  }
+
+  async function revokeSession(sessionId: string, reason: string): Promise<void> {
+    const { append } = await execute(store, sessionStream(sessionId), sessionEvolver, (s) => {
+      if (!s.exists || s.revoked) return { events: [], result: undefined };
+      return { events: [event(SessionRevoked, { reason, at: nowIso() })], result: undefined };
+    });
+    await settle(append?.position);
+  }
+
+  /** A live session (cookie sessions of the dashboard, and token families). */
+  async function liveSession(sessionId: string): Promise<SessionDoc | null> {
+    const s = await sessions.get(sessionId);
+    if (!s || s.revoked || Date.parse(s.expiresAt) <= Date.now()) return null;
+    const user = await users.get(userDocId(s.userPk));
+    if (!user || user.sessionGeneration !== s.generation) return null;
+    return s;
+  }
+
+  async function updateProfile(pk: number, patch: { username?: string; firstName?: string; lastName?: string }): Promise<UserDoc> {
+    const current = await getUser(pk);
+    const owner = `user-${pk}`;
+    const newKey = patch.username?.toLowerCase();
+    const oldKey = current.usernameKey;
+    const changingName = newKey !== undefined && newKey !== oldKey;
+    if (changingName && !(await reserve(store, 'username', newKey!, owner))) {
+      throw badRequest({ username: ['A user with that username already exists.'] });
+    }
+    const changes: Record<string, string> = {};
+    if (patch.username !== undefined && patch.username !== current.username) changes.username = patch.username;
+    if (patch.firstName !== undefined && patch.firstName !== current.firstName) changes.firstName = patch.firstName;
+    if (patch.lastName !== undefined && patch.lastName !== current.lastName) changes.lastName = patch.lastName;
+    if (Object.keys(changes).length) {
+      const appended = await store.append(userStream(pk), [event(UserProfileUpdated, { ...changes, at: nowIso() })]);
+      await settle(appended.position);
+    }
+    if (changingName) await release(store, 'username', oldKey, owner);
+    return getUser(pk);
+  }
+
+  async function setPassword(pk: number, password: string, reason: 'change' | 'reset'): Promise<void> {
+    const hash = await hashPassword(password);
+    const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+      if (!s.exists) throw tokenNotValid('User not found.');
+      return {
+        events: [
+          event(UserPasswordChanged, { passwordHash: hash, reason, at: nowIso() }),
+          event(UserSessionsRevoked, { reason: `password_${reason}`, at: nowIso() }),
+        ],
+        result: undefined,
+      };
+    });
+    await settle(append?.position);
+  }
+
+  // Signed links (verification, reset): HMAC over the purpose and what must still hold.
+  function sign(parts: string[]): string {
+    return createHmac('sha256', hmacKey).update(parts.join('\n')).digest('base64url');
+  }
+  function safeEqual(a: string, b: string): boolean {
+    const x = Buffer.from(a);
+    const y = Buffer.from(b);
+    return x.length === y.length && timingSafeEqual(x, y);
+  }
+
+  function verificationKey(pk: number, email: string): string {
+    const exp = Math.floor(Date.now() / 1000) + VERIFY_LINK_TTL_S;
+    const payload = Buffer.from(JSON.stringify({ pk, exp })).toString('base64url');
+    return `${payload}.${sign(['verify-email', String(pk), email.toLowerCase(), String(exp)])}`;
+  }
+
+  async function sendVerification(pk: number, email: string): Promise<void> {
+    const key = verificationKey(pk, email);
+    const link = `${config.publicUrl}/verify-email?key=${encodeURIComponent(key)}`;
+    await mailer.send({
+      from: `no-reply@${config.mailDomain}`,
+      to: [email],
+      subject: 'Confirm your email address',
+      text: `Confirm your email address by opening this link:\n\n${link}\n\nOr send this key to POST /api/auth/social/verify-email/:\n${key}\n`,
+    });
+    await store.append(userStream(pk), [event(EmailVerificationSent, { at: nowIso() })]);
+  }
+
+  async function resendVerification(email: string): Promise<void> {
+    const user = await users.findOne({ emailKey: email.trim().toLowerCase() });
+    // Same answer whether or not the address is known: no account enumeration.
+    if (!user || user.emailVerified) return;
+    const d = limiter.hit(`verify-mail:${user.pk}`, 5, 3600);
+    if (!d.allowed) return;
+    await sendVerification(user.pk, user.email);
+  }
+
+  async function verifyEmail(key: string): Promise<void> {
+    const invalid = () => badRequest({ key: ['Invalid or expired verification key.'] });
+    const [payload, sig] = key.split('.');
+    if (!payload || !sig) throw invalid();
+    let parsed: { pk: number; exp: number };
+    try {
+      parsed = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    } catch {
+      throw invalid();
+    }
+    if (!Number.isSafeInteger(parsed.pk) || !Number.isSafeInteger(parsed.exp) || parsed.exp * 1000 < Date.now()) throw invalid();
+    const user = await users.get(userDocId(parsed.pk));
+    if (!user || !safeEqual(sig, sign(['verify-email', String(parsed.pk), user.emailKey, String(parsed.exp)]))) throw invalid();
+    if (user.emailVerified) return;
+    const { append } = await execute(store, userStream(user.pk), userEvolver, (s) =>
+      s.emailVerified ? { events: [], result: undefined } : { events: [event(UserEmailVerified, { at: nowIso() })], result: undefined },
+    );
+    await settle(append?.position);
+  }
+
+  // Reset tokens are bound to the current password hash: they die once used (or on any change).
+  function resetToken(user: UserDoc, exp: number): string {
+    return `${exp.toString(36)}-${sign(['reset-password', String(user.pk), user.passwordHash ?? '', String(exp)])}`;
+  }
+
+  async function requestPasswordReset(email: string): Promise<void> {
+    const user = await users.findOne({ emailKey: email.trim().toLowerCase() });
+    if (!user) return; // same answer either way
+    const d = limiter.hit(`reset-mail:${user.pk}`, 5, 3600);
+    if (!d.allowed) return;
+    const uid = Buffer.from(String(user.pk)).toString('base64url');
+    const token = resetToken(user, Math.floor(Date.now() / 1000) + RESET_LINK_TTL_S);
+    const link = `${config.publicUrl}/reset-password?uid=${uid}&token=${token}`;
+    await mailer.send({
+      from: `no-reply@${config.mailDomain}`,
+      to: [user.email],
+      subject: 'Reset your password',
+      text: `Someone asked to reset the password of ${user.username}. If it was you, open:\n\n${link}\n\nor send uid=${uid} and token=${token} to POST /api/auth/password/reset/confirm/.\nThe link expires in one hour.\n`,
+    });
+    await store.append(userStream(user.pk), [event(PasswordResetRequested, { at: nowIso() })]);
+  }
+
+  async function confirmPasswordReset(uid: string, token: string, password: string): Promise<void> {
+    let pk = NaN;
+    try {
+      pk = Number(Buffer.from(uid, 'base64url').toString('utf8'));
+    } catch {
+      /* invalid below */
+    }
+    const user = Number.isSafeInteger(pk) ? await users.get(userDocId(pk)) : null;
+    if (!user) throw badRequest({ uid: ['Invalid value'] });
+    const [exp36] = token.split('-');
+    const exp = parseInt(exp36 ?? '', 36);
+    if (!Number.isSafeInteger(exp) || exp * 1000 < Date.now() || !safeEqual(token, resetToken(user, exp))) {
+      throw badRequest({ token: ['Invalid value'] });
+    }
+    await setPassword(user.pk, password, 'reset');
+  }
+
+  async function findOrCreateExternal(issuer: string, subject: string, email: string, name: { first?: string; last?: string; username?: string }): Promise<UserDoc> {
+    const existing = await users.findOne({ externalKey: externalKeyOf(issuer, subject) });
+    if (existing) return existing;
+    const base = (name.username ?? email.split('@')[0]).replace(/[^\w.@+-]/g, '').slice(0, 140) || 'user';
+    for (let i = 0; i < 5; i++) {
+      const username = i === 0 ? base : `${base}${randomBytes(2).toString('hex')}`;
+      try {
+        return await register({ username, email, password: null, firstName: name.first, lastName: name.last, emailVerified: true, external: { issuer, subject } });
+      } catch (err) {
+        if (!(err instanceof ApiError) || !err.fields?.username) throw err;
+      }
+    }
+    throw new ApiError(409, 'conflict', 'Could not find a free username for this account.');
+  }
+
+  return {
+    register,
+    checkPassword,
+    startSession,
+    tokenPair,
+    refresh,
+    revokeAllSessions,
+    revokeSession,
+    liveSession,
+    updateProfile,
+    setPassword,
+    resendVerification,
+    verifyEmail,
+    requestPasswordReset,
+    confirmPasswordReset,
+    findOrCreateExternal,
+    getUser,
+    findUser: (pk: number) => users.get(userDocId(pk)),
+    findByLogin,
+    loadUserStream: (pk: number) => loadStream(store, userStream(pk), userEvolver),
+  };
+}
+
+export type Accounts = ReturnType<typeof createAccounts>;

@@ -1,0 +1,88 @@
+/**
+ * JWTs (jose, EdDSA). Access tokens live ACCESS_TOKEN_TTL (1 h); refresh tokens
+ * REFRESH_TOKEN_TTL and rotate (RFC 9700 §4.14.2): each refresh spends the token and
+ * mints the next of its family; presenting a spent one revokes the family.
+ * `token_type` keeps the two kinds from standing in for each other.
+ */
+import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import type { KeyRing } from '../../infra/keyring.js';
+import { newId } from '../kernel/ids.js';
+import { tokenExpired, tokenNotValid } from '../gateway/errors.js';
+
+export type TokenType = 'access' | 'refresh';
+
+export interface TokenClaims {
+  userPk: number;
+  tokenType: TokenType;
+  jti: string;
+  sessionId: string;
+  identity?: string;
+  exp: number;
+  iat: number;
+}
+
+export interface TokenServiceOptions {
+  keys: KeyRing;
+  issuer: string;
+  accessTtl: number;
+  refreshTtl: number;
+}
+
+export function createTokenService(opts: TokenServiceOptions) {
+  const { keys, issuer } = opts;
+
+  async function sign(type: TokenType, claims: { userPk: number; sessionId: string; identity?: string | null; jti?: string }, ttl: number) {
+    const jti = claims.jti ?? newId();
+    const now = Math.floor(Date.now() / 1000);
+    const token = await new SignJWT({
+      token_type: type,
+      sid: claims.sessionId,
+      ...(claims.identity ? { identity: claims.identity } : {}),
+    })
+      .setProtectedHeader({ alg: 'EdDSA', kid: keys.kid, typ: 'JWT' })
+      .setSubject(String(claims.userPk))
+      .setIssuer(issuer)
+      .setIssuedAt(now)
+      .setExpirationTime(now + ttl)
+      .setJti(jti)
+      .sign(keys.signingKey);
+    return { token, jti, expiresAt: new Date((now + ttl) * 1000).toISOString() };
+  }
+
+  /** Verifies signature, issuer, expiry and type. Expired → 401 token_expired; anything else → token_not_valid. */
+  async function verify(token: string, expected: TokenType | 'any'): Promise<TokenClaims> {
+    let payload;
+    try {
+      ({ payload } = await jwtVerify(token, keys.verifyKey, { issuer, algorithms: ['EdDSA'] }));
+    } catch (err) {
+      if (err instanceof joseErrors.JWTExpired) throw tokenExpired('Token is expired');
+      throw tokenNotValid('Token is invalid');
+    }
+    const type = payload.token_type;
+    if ((type !== 'access' && type !== 'refresh') || (expected !== 'any' && type !== expected)) {
+      throw tokenNotValid('Token has wrong type');
+    }
+    const userPk = Number(payload.sub);
+    if (!Number.isSafeInteger(userPk) || typeof payload.jti !== 'string' || typeof payload.sid !== 'string') {
+      throw tokenNotValid('Token is invalid');
+    }
+    return {
+      userPk,
+      tokenType: type,
+      jti: payload.jti,
+      sessionId: payload.sid,
+      identity: typeof payload.identity === 'string' ? payload.identity : undefined,
+      exp: payload.exp ?? 0,
+      iat: payload.iat ?? 0,
+    };
+  }
+
+  return {
+    issueAccess: (c: { userPk: number; sessionId: string; identity?: string | null }) => sign('access', c, opts.accessTtl),
+    issueRefresh: (c: { userPk: number; sessionId: string; identity?: string | null; jti: string }) => sign('refresh', c, opts.refreshTtl),
+    verify,
+    refreshTtl: opts.refreshTtl,
+  };
+}
+
+export type TokenService = ReturnType<typeof createTokenService>;

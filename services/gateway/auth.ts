@@ -1,0 +1,161 @@
+/**
+ * One principal from every credential form (SPEC "Authentication" 1-5, 8; DECISIONS "Auth"):
+ * identity key, management key, JWT, session cookie and HTTP basic all resolve to the
+ * same shape: the account, and the fence the credential puts around it.
+ *
+ * The gateway knows only these resolver interfaces; the contexts that own the credentials
+ * (accounts, keys, identities) implement them, and the composition root wires them in.
+ */
+import type { Context } from 'koa';
+import { isUuid } from '../kernel/ids.js';
+import { ApiError, forbidden, notAuthenticated, notFound, tokenNotValid } from './errors.js';
+
+export type PrincipalKind = 'jwt' | 'management_key' | 'identity_key' | 'session' | 'basic';
+
+export interface Principal {
+  kind: PrincipalKind;
+  userPk: number;
+  /** The API key's uuid, for key credentials. */
+  keyId?: string;
+  /** Identity keys: the only identity this credential may touch. */
+  fencedIdentity?: string;
+  /** Tokens from bind-identity: the identity selected by default. */
+  boundIdentity?: string;
+  /** Session family (refresh-token family or cookie session). */
+  sessionId?: string;
+}
+
+export interface AccessTokenClaims {
+  userPk: number;
+  identity?: string;
+  sessionId?: string;
+}
+
+export interface KeyRecord {
+  keyId: string;
+  kind: 'management_key' | 'identity_key';
+  userPk: number;
+  identityId?: string;
+}
+
+export interface IdentityRecord {
+  id: string;
+  ownerPk: number;
+}
+
+export interface CredentialResolvers {
+  /** Verifies an access JWT; throws ApiError 401 token_expired / token_not_valid. */
+  verifyAccessToken(token: string): Promise<AccessTokenClaims>;
+  /** A live (not revoked) API key by its full secret, or null. */
+  findKey(secret: string): Promise<KeyRecord | null>;
+  /** Records a use of the key (throttled by the implementation). */
+  touchKey?(keyId: string): void;
+  /** username-or-email + password, for HTTP basic; null when wrong. */
+  verifyPassword(login: string, password: string, ip: string): Promise<number | null>;
+  /** A live dashboard session by its cookie value, or null. */
+  findSession?(cookie: string): Promise<{ userPk: number; sessionId: string } | null>;
+  /** A live identity by uuid (deleted ones: null). */
+  findIdentity(id: string): Promise<IdentityRecord | null>;
+  /** The account still exists (JWTs outlive nothing that was deleted). */
+  userExists?(pk: number): Promise<boolean>;
+}
+
+export const SESSION_COOKIE = 'ais_session';
+export const KEY_PREFIXES = { management: 'svc_mgmt_', identity: 'svc_id_' } as const;
+
+export function createAuthenticator(resolvers: CredentialResolvers) {
+  async function resolve(ctx: Context): Promise<Principal | null> {
+    const header = ctx.get('authorization');
+    if (header) {
+      const space = header.indexOf(' ');
+      const scheme = (space < 0 ? header : header.slice(0, space)).toLowerCase();
+      const value = space < 0 ? '' : header.slice(space + 1).trim();
+      if (scheme === 'bearer' || scheme === 'token') {
+        if (!value) throw tokenNotValid('Invalid Authorization header. No credentials provided.');
+        if (value.startsWith(KEY_PREFIXES.management) || value.startsWith(KEY_PREFIXES.identity)) {
+          const key = await resolvers.findKey(value);
+          if (!key) throw new ApiError(401, 'token_not_valid', 'Invalid or revoked API key.');
+          resolvers.touchKey?.(key.keyId);
+          return key.kind === 'identity_key'
+            ? { kind: 'identity_key', userPk: key.userPk, keyId: key.keyId, fencedIdentity: key.identityId }
+            : { kind: 'management_key', userPk: key.userPk, keyId: key.keyId };
+        }
+        const claims = await resolvers.verifyAccessToken(value);
+        if (resolvers.userExists && !(await resolvers.userExists(claims.userPk))) throw tokenNotValid('User not found.');
+        return { kind: 'jwt', userPk: claims.userPk, boundIdentity: claims.identity, sessionId: claims.sessionId };
+      }
+      if (scheme === 'basic') {
+        let decoded = '';
+        try {
+          decoded = Buffer.from(value, 'base64').toString('utf8');
+        } catch {
+          /* falls through to the error below */
+        }
+        const colon = decoded.indexOf(':');
+        if (colon < 0) throw new ApiError(401, 'authentication_failed', 'Invalid basic header. Credentials not correctly base64 encoded.');
+        const pk = await resolvers.verifyPassword(decoded.slice(0, colon), decoded.slice(colon + 1), ctx.ip);
+        if (pk === null) throw new ApiError(401, 'authentication_failed', 'Invalid username/password.');
+        return { kind: 'basic', userPk: pk };
+      }
+      throw new ApiError(401, 'authentication_failed', 'Unsupported authorization scheme.');
+    }
+    const cookie = ctx.cookies.get(SESSION_COOKIE);
+    if (cookie && resolvers.findSession) {
+      const session = await resolvers.findSession(cookie);
+      if (session) return { kind: 'session', userPk: session.userPk, sessionId: session.sessionId };
+    }
+    return null;
+  }
+
+  /** The caller's principal; 401 not_authenticated when there is no credential. */
+  async function principal(ctx: Context): Promise<Principal> {
+    if (ctx.state.principal) return ctx.state.principal as Principal;
+    const p = await resolve(ctx);
+    if (!p) throw notAuthenticated();
+    ctx.state.principal = p;
+    return p;
+  }
+
+  /** The caller's principal or null (anonymous endpoints that use a credential when given). */
+  async function optionalPrincipal(ctx: Context): Promise<Principal | null> {
+    if (ctx.state.principal) return ctx.state.principal as Principal;
+    const p = await resolve(ctx);
+    ctx.state.principal = p ?? undefined;
+    return p;
+  }
+
+  /** Refuses identity keys (they cannot manage the account: create identities or keys). */
+  async function accountPrincipal(ctx: Context): Promise<Principal> {
+    const p = await principal(ctx);
+    if (p.kind === 'identity_key') throw forbidden('An identity key cannot manage the account; use a management key or a user token.');
+    return p;
+  }
+
+  /**
+   * The identity a request acts as (DECISIONS "Auth" scope rules): header, then query,
+   * then the credential's own (identity key fence, bound token).
+   */
+  async function identity(ctx: Context): Promise<{ principal: Principal; identityId: string }> {
+    const p = await principal(ctx);
+    const requested = (ctx.get('x-service-identity') || (typeof ctx.query.identity === 'string' ? ctx.query.identity : '')).trim();
+    if (p.fencedIdentity && requested && requested.toLowerCase() !== p.fencedIdentity) {
+      throw forbidden('This identity key is fenced to another identity.');
+    }
+    const chosen = (requested || p.fencedIdentity || p.boundIdentity || '').toLowerCase();
+    if (!chosen) {
+      throw new ApiError(400, 'identity_required', 'Select an identity with the X-Service-Identity header or the identity query parameter.');
+    }
+    if (!isUuid(chosen)) throw new ApiError(400, 'invalid', 'X-Service-Identity must be a valid UUID.', { 'X-Service-Identity': ['Must be a valid UUID.'] });
+    const found = await resolvers.findIdentity(chosen);
+    if (!found) {
+      if (p.fencedIdentity) throw new ApiError(401, 'token_not_valid', 'The identity of this key was deleted.');
+      throw notFound('Identity not found.');
+    }
+    if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+    return { principal: p, identityId: chosen };
+  }
+
+  return { principal, optionalPrincipal, accountPrincipal, identity };
+}
+
+export type Authenticator = ReturnType<typeof createAuthenticator>;

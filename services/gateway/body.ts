@@ -1,0 +1,68 @@
+/**
+ * Request bodies: JSON everywhere; form-urlencoded and multipart too (the spec's auth
+ * endpoints accept them, and RFC 8628 clients post forms). Bodies over 1 MiB answer 413
+ * (DECISIONS "Wire conventions"); uploads read their own bodies and are not parsed here.
+ */
+import type { Context } from 'koa';
+import getRawBody from 'raw-body';
+import busboy from 'busboy';
+import { ApiError } from './errors.js';
+
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.');
+
+export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
+  const type = (ctx.get('content-type') || '').split(';')[0].trim().toLowerCase();
+  const declared = Number(ctx.get('content-length') || 0);
+  if (declared > MAX_BODY_BYTES) throw tooLarge();
+  if (type === 'multipart/form-data') return readMultipart(ctx);
+  let raw: string;
+  try {
+    raw = await getRawBody(ctx.req, { limit: MAX_BODY_BYTES, encoding: 'utf8' });
+  } catch (err) {
+    if ((err as { type?: string }).type === 'entity.too.large') throw tooLarge();
+    throw new ApiError(400, 'parse_error', 'Could not read the request body.');
+  }
+  if (raw.trim() === '') return {};
+  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(raw));
+  if (type === '' || type === 'application/json' || type.endsWith('+json') || type === 'text/plain') {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(raw);
+    } catch {
+      throw new ApiError(400, 'parse_error', 'JSON parse error: the request body is not valid JSON.');
+    }
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+      throw new ApiError(400, 'parse_error', 'The request body must be a JSON object.');
+    }
+    return parsed as Record<string, unknown>;
+  }
+  throw new ApiError(415, 'unsupported_media_type', `Unsupported media type "${type}" in request.`);
+}
+
+function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const fields: Record<string, unknown> = {};
+    let bb: busboy.Busboy;
+    try {
+      bb = busboy({ headers: ctx.req.headers, limits: { fieldSize: MAX_BODY_BYTES, files: 0, fields: 100 } });
+    } catch {
+      reject(new ApiError(400, 'parse_error', 'Malformed multipart body.'));
+      return;
+    }
+    let total = 0;
+    ctx.req.on('data', (chunk: Buffer) => {
+      total += chunk.length;
+      if (total > MAX_BODY_BYTES) {
+        ctx.req.unpipe(bb);
+        reject(tooLarge());
+      }
+    });
+    bb.on('field', (name, value) => (fields[name] = value));
+    bb.on('file', (_name, stream) => stream.resume());
+    bb.on('error', () => reject(new ApiError(400, 'parse_error', 'Malformed multipart body.')));
+    bb.on('close', () => resolve(fields));
+    ctx.req.pipe(bb);
+  });
+}

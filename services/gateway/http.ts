@@ -1,0 +1,55 @@
+/** Small response helpers shared by every context's routes. */
+import type { Context } from 'koa';
+import type { Page } from '../../infra/ports/read-store.js';
+import { readBody } from './body.js';
+import { badRequest } from './errors.js';
+
+export const DEFAULT_PAGE_SIZE = 50;
+export const MAX_PAGE_SIZE = 200;
+
+/** Parsed JSON/form body (cached on the context). */
+export async function body(ctx: Context): Promise<Record<string, unknown>> {
+  if (ctx.state.body === undefined) ctx.state.body = await readBody(ctx);
+  return ctx.state.body as Record<string, unknown>;
+}
+
+export function created(ctx: Context, payload: unknown): void {
+  ctx.status = 201;
+  ctx.body = payload;
+}
+
+export function noContent(ctx: Context): void {
+  ctx.status = 204;
+  ctx.body = null;
+}
+
+/** `limit` (default 50, max 200) and `cursor` from the query (DECISIONS "Wire conventions"). */
+export function pageParams(ctx: Context): { limit: number; cursor: string | null } {
+  const raw = ctx.query.limit;
+  let limit = DEFAULT_PAGE_SIZE;
+  if (raw !== undefined) {
+    const s = Array.isArray(raw) ? raw[0] : raw;
+    if (!/^\d+$/.test(s) || Number(s) < 1) throw badRequest({ limit: ['A valid positive integer is required.'] });
+    limit = Math.min(Number(s), MAX_PAGE_SIZE);
+  }
+  const c = ctx.query.cursor;
+  const cursor = typeof c === 'string' && c !== '' ? c : null;
+  return { limit, cursor };
+}
+
+/** Answers a page as a JSON array, with an RFC 8288 `Link: <...>; rel="next"` when more remain. */
+export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R, publicUrl: string): void {
+  if (page.next) {
+    const url = new URL(ctx.originalUrl, publicUrl);
+    url.searchParams.set('cursor', page.next);
+    ctx.set('Link', `<${url.toString()}>; rel="next"`);
+  }
+  ctx.body = page.items.map(map);
+}
+
+/** `?unread=true` style booleans. */
+export function queryFlag(ctx: Context, name: string): boolean {
+  const v = ctx.query[name];
+  const s = (Array.isArray(v) ? v[0] : v)?.toLowerCase();
+  return s === 'true' || s === '1' || s === 'yes';
+}

@@ -1,0 +1,119 @@
+/**
+ * Request validation against the JSON Schema 2020-12 files in schemas/. The same files
+ * feed the OpenAPI document (services/gateway/openapi.ts), so what is validated is what is
+ * published. Errors come out in the spec's validation shape: `{field: [messages]}`.
+ */
+import { readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+import { badRequest, type FieldErrors } from './errors.js';
+
+// ajv-formats is CommonJS; under some loaders its default export arrives wrapped.
+const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (ajv: Ajv2020) => void;
+
+export const SCHEMA_BASE = 'https://agent-identity.dev/schemas/';
+export const SCHEMAS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../schemas');
+
+/** Every schema file, parsed: `{ 'accounts.json': {...} }`. */
+export function loadSchemaFiles(dir = SCHEMAS_DIR): Record<string, Record<string, unknown>> {
+  const files: Record<string, Record<string, unknown>> = {};
+  for (const name of readdirSync(dir).filter((f) => f.endsWith('.json')).sort()) {
+    files[name] = JSON.parse(readFileSync(path.join(dir, name), 'utf8'));
+  }
+  return files;
+}
+
+const ajv = new Ajv2020({ allErrors: true, coerceTypes: true, strict: true, useDefaults: true });
+addFormats(ajv);
+// Optional human message for a `pattern` (or any) failure; also shown in the OpenAPI document.
+ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' });
+ajv.addKeyword({ keyword: 'example' });
+// The operations a schema file documents (read by services/gateway/openapi.ts).
+ajv.addKeyword({ keyword: 'x-operations', schemaType: 'array' });
+for (const schema of Object.values(loadSchemaFiles())) ajv.addSchema(schema);
+
+const compiled = new Map<string, ValidateFunction>();
+
+function fieldOf(err: ErrorObject): string {
+  const base = err.instancePath.replace(/^\//, '').replace(/\//g, '.');
+  if (err.keyword === 'required') {
+    const missing = (err.params as { missingProperty: string }).missingProperty;
+    return base ? `${base}.${missing}` : missing;
+  }
+  return base || 'non_field_errors';
+}
+
+function messageOf(err: ErrorObject): string {
+  const custom = (err.parentSchema as Record<string, unknown> | undefined)?.['x-message'];
+  if (typeof custom === 'string' && err.keyword !== 'required') return custom;
+  const p = err.params as Record<string, unknown>;
+  switch (err.keyword) {
+    case 'required':
+      return 'This field is required.';
+    case 'maxLength':
+      return `Ensure this field has no more than ${p.limit} characters.`;
+    case 'minLength':
+      return p.limit === 1 ? 'This field may not be blank.' : `Ensure this field has at least ${p.limit} characters.`;
+    case 'maxItems':
+      return `Ensure this field has no more than ${p.limit} elements.`;
+    case 'minItems':
+      return `Ensure this field has at least ${p.limit} elements.`;
+    case 'maximum':
+      return `Ensure this value is less than or equal to ${p.limit}.`;
+    case 'minimum':
+      return `Ensure this value is greater than or equal to ${p.limit}.`;
+    case 'format':
+      if (p.format === 'email') return 'Enter a valid email address.';
+      if (p.format === 'uuid') return 'Must be a valid UUID.';
+      if (p.format === 'date-time') return 'Enter a valid ISO 8601 date-time.';
+      return `Enter a valid ${p.format}.`;
+    case 'type':
+      if (p.type === 'string') return 'Not a valid string.';
+      if (p.type === 'boolean') return 'Must be a valid boolean.';
+      if (p.type === 'integer') return 'A valid integer is required.';
+      if (p.type === 'array') return 'Expected a list of items.';
+      if (p.type === 'object') return 'Expected an object.';
+      return `Must be of type ${p.type}.`;
+    case 'enum':
+      return `Must be one of: ${(p.allowedValues as unknown[]).join(', ')}.`;
+    case 'const':
+      return `Must be ${JSON.stringify(p.allowedValue)}.`;
+    case 'pattern':
+      return 'Enter a valid value.';
+    default:
+      return err.message ?? 'Invalid value.';
+  }
+}
+
+/** Turns ajv errors into `{field: [messages]}`, one message per field and rule. */
+export function toFieldErrors(errors: ErrorObject[]): FieldErrors {
+  const out: FieldErrors = {};
+  for (const err of errors) {
+    if (['anyOf', 'oneOf', 'if', 'not'].includes(err.keyword)) continue; // summaries of errors already listed
+    const field = fieldOf(err);
+    const msg = messageOf(err);
+    (out[field] ??= []).includes(msg) || out[field].push(msg);
+  }
+  if (Object.keys(out).length === 0) out.non_field_errors = ['Invalid input.'];
+  return out;
+}
+
+/** Validator for `file.json#/$defs/Name` (written `file.json#Name` for short). */
+export function validator<T>(ref: string): (data: unknown) => T {
+  const [file, name] = ref.split('#');
+  const fullRef = `${SCHEMA_BASE}${file}#/$defs/${name}`;
+  return (data: unknown) => {
+    let fn = compiled.get(fullRef);
+    if (!fn) {
+      fn = ajv.getSchema(fullRef);
+      if (!fn) throw new Error(`unknown schema ${fullRef}`);
+      compiled.set(fullRef, fn);
+    }
+    // Validate a copy: coercion and defaults must not mutate the caller's object.
+    const copy = data && typeof data === 'object' ? structuredClone(data) : data;
+    if (!fn(copy)) throw badRequest(toFieldErrors(fn.errors ?? []));
+    return copy as T;
+  };
+}
