@@ -76,6 +76,8 @@ export interface StartOptions {
   logger?: Logger;
   /** Extra contexts (tests use it to add probes). */
   extraContexts?: ContextFactory[];
+  /** false: no HTTP server and no background workers (maintenance commands such as rebuild). */
+  serve?: boolean;
 }
 
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
@@ -140,9 +142,18 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   ];
   const app = createApp({ logger, modules });
 
+  const server = http.createServer(app.callback());
+  if (options.serve === false) {
+    return { config, logger, events, reads, runner, server, url: '', shared, parts, close: async () => {
+      await runner!.stop();
+      await events.close();
+      await reads.close();
+      await mailer.close();
+      limiter.close();
+    } };
+  }
   for (const p of parts) await p.start?.();
 
-  const server = http.createServer(app.callback());
   server.requestTimeout = 120_000; // receiving a request; long-lived responses (SSE) are not limited by it
   server.headersTimeout = 20_000;
   server.keepAliveTimeout = 5_000;

@@ -69,9 +69,14 @@ export function createApp(deps: AppDeps): Koa {
     await next();
   });
 
+  // Unmatched paths: 404 in the spec's shape (allowedMethods below turns known paths into 405).
+  app.use(async (ctx: Context, next: Next) => {
+    await next();
+    if (ctx.status === 404 && (ctx.body === undefined || ctx.body === null)) throw notFound();
+  });
+
   const router = new Router();
   for (const m of deps.modules) m.routes(router);
-  app.use(router.routes());
   app.use(
     router.allowedMethods({
       throw: true,
@@ -79,11 +84,7 @@ export function createApp(deps: AppDeps): Koa {
       notImplemented: () => new ApiError(405, 'method_not_allowed', 'Method not allowed.'),
     }),
   );
-  app.use(async (ctx: Context) => {
-    if (ctx.body === undefined || ctx.body === null) {
-      if (ctx.status === 404) throw notFound();
-    }
-  });
+  app.use(router.routes());
 
   // Errors were answered by errorMiddleware; Koa's own handler stays silent.
   app.silent = true;

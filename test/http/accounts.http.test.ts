@@ -1,0 +1,327 @@
+/**
+ * SPEC "Sign-up and tokens" and DECISIONS "Auth" / "Wire conventions", through a real
+ * server on port 0 and a real SMTP relay sink for the mails.
+ */
+import { createLocalJWKSet, jwtVerify } from 'jose';
+import { startTestServer, type TestServer } from '../support/server.js';
+import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
+
+let s: TestServer;
+let sink: SmtpSink;
+
+beforeAll(async () => {
+  sink = await startSmtpSink();
+  s = await startTestServer({ SMTP_RELAY_URL: sink.url });
+});
+afterAll(async () => {
+  await s?.close();
+  await sink?.close();
+});
+
+const uniq = () => `u${Date.now().toString(36)}${Math.random().toString(36).slice(2, 7)}`;
+
+describe('registration (POST /api/auth/social/)', () => {
+  it('creates an account and answers 201 with a token pair and the user', async () => {
+    const name = uniq();
+    const res = await s.api('POST', '/api/auth/social/', { body: { username: name, email: `${name}@Example.com`, password1: 'correct horse', password2: 'correct horse' } });
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual({
+      access: expect.any(String),
+      refresh: expect.any(String),
+      user: { pk: expect.any(Number), username: name, email: `${name}@Example.com`, first_name: '', last_name: '' },
+    });
+  });
+
+  it('rejects a taken username, case-insensitively, with a field error', async () => {
+    const { user } = await s.signUp();
+    const res = await s.api('POST', '/api/auth/social/', { body: { username: user.username.toUpperCase(), email: `${uniq()}@example.com`, password1: 'p', password2: 'p' } });
+    expect(res.status).toBe(400);
+    expect(res.body.username).toEqual([expect.stringContaining('already exists')]);
+  });
+
+  it('rejects a taken email', async () => {
+    const { user } = await s.signUp();
+    const res = await s.api('POST', '/api/auth/social/', { body: { username: uniq(), email: user.email.toUpperCase(), password1: 'p', password2: 'p' } });
+    expect(res.status).toBe(400);
+    expect(res.body.email).toHaveLength(1);
+  });
+
+  it('validates every field: required, pattern, max length, email format, matching passwords', async () => {
+    let res = await s.api('POST', '/api/auth/social/', { body: {} });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({
+      username: ['This field is required.'],
+      email: ['This field is required.'],
+      password1: ['This field is required.'],
+      password2: ['This field is required.'],
+    });
+    res = await s.api('POST', '/api/auth/social/', { body: { username: 'bad name!', email: 'nope', password1: 'a', password2: 'b' } });
+    expect(res.status).toBe(400);
+    expect(Object.keys(res.body).sort()).toEqual(['email', 'username']);
+    res = await s.api('POST', '/api/auth/social/', { body: { username: 'x'.repeat(151), email: 'a@b.co', password1: 'a', password2: 'a' } });
+    expect(res.body.username).toEqual(['Ensure this field has no more than 150 characters.']);
+    res = await s.api('POST', '/api/auth/social/', { body: { username: uniq(), email: `${uniq()}@example.com`, password1: 'a', password2: 'b' } });
+    expect(res.status).toBe(400);
+    expect(res.body.non_field_errors).toHaveLength(1);
+  });
+
+  it('accepts form-urlencoded and multipart bodies on the auth endpoints', async () => {
+    const name = uniq();
+    let res = await s.api('POST', '/api/auth/social/', { form: { username: name, email: `${name}@example.com`, password1: 'pw', password2: 'pw' } });
+    expect(res.status).toBe(201);
+    const fd = new FormData();
+    fd.set('username', name);
+    fd.set('password', 'pw');
+    const r = await fetch(`${s.url}/api/auth/login/`, { method: 'POST', body: fd });
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { user: { username: string } }).user.username).toBe(name);
+  });
+});
+
+describe('login (POST /api/auth/login/)', () => {
+  it('signs in by username or by email', async () => {
+    const u = await s.signUp();
+    const byName = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } });
+    expect(byName.status).toBe(200);
+    expect(byName.body.user.pk).toBe(u.user.pk);
+    const byEmail = await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: u.password } });
+    expect(byEmail.status).toBe(200);
+  });
+
+  it('refuses a wrong password without saying which part was wrong', async () => {
+    const u = await s.signUp();
+    const res = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: 'wrong' } });
+    expect(res.status).toBe(400);
+    expect(res.body.non_field_errors).toEqual(['Unable to log in with provided credentials.']);
+    const unknown = await s.api('POST', '/api/auth/login/', { body: { username: 'nobody-here', password: 'wrong' } });
+    expect(unknown.body).toEqual(res.body);
+  });
+
+  it('requires username or email', async () => {
+    const res = await s.api('POST', '/api/auth/login/', { body: { password: 'x' } });
+    expect(res.status).toBe(400);
+    expect(res.body.non_field_errors).toHaveLength(1);
+  });
+
+  it('slows brute force per account: 429 with Retry-After after 10 failures', async () => {
+    const u = await s.signUp();
+    for (let i = 0; i < 10; i++) {
+      const r = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: `bad${i}` } });
+      expect(r.status).toBe(400);
+    }
+    const blocked = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } });
+    expect(blocked.status).toBe(429);
+    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(blocked.body.code).toBe('throttled');
+  });
+});
+
+describe('tokens', () => {
+  it('access tokens are EdDSA JWTs verifiable with /.well-known/jwks.json', async () => {
+    const u = await s.signUp();
+    const jwks = await s.api('GET', '/.well-known/jwks.json');
+    expect(jwks.status).toBe(200);
+    const { payload, protectedHeader } = await jwtVerify(u.access, createLocalJWKSet(jwks.body));
+    expect(protectedHeader.alg).toBe('EdDSA');
+    expect(payload.sub).toBe(String(u.user.pk));
+    expect((payload.exp as number) - (payload.iat as number)).toBe(3600);
+  });
+
+  it('GET /api/auth/user/ needs a credential: 401 not_authenticated, token_not_valid for garbage', async () => {
+    let res = await s.api('GET', '/api/auth/user/');
+    expect(res.status).toBe(401);
+    expect(res.body).toEqual({ detail: expect.any(String), code: 'not_authenticated' });
+    res = await s.api('GET', '/api/auth/user/', { token: 'garbage' });
+    expect(res.status).toBe(401);
+    expect(res.body.code).toBe('token_not_valid');
+  });
+
+  it('a refresh token is not accepted as an access token', async () => {
+    const u = await s.signUp();
+    const res = await s.api('GET', '/api/auth/user/', { token: u.refresh });
+    expect(res.status).toBe(401);
+    expect(res.body.code).toBe('token_not_valid');
+  });
+
+  it('refresh rotates: new access + refresh; the old refresh is spent and reusing it revokes the family (RFC 9700)', async () => {
+    const u = await s.signUp();
+    const first = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({ access: expect.any(String), refresh: expect.any(String) });
+    expect((await s.api('GET', '/api/auth/user/', { token: first.body.access })).status).toBe(200);
+    const reuse = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    expect(reuse.status).toBe(401);
+    // The whole family is dead now, including the token minted by the first refresh.
+    const after = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: first.body.refresh } });
+    expect(after.status).toBe(401);
+    expect(after.body.code).toBe('token_expired');
+  });
+
+  it('refresh validates its body', async () => {
+    const res = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: '' } });
+    expect(res.status).toBe(400);
+    expect(res.body.refresh).toHaveLength(1);
+    const bad = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: 'nope' } });
+    expect(bad.status).toBe(401);
+    expect(bad.body.code).toBe('token_not_valid');
+  });
+
+  it('verify answers 200 for a valid token and 401 otherwise', async () => {
+    const u = await s.signUp();
+    expect((await s.api('POST', '/api/auth/token/verify/', { body: { token: u.access } })).status).toBe(200);
+    expect((await s.api('POST', '/api/auth/token/verify/', { body: { token: u.refresh } })).status).toBe(200);
+    const bad = await s.api('POST', '/api/auth/token/verify/', { body: { token: `${u.access}x` } });
+    expect(bad.status).toBe(401);
+    expect(bad.body.code).toBe('token_not_valid');
+    expect((await s.api('POST', '/api/auth/token/verify/', { body: {} })).status).toBe(400);
+  });
+
+  it('an expired access token answers 401 token_expired', async () => {
+    const short = await startTestServer({ ACCESS_TOKEN_TTL: '1' });
+    try {
+      const u = await short.signUp();
+      await new Promise((r) => setTimeout(r, 2100));
+      const res = await short.api('GET', '/api/auth/user/', { token: u.access });
+      expect(res.status).toBe(401);
+      expect(res.body.code).toBe('token_expired');
+      // ...and the refresh token still gets a new one.
+      const refreshed = await short.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+      expect(refreshed.status).toBe(200);
+    } finally {
+      await short.close();
+    }
+  });
+});
+
+describe('user record (GET/PUT/PATCH /api/auth/user/, GET /api/master/)', () => {
+  it('reads the user; only username, first_name and last_name are writable', async () => {
+    const u = await s.signUp();
+    const got = await s.api('GET', '/api/auth/user/', { token: u.access });
+    expect(got.body).toEqual(u.user);
+    const newName = uniq();
+    const put = await s.api('PUT', '/api/auth/user/', { token: u.access, body: { username: newName, first_name: 'Ada', last_name: 'Lovelace', email: 'evil@example.com', pk: 999 } });
+    expect(put.status).toBe(200);
+    expect(put.body).toEqual({ pk: u.user.pk, username: newName, email: u.user.email, first_name: 'Ada', last_name: 'Lovelace' });
+    const patch = await s.api('PATCH', '/api/auth/user/', { token: u.access, body: { last_name: 'Byron' } });
+    expect(patch.body).toMatchObject({ username: newName, first_name: 'Ada', last_name: 'Byron' });
+    const master = await s.api('GET', '/api/master/', { token: u.access });
+    expect(master.body).toEqual({ first_name: 'Ada', last_name: 'Byron', email: u.user.email });
+    // The old username is free again; the new one is taken.
+    const again = await s.api('POST', '/api/auth/social/', { body: { username: u.user.username, email: `${uniq()}@example.com`, password1: 'p', password2: 'p' } });
+    expect(again.status).toBe(201);
+    const taken = await s.api('PATCH', '/api/auth/user/', { token: again.body.access, body: { username: newName } });
+    expect(taken.status).toBe(400);
+  });
+
+  it('PUT requires username; limits are 150 characters', async () => {
+    const u = await s.signUp();
+    expect((await s.api('PUT', '/api/auth/user/', { token: u.access, body: { first_name: 'x' } })).body.username).toEqual(['This field is required.']);
+    const long = await s.api('PATCH', '/api/auth/user/', { token: u.access, body: { first_name: 'x'.repeat(151) } });
+    expect(long.status).toBe(400);
+    expect(long.body.first_name).toHaveLength(1);
+  });
+});
+
+describe('password change, logout and reset', () => {
+  it('password change invalidates refresh tokens (401 token_expired) and the new password works', async () => {
+    const u = await s.signUp();
+    const res = await s.api('POST', '/api/auth/password/change/', { token: u.access, body: { new_password1: 'brand-new', new_password2: 'brand-new' } });
+    expect(res.status).toBe(200);
+    expect(res.body.detail).toEqual(expect.any(String));
+    const refresh = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    expect(refresh.status).toBe(401);
+    expect(refresh.body.code).toBe('token_expired');
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).status).toBe(400);
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: 'brand-new' } })).status).toBe(200);
+  });
+
+  it('password change validates: both required, 1 to 128, matching', async () => {
+    const u = await s.signUp();
+    expect((await s.api('POST', '/api/auth/password/change/', { body: { new_password1: 'a', new_password2: 'a' } })).status).toBe(401);
+    const long = await s.api('POST', '/api/auth/password/change/', { token: u.access, body: { new_password1: 'x'.repeat(129), new_password2: 'x'.repeat(129) } });
+    expect(long.status).toBe(400);
+    const mismatch = await s.api('POST', '/api/auth/password/change/', { token: u.access, body: { new_password1: 'a', new_password2: 'b' } });
+    expect(mismatch.status).toBe(400);
+    expect(mismatch.body.new_password2).toHaveLength(1);
+  });
+
+  it('logout answers {detail} and invalidates the user\'s refresh tokens', async () => {
+    const u = await s.signUp();
+    const res = await s.api('POST', '/api/auth/logout/', { token: u.access });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ detail: expect.any(String) });
+    const refresh = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    expect(refresh.status).toBe(401);
+    expect(refresh.body.code).toBe('token_expired');
+    expect((await s.api('POST', '/api/auth/logout/')).status).toBe(200); // anonymous is fine
+  });
+
+  it('password reset: the mailed uid/token set a new password once; old sessions end', async () => {
+    const u = await s.signUp();
+    const res = await s.api('POST', '/api/auth/password/reset/', { body: { email: u.user.email } });
+    expect(res.status).toBe(200);
+    const mail = await sink.waitFor((m) => m.envelope.to.includes(u.user.email) && /reset/i.test(m.parsed.subject ?? ''));
+    const text = mail.parsed.text ?? '';
+    const uid = /uid=([\w-]+)/.exec(text)![1];
+    const token = /token=([\w-]+)/.exec(text)![1];
+    const bad = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token: `${token}x`, new_password1: 'n', new_password2: 'n' } });
+    expect(bad.status).toBe(400);
+    const ok = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token, new_password1: 'after-reset', new_password2: 'after-reset' } });
+    expect(ok.status).toBe(200);
+    const again = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token, new_password1: 'x', new_password2: 'x' } });
+    expect(again.status).toBe(400); // single use
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } })).body.code).toBe('token_expired');
+    expect((await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: 'after-reset' } })).status).toBe(200);
+  });
+
+  it('password reset answers the same for an unknown address (no enumeration)', async () => {
+    const res = await s.api('POST', '/api/auth/password/reset/', { body: { email: 'nobody@example.com' } });
+    expect(res.status).toBe(200);
+    expect((await s.api('POST', '/api/auth/password/reset/', { body: { email: 'not-an-email' } })).status).toBe(400);
+  });
+
+  it('email verification: the mailed key verifies; resend answers 201', async () => {
+    const u = await s.signUp();
+    const mail = await sink.waitFor((m) => m.envelope.to.includes(u.user.email) && /confirm/i.test(m.parsed.subject ?? ''));
+    const key = /verify-email\/:\n(\S+)/.exec(mail.parsed.text ?? '')![1];
+    expect((await s.api('POST', '/api/auth/social/verify-email/', { body: { key: 'bogus' } })).status).toBe(400);
+    const ok = await s.api('POST', '/api/auth/social/verify-email/', { body: { key } });
+    expect(ok.status).toBe(200);
+    expect(ok.body.detail).toEqual(expect.any(String));
+    const resend = await s.api('POST', '/api/auth/social/resend-email/', { body: { email: u.user.email } });
+    expect(resend.status).toBe(201);
+    expect(resend.body.detail).toEqual(expect.any(String));
+  });
+});
+
+describe('wire conventions', () => {
+  it('GET /api/health/ answers {status: ok} without credentials, with or without the trailing slash', async () => {
+    expect((await s.api('GET', '/api/health/')).body).toEqual({ status: 'ok' });
+    expect((await s.api('GET', '/api/health')).body).toEqual({ status: 'ok' });
+  });
+
+  it('unknown paths answer 404 {detail, code}; wrong methods 405', async () => {
+    const nf = await s.api('GET', '/api/does-not-exist/');
+    expect(nf.status).toBe(404);
+    expect(nf.body).toEqual({ detail: expect.any(String), code: 'not_found' });
+    const na = await s.api('DELETE', '/api/health/');
+    expect(na.status).toBe(405);
+    expect(na.body.code).toBe('method_not_allowed');
+  });
+
+  it('malformed JSON is a 400, not a 500; bodies over 1 MiB are 413', async () => {
+    const bad = await s.api('POST', '/api/auth/login/', { body: '{"username":', headers: { 'content-type': 'application/json' } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.detail).toMatch(/JSON/);
+    const big = await s.api('POST', '/api/auth/login/', { body: JSON.stringify({ username: 'x'.repeat(1024 * 1024 + 10), password: 'x' }) });
+    expect(big.status).toBe(413);
+    const arr = await s.api('POST', '/api/auth/login/', { body: '[1,2]' });
+    expect(arr.status).toBe(400);
+  });
+
+  it('answers carry a request id and security headers', async () => {
+    const res = await s.api('GET', '/api/health/');
+    expect(res.headers.get('x-request-id')).toBeTruthy();
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+  });
+});

@@ -1,0 +1,56 @@
+/** Runs `npm start`'s entry point as a child process, the way users run it. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface ServiceProcess {
+  child: ChildProcess;
+  url: string;
+  output: () => string;
+  /** Resolves with the exit code. */
+  exited: Promise<number | null>;
+}
+
+export async function spawnService(env: Record<string, string>, script = 'services/main.ts'): Promise<ServiceProcess> {
+  const port = env.PORT ?? String(await freePort());
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    cwd: ROOT,
+    env: { ...process.env, SMTP_PORT: '0', LOG_LEVEL: 'info', ...env, PORT: port },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`service exited early:\n${out}`);
+    try {
+      const res = await fetch(`${url}/api/health/`);
+      if (res.ok) break;
+    } catch {
+      /* not listening yet */
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`service did not start:\n${out}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { child, url, output: () => out, exited };
+}
