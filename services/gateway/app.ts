@@ -26,7 +26,10 @@ export interface AppDeps {
 /** Paths outside /api/ that keep their exact spelling (no trailing-slash folding). */
 const EXACT_PATH = /^\/(\.well-known\/|static\/|favicon)/;
 
-export function createApp(deps: AppDeps): Koa {
+/** Every route served: method and path (the OpenAPI coverage test reads it). */
+export type RouteTable = Array<{ method: string; path: string }>;
+
+export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   const app = new Koa({ proxy: deps.trustProxy ?? false });
   const log = deps.logger;
 
@@ -88,7 +91,10 @@ export function createApp(deps: AppDeps): Koa {
 
   // Errors were answered by errorMiddleware; Koa's own handler stays silent.
   app.silent = true;
-  return app;
+  const routeTable: RouteTable = router.stack.flatMap((layer) =>
+    layer.methods.filter((m) => m !== 'HEAD').map((method) => ({ method: method.toLowerCase(), path: String(layer.path) })),
+  );
+  return Object.assign(app, { routeTable });
 }
 
 async function errorMiddleware(ctx: Context, next: Next): Promise<void> {

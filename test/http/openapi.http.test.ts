@@ -1,0 +1,32 @@
+/** DECISIONS "Wire conventions": the OpenAPI 3.1 document, version 1.0.0, lists every endpoint the service has. */
+import { startTestServer, type TestServer } from '../support/server.js';
+
+let s: TestServer;
+beforeAll(async () => (s = await startTestServer({ ADMIN_TOKEN: 'admin-secret' })));
+afterAll(async () => s?.close());
+
+describe('GET /api/schema/', () => {
+  it('is OpenAPI 3.1 with info.version 1.0.0, served without credentials', async () => {
+    const res = await s.api('GET', '/api/schema/');
+    expect(res.status).toBe(200);
+    expect(res.body.openapi).toBe('3.1.0');
+    expect(res.body.info.version).toBe('1.0.0');
+  });
+
+  it('documents every /api/ and /.well-known/ route the gateway serves', async () => {
+    const doc = (await s.api('GET', '/api/schema/')).body as { paths: Record<string, Record<string, unknown>> };
+    const missing = s.runtime.routes
+      .filter((r) => r.path.startsWith('/api/') || r.path.startsWith('/.well-known/'))
+      .map((r) => ({ method: r.method, path: r.path.replace(/:(\w+)/g, '{$1}') }))
+      .filter((r) => !doc.paths[r.path]?.[r.method])
+      .map((r) => `${r.method.toUpperCase()} ${r.path}`);
+    expect(missing).toEqual([]);
+  });
+
+  it('every documented $ref resolves to a component', async () => {
+    const doc = (await s.api('GET', '/api/schema/')).body;
+    const refs = JSON.stringify(doc).match(/"\$ref":"#\/components\/schemas\/(\w+)"/g) ?? [];
+    const names = refs.map((r: string) => r.replace(/.*\//, '').replace(/"$/, ''));
+    expect(names.filter((n: string) => !doc.components.schemas[n])).toEqual([]);
+  });
+});
