@@ -1,12 +1,9 @@
-/** Jest runs the TypeScript sources directly (SWC transform, native ESM). */
+/** Jest runs the TypeScript sources directly (ts-jest, transpile only, native ESM). */
 export default {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
   transform: {
-    '^.+\\.ts$': ['@swc/jest', {
-      jsc: { parser: { syntax: 'typescript' }, target: 'es2022' },
-      module: { type: 'es6' },
-    }],
+    '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true, diagnostics: false }],
   },
   // Sources import siblings with the `.js` extension (NodeNext); map them back to .ts.
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },

@@ -15,11 +15,12 @@ import type { ReadStore } from './ports/read-store.js';
 import { loadKeyRing, type KeyRing } from './keyring.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
 import { openSqliteReadStore } from './sqlite/read-store.js';
+import { openClusterPorts } from './cluster.js';
 import { createMemoryRateLimiter } from './memory/rate-limiter.js';
 import { createMailer } from './mail/mailer.js';
 import { createProjectionRunner, type ProjectionRunner } from '../projections/runner.js';
 import type { Projection } from '../projections/projection.js';
-import { createApp, type HttpModule } from '../services/gateway/app.js';
+import { createApp, type HttpModule, type RouteTable } from '../services/gateway/app.js';
 import { createAuthenticator, type CredentialResolvers, type Authenticator } from '../services/gateway/auth.js';
 import { systemRoutes } from '../services/gateway/system.js';
 import type { Platform } from '../services/kernel/platform.js';
@@ -28,6 +29,15 @@ import { createAccounts, type Accounts } from '../services/accounts/service.js';
 import { accountRoutes } from '../services/accounts/routes.js';
 import { usersProjection } from '../projections/users/index.js';
 import { sessionsProjection } from '../projections/sessions/index.js';
+import { identitiesContext } from '../services/identities/index.js';
+import { keysContext } from '../services/keys/index.js';
+import { billingContext } from '../services/billing/index.js';
+import { mailContext } from '../services/mail/index.js';
+import { smsContext } from '../services/sms/index.js';
+import { eventsContext } from '../services/events/index.js';
+import { vaultContext } from '../services/vault/index.js';
+import { deviceContext } from '../services/device/index.js';
+import { dashboardContext } from '../services/dashboard/index.js';
 
 /** What a bounded context hands to the composition root. */
 export interface ContextParts {
@@ -55,7 +65,17 @@ export type ContextFactory = (shared: Shared) => ContextParts | Promise<ContextP
 
 /** The contexts of the service, in dependency order. Each folder under services/ adds one line. */
 async function contextFactories(): Promise<ContextFactory[]> {
-  return [];
+  return [
+    identitiesContext,
+    keysContext,
+    billingContext,
+    mailContext,
+    smsContext,
+    eventsContext,
+    vaultContext,
+    deviceContext,
+    dashboardContext,
+  ];
 }
 
 export interface Runtime {
@@ -69,6 +89,8 @@ export interface Runtime {
   url: string;
   shared: Shared;
   parts: ContextParts[];
+  /** Every route the gateway serves. */
+  routes: RouteTable;
   close(): Promise<void>;
 }
 
@@ -85,8 +107,10 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   mkdirSync(config.dataDir, { recursive: true });
   const keys = loadKeyRing(config.dataDir);
 
-  const events = await openSqliteEventStore({ file: path.join(config.dataDir, 'events.sqlite'), logger });
-  const reads = openSqliteReadStore({ file: path.join(config.dataDir, 'read-models.sqlite') });
+  const { events, reads }: { events: EventStore; reads: ReadStore } =
+    config.store === 'cluster'
+      ? await openClusterPorts(config, logger)
+      : { events: await openSqliteEventStore({ file: path.join(config.dataDir, 'events.sqlite'), logger }), reads: openSqliteReadStore({ file: path.join(config.dataDir, 'read-models.sqlite') }) };
   const limiter = createMemoryRateLimiter();
   const mailer = createMailer({ relayUrl: config.smtpRelayUrl, outboxDir: path.join(config.dataDir, 'outbox'), domain: config.mailDomain });
 
@@ -144,7 +168,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   const server = http.createServer(app.callback());
   if (options.serve === false) {
-    return { config, logger, events, reads, runner, server, url: '', shared, parts, close: async () => {
+    return { config, logger, events, reads, runner, server, url: '', shared, parts, routes: app.routeTable, close: async () => {
       await runner!.stop();
       await events.close();
       await reads.close();
@@ -185,5 +209,5 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     return closing;
   }
 
-  return { config, logger, events, reads, runner, server, url, shared, parts, close };
+  return { config, logger, events, reads, runner, server, url, shared, parts, routes: app.routeTable, close };
 }

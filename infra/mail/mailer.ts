@@ -31,6 +31,7 @@ function toNodemailer(mail: OutboundMail, domain: string) {
     references: mail.references,
     headers: mail.headers,
     attachments: mail.attachments?.map((a) => ({ filename: a.filename, contentType: a.contentType, content: a.content })),
+    envelope: mail.envelope,
   };
 }
 

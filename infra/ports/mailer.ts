@@ -22,6 +22,8 @@ export interface OutboundMail {
   references?: string[];
   headers?: Record<string, string>;
   attachments?: OutboundAttachment[];
+  /** SMTP envelope (RFC 5321 MAIL FROM / RCPT TO) when it differs from the headers. */
+  envelope?: { from: string; to: string[] };
 }
 
 export interface SendResult {

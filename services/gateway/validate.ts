@@ -25,9 +25,9 @@ export function loadSchemaFiles(dir = SCHEMAS_DIR): Record<string, Record<string
   return files;
 }
 
-const ajv = new Ajv2020({ allErrors: true, coerceTypes: true, strict: true, useDefaults: true });
+const ajv = new Ajv2020({ allErrors: true, coerceTypes: true, strict: true, useDefaults: true, verbose: true });
 addFormats(ajv);
-// Optional human message for a `pattern` (or any) failure; also shown in the OpenAPI document.
+// Optional human message for a `pattern` or `format` failure; also shown in the OpenAPI document.
 ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' });
 ajv.addKeyword({ keyword: 'example' });
 // The operations a schema file documents (read by services/gateway/openapi.ts).
@@ -47,7 +47,7 @@ function fieldOf(err: ErrorObject): string {
 
 function messageOf(err: ErrorObject): string {
   const custom = (err.parentSchema as Record<string, unknown> | undefined)?.['x-message'];
-  if (typeof custom === 'string' && err.keyword !== 'required') return custom;
+  if (typeof custom === 'string' && (err.keyword === 'pattern' || err.keyword === 'format')) return custom;
   const p = err.params as Record<string, unknown>;
   switch (err.keyword) {
     case 'required':

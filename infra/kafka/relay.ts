@@ -1,0 +1,143 @@
+/**
+ * The Kafka relay: publishes every event of the event store to one topic, keyed by stream
+ * (see ./messages.ts), from a checkpoint kept in the read store (`kafka-relay`).
+ *
+ * - Idempotent producer (`idempotent: true`, one request in flight: no reordering and no
+ *   duplicate on the producer's own retries), acks from all in-sync replicas (acks = -1).
+ * - Batches: events are buffered while the previous send is in flight, then sent together;
+ *   the checkpoint moves only after Kafka acknowledged the batch. A relay killed between
+ *   the two republishes that batch on restart: delivery is AT LEAST ONCE, and consumers
+ *   skip what they already handled (createRedeliveryFilter, or their own idempotency).
+ * - Exactly one relay should run (the lease-holding worker); a second one would only add
+ *   duplicates, never lose or reorder events of a stream.
+ */
+import { Kafka, logLevel, type Producer } from 'kafkajs';
+import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../ports/event-store.js';
+import { checkTopic, toMessage, type OutgoingMessage } from './messages.js';
+
+export interface RelayCheckpoints {
+  get(): Promise<string | null>;
+  set(position: string): Promise<void>;
+}
+
+export interface RelayLogger {
+  info(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface KafkaRelayOptions {
+  brokers: string[];
+  topic: string;
+  events: EventStore;
+  checkpoints: RelayCheckpoints;
+  clientId?: string;
+  /** Most events per send. Default 500. */
+  maxBatch?: number;
+  logger?: RelayLogger;
+}
+
+export interface KafkaRelay {
+  /** Position of the last event Kafka acknowledged, or null. */
+  position(): string | null;
+  /** Resolves once every event up to `position` is acknowledged by Kafka. */
+  waitFor(position: string, timeoutMs?: number): Promise<void>;
+  /** Settles when the relay stops: rejects when it failed (restart to resume from the checkpoint). */
+  readonly done: Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function kafkaClient(brokers: string[], clientId = 'agent-identity'): Kafka {
+  if (brokers.length === 0) throw new Error('KAFKA_BROKERS is empty');
+  return new Kafka({ clientId, brokers, logLevel: logLevel.WARN, retry: { retries: 8 } });
+}
+
+export async function startKafkaRelay(options: KafkaRelayOptions): Promise<KafkaRelay> {
+  const topic = checkTopic(options.topic);
+  const maxBatch = options.maxBatch ?? 500;
+  const kafka = kafkaClient(options.brokers, options.clientId ?? 'agent-identity-relay');
+  const producer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: true });
+  await producer.connect();
+
+  let acknowledged = await options.checkpoints.get();
+  let buffer: Array<{ message: OutgoingMessage; position: string }> = [];
+  let sending: Promise<void> | null = null;
+  let failure: Error | null = null;
+  let stopped = false;
+  const waiters = new Set<{ position: string; resolve(): void; reject(e: Error): void; timer?: NodeJS.Timeout }>();
+  let resolveDone!: () => void;
+  let rejectDone!: (e: Error) => void;
+  const done = new Promise<void>((resolve, reject) => ((resolveDone = resolve), (rejectDone = reject)));
+  done.catch(() => {});
+
+  function fail(err: unknown): void {
+    if (failure) return;
+    failure = err instanceof Error ? err : new Error(String(err));
+    options.logger?.error({ err: failure }, 'Kafka relay stopped; restart resumes from its checkpoint');
+    subscription.close();
+    for (const w of waiters) w.reject(failure);
+    waiters.clear();
+    rejectDone(failure);
+  }
+
+  async function sendLoop(): Promise<void> {
+    while (buffer.length > 0 && !failure) {
+      const batch = buffer.splice(0, maxBatch);
+      await producer.send({ topic, acks: -1, messages: batch.map((b) => b.message) });
+      const last = batch[batch.length - 1]!.position;
+      await options.checkpoints.set(last);
+      acknowledged = last;
+      for (const w of waiters) {
+        if (comparePositions(acknowledged, w.position) >= 0) {
+          if (w.timer) clearTimeout(w.timer);
+          waiters.delete(w);
+          w.resolve();
+        }
+      }
+    }
+  }
+
+  function kick(): Promise<void> {
+    sending ??= sendLoop()
+      .catch((err) => fail(err))
+      .finally(() => {
+        sending = null;
+      });
+    return sending;
+  }
+
+  const subscription: Subscription = options.events.subscribeAll({ after: acknowledged }, async (event: RecordedEvent) => {
+    if (failure) throw failure;
+    buffer.push({ message: toMessage(event), position: event.position });
+    // Backpressure: the subscription waits while a full batch is pending.
+    if (buffer.length >= maxBatch) await kick();
+    else void kick();
+  });
+  subscription.done.catch((err) => fail(err));
+  options.logger?.info({ topic, from: acknowledged }, 'Kafka relay started');
+
+  return {
+    position: () => acknowledged,
+    done,
+    waitFor(position, timeoutMs = 10_000) {
+      if (failure) return Promise.reject(failure);
+      if (comparePositions(acknowledged, position) >= 0) return Promise.resolve();
+      return new Promise((resolve, reject) => {
+        const w: { position: string; resolve(): void; reject(e: Error): void; timer?: NodeJS.Timeout } = { position, resolve, reject };
+        w.timer = setTimeout(() => {
+          waiters.delete(w);
+          reject(new Error(`Kafka relay did not reach ${position} within ${timeoutMs} ms`));
+        }, timeoutMs);
+        waiters.add(w);
+      });
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      subscription.close();
+      await subscription.done.catch(() => {});
+      await kick(); // publish what was buffered
+      await producer.disconnect();
+      if (!failure) resolveDone();
+    },
+  };
+}

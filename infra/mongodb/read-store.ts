@@ -1,0 +1,257 @@
+/**
+ * Read store on MongoDB (driver v6), for the cluster mode. Same port and same contract
+ * suite as the SQLite read store (run it with MONGO_URL set).
+ *
+ * - One MongoDB collection per read model; documents stored as `{ _id: id, ...doc }`.
+ * - Checkpoints in the `checkpoints` collection. A commit is ONE transaction: it re-reads
+ *   the checkpoint, ignores the commit when it is at or below it (position-guarded, so a
+ *   replay is idempotent), writes the documents and moves the checkpoint. Transactions
+ *   need a replica set (a single-node one is enough); majority write and read concern, so
+ *   an acknowledged commit survives a primary change.
+ * - Indexes from each CollectionSpec (`{fields..., _id}`: the id breaks sort ties).
+ *
+ * Two modes, because in cluster mode the projections run in several processes:
+ * - `writer` (the worker holding the `projections` lease): commits for real. Each commit
+ *   also bumps the lease in the same transaction, matched on this owner and an unexpired
+ *   lease: a worker that lost its lease can never write again (fencing).
+ * - `follower` (the gateways): never writes. A commit with changes waits until the writer's
+ *   checkpoint has reached its position, so the gateway's `progress.waitFor(position)` (the
+ *   read-your-writes of every command) resolves only once MongoDB shows the write. A commit
+ *   without changes returns at once. `reset` (rebuild) is refused: rebuilds run on a worker.
+ */
+import { randomUUID } from 'node:crypto';
+import { MongoClient, MongoServerError, type ClientSession, type Db, type AnyBulkWriteOperation, type Document } from 'mongodb';
+import { comparePositions } from '../ports/event-store.js';
+import type { Change, Collection, CollectionSpec, Doc, ReadStore, Scalar } from '../ports/read-store.js';
+import {
+  collectionName,
+  encodeCursor,
+  fromStored,
+  indexesOf,
+  paddedPosition,
+  sortValueOf,
+  toMongoFilter,
+  toMongoFind,
+  toStored,
+} from './query.js';
+
+const POSITION = /^(0|[1-9][0-9]*)$/;
+
+export interface ReadStoreLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+export interface MongoReadStoreOptions {
+  /** `mongodb://host:27017/db?replicaSet=rs0`; the database is the URL's, else `database`. */
+  url: string;
+  database?: string;
+  mode: 'writer' | 'follower';
+  /** Writer only: the lease this writer must hold for every commit (see ./lease.ts). */
+  lease?: { name: string; owner: string };
+  /** Follower only: how often a waiting commit polls the checkpoints. Default 25 ms. */
+  pollMs?: number;
+  logger?: ReadStoreLogger;
+}
+
+export interface MongoReadStore extends ReadStore {
+  readonly db: Db;
+  readonly client: MongoClient;
+}
+
+/** The writer's lease was taken by another worker (or expired): it must stop writing. */
+export class LeaseLostError extends Error {
+  readonly code = 'lease_lost' as const;
+  constructor(readonly lease: string, readonly owner: string) {
+    super(`lease ${lease} is no longer held by ${owner}; this process must stop writing read models`);
+    this.name = 'LeaseLostError';
+  }
+}
+
+interface CheckpointDoc {
+  _id: string;
+  position: string;
+  padded: string;
+  at: Date;
+}
+
+export async function openMongoReadStore(options: MongoReadStoreOptions): Promise<MongoReadStore> {
+  const client = new MongoClient(options.url, {
+    writeConcern: { w: 'majority' },
+    readConcern: { level: 'majority' },
+    serverSelectionTimeoutMS: 10_000,
+  });
+  await client.connect();
+  const db = options.database ? client.db(options.database) : client.db();
+  const store = new MongoStore(client, db, options);
+  await db.collection('checkpoints').createIndex({ padded: 1 }).catch(() => {});
+  return store;
+}
+
+class MongoStore implements MongoReadStore {
+  private closed = false;
+  private readonly pollMs: number;
+  private readonly logger: ReadStoreLogger;
+
+  constructor(
+    readonly client: MongoClient,
+    readonly db: Db,
+    private readonly options: MongoReadStoreOptions,
+  ) {
+    this.pollMs = options.pollMs ?? 25;
+    this.logger = options.logger ?? { info: () => {}, warn: (o, m) => console.warn(m, o) };
+    if (options.mode === 'writer' && !options.lease) {
+      this.logger.warn({}, 'MongoDB read store: writer without a lease (only safe when a single writer runs)');
+    }
+  }
+
+  async ensureCollections(specs: CollectionSpec[]): Promise<void> {
+    const existing = new Set((await this.db.listCollections({}, { nameOnly: true }).toArray()).map((c) => c.name));
+    for (const spec of specs) {
+      const name = collectionName(spec.name);
+      if (!existing.has(name)) {
+        await this.db.createCollection(name).catch((err: unknown) => {
+          if (!(err instanceof MongoServerError && err.codeName === 'NamespaceExists')) throw err;
+        });
+        existing.add(name);
+      }
+      for (const index of indexesOf(spec)) {
+        await this.db.collection(name).createIndex(index.key, { name: index.name });
+      }
+    }
+  }
+
+  collection<T extends Doc = Doc>(name: string): Collection<T> {
+    const coll = this.db.collection<Document>(collectionName(name));
+    return {
+      get: async (id) => {
+        const found = await coll.findOne({ _id: id as never });
+        return found ? (fromStored(found) as T) : null;
+      },
+      findOne: async (where) => {
+        const found = await coll.findOne(toMongoFilter({ where }), { sort: { _id: 1 } });
+        return found ? (fromStored(found) as T) : null;
+      },
+      find: async (query = {}) => {
+        const { filter, sort, limit } = toMongoFind(query);
+        let cursor = coll.find(filter, { sort });
+        if (limit !== undefined) cursor = cursor.limit(limit);
+        const rows = await cursor.toArray();
+        const more = limit !== undefined && rows.length >= limit;
+        const page = more ? rows.slice(0, limit - 1) : rows;
+        const last = page[page.length - 1];
+        return {
+          items: page.map((r) => fromStored(r) as T),
+          next: more && last ? encodeCursor(sortValueOf(last, query.orderBy), String(last._id)) : null,
+        };
+      },
+      count: async (where: Record<string, Scalar> = {}) => coll.countDocuments(toMongoFilter({ where })),
+    };
+  }
+
+  async getCheckpoint(projection: string): Promise<string | null> {
+    const found = await this.db.collection<CheckpointDoc>('checkpoints').findOne({ _id: projection });
+    return found?.position ?? null;
+  }
+
+  async commit(projection: string, position: string, changes: Change[]): Promise<void> {
+    if (!POSITION.test(position)) throw new Error(`invalid position: ${JSON.stringify(position)}`);
+    for (const change of changes) {
+      collectionName(change.collection);
+      if (change.doc && change.doc.id !== change.id) {
+        throw new Error(`change for ${change.collection}/${change.id} carries a document with id ${String(change.doc.id)}`);
+      }
+    }
+    if (this.options.mode === 'follower') return this.awaitWriter(projection, position, changes.length > 0);
+    const session = this.client.startSession();
+    try {
+      await session.withTransaction(
+        async () => {
+          await this.checkLease(session);
+          const checkpoints = this.db.collection<CheckpointDoc>('checkpoints');
+          const current = await checkpoints.findOne({ _id: projection }, { session });
+          if (comparePositions(current?.position ?? null, position) >= 0) return; // a replay
+          const byCollection = new Map<string, AnyBulkWriteOperation<Document>[]>();
+          for (const change of changes) {
+            let ops = byCollection.get(change.collection);
+            if (!ops) byCollection.set(change.collection, (ops = []));
+            ops.push(
+              change.doc
+                ? { replaceOne: { filter: { _id: change.id as never }, replacement: toStored(change.doc), upsert: true } }
+                : { deleteOne: { filter: { _id: change.id as never } } },
+            );
+          }
+          for (const [name, ops] of byCollection) {
+            await this.db.collection(name).bulkWrite(ops, { session, ordered: true });
+          }
+          await checkpoints.updateOne(
+            { _id: projection },
+            { $set: { position, padded: paddedPosition(position), at: new Date() } },
+            { upsert: true, session },
+          );
+        },
+        { writeConcern: { w: 'majority' }, readConcern: { level: 'snapshot' } },
+      );
+    } finally {
+      await session.endSession();
+    }
+  }
+
+  async reset(projection: string, collections: string[]): Promise<void> {
+    if (this.options.mode === 'follower') {
+      throw new Error('read models are rebuilt by a worker (npm run rebuild with the worker stopped), not by a gateway');
+    }
+    const names = collections.map(collectionName);
+    const session = this.client.startSession();
+    try {
+      await session.withTransaction(async () => {
+        await this.checkLease(session);
+        for (const name of names) await this.db.collection(name).deleteMany({}, { session });
+        await this.db.collection<CheckpointDoc>('checkpoints').deleteOne({ _id: projection }, { session });
+      });
+    } finally {
+      await session.endSession();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.client.close();
+  }
+
+  /** Fencing: bump our lease inside the transaction; no match = we lost it. */
+  private async checkLease(session: ClientSession): Promise<void> {
+    const lease = this.options.lease;
+    if (!lease) return;
+    const now = new Date();
+    const result = await this.db
+      .collection<{ _id: string; owner: string; expiresAt: Date; fencedAt?: Date }>('leases')
+      .updateOne({ _id: lease.name, owner: lease.owner, expiresAt: { $gt: now } }, { $set: { fencedAt: now } }, { session });
+    if (result.matchedCount !== 1) throw new LeaseLostError(lease.name, lease.owner);
+  }
+
+  /** Follower: wait for the writer to commit at least `position` for this projection. */
+  private async awaitWriter(projection: string, position: string, hasChanges: boolean): Promise<void> {
+    if (!hasChanges) return;
+    const started = Date.now();
+    let warned = started;
+    while (!this.closed) {
+      if (comparePositions(await this.getCheckpoint(projection), position) >= 0) return;
+      if (Date.now() - warned > 30_000) {
+        warned = Date.now();
+        this.logger.warn(
+          { projection, position, waitingMs: Date.now() - started },
+          'waiting for a worker to project this position: is `npm run worker` running?',
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, this.pollMs));
+    }
+    throw new Error('read store is closed');
+  }
+}
+
+/** A unique owner id for this process's lease. */
+export function newLeaseOwner(label: string): string {
+  return `${label}:${process.pid}:${randomUUID()}`;
+}

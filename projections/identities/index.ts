@@ -1,0 +1,65 @@
+/**
+ * Read model `identities` (shared, read-only for other contexts): one document per LIVE
+ * identity; a deleted identity's document is removed (its history stays in the log).
+ * Other contexts find an identity by uuid (`get`), by inbox address or by phone number.
+ */
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import type { Doc } from '../../infra/ports/read-store.js';
+import type { Projection } from '../projection.js';
+
+export interface IdentityDoc extends Doc {
+  id: string;
+  ownerPk: number;
+  name: string;
+  /** Lower-cased name (names are unique per account, case-insensitively). */
+  nameKey: string;
+  /** Full lower-cased address: local@MAIL_DOMAIN. */
+  inbox: string;
+  /** E.164 number, or null when none is provisioned. */
+  phone: string | null;
+  createdAt: string;
+}
+
+export const IDENTITIES = 'identities';
+
+export const identitiesProjection: Projection = {
+  name: 'identities',
+  collections: [{ name: IDENTITIES, indexes: [['ownerPk', 'createdAt'], ['inbox'], ['phone']] }],
+  eventTypes: ['IdentityCreated', 'IdentityUpdated', 'IdentityDeleted', 'PhoneProvisioned', 'PhoneReleased'],
+  apply(e: RecordedEvent) {
+    const id = e.stream.slice('identity-'.length);
+    const d = e.data;
+    return [
+      {
+        collection: IDENTITIES,
+        id,
+        evolve: (doc) => {
+          switch (e.type) {
+            case 'IdentityCreated':
+              if (doc) return doc; // replay of the same event
+              return {
+                id,
+                ownerPk: d.ownerPk,
+                name: d.name,
+                nameKey: String(d.name).toLowerCase(),
+                inbox: d.inbox,
+                phone: d.phone ?? null,
+                createdAt: d.at,
+              } satisfies IdentityDoc;
+            case 'IdentityUpdated':
+              if (!doc || d.name === undefined) return doc;
+              return { ...doc, name: d.name, nameKey: String(d.name).toLowerCase() };
+            case 'PhoneProvisioned':
+              return doc ? { ...doc, phone: d.phone } : doc;
+            case 'PhoneReleased':
+              return doc && doc.phone === d.phone ? { ...doc, phone: null } : doc;
+            case 'IdentityDeleted':
+              return null;
+            default:
+              return doc;
+          }
+        },
+      },
+    ];
+  },
+};

@@ -1,0 +1,352 @@
+/**
+ * Read models of the mail context: `email_threads`, `email_messages`, `email_attachments`.
+ * Threads are per identity; a message belongs to one identity (an internal delivery makes
+ * an outbound copy for the sender and an inbound copy for each recipient identity).
+ * Thread documents remember the position of the last event applied, so replaying an event
+ * changes nothing; message and attachment updates are idempotent by construction.
+ */
+import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
+import type { Doc } from '../../infra/ports/read-store.js';
+import type { DocUpdate, Projection } from '../projection.js';
+import {
+  ATTACHMENT_PRESIGNED,
+  ATTACHMENT_UPLOADED,
+  EMAIL_DEFERRED,
+  EMAIL_FAILED,
+  EMAIL_MARKED_READ,
+  EMAIL_MARKED_UNREAD,
+  EMAIL_QUEUED,
+  EMAIL_RECEIVED,
+  EMAIL_SENT,
+  type AttachmentPresignedData,
+  type AttachmentRef,
+  type AttachmentUploadedData,
+  type EmailAddress,
+  type EmailDeferredData,
+  type EmailFailedData,
+  type EmailMarkedData,
+  type EmailQueuedData,
+  type EmailReceivedData,
+  type EmailSentData,
+} from '../../services/mail/events.js';
+import { normaliseSubject, participantsKey } from '../../services/mail/text.js';
+
+export const EMAIL_THREADS = 'email_threads';
+export const EMAIL_MESSAGES = 'email_messages';
+export const EMAIL_ATTACHMENTS = 'email_attachments';
+
+export interface ThreadDoc extends Doc {
+  identityId: string;
+  subject: string;
+  subjectKey: string;
+  participantsKey: string;
+  participants: string[];
+  messageCount: number;
+  unreadIds: string[];
+  unreadCount: number;
+  unread: boolean;
+  preview: string;
+  lastFrom: EmailAddress;
+  lastMessageId: string;
+  lastMessageAt: string;
+  createdAt: string;
+  /** Position of the last event applied (replay guard). */
+  pos: string;
+}
+
+export interface MessageDoc extends Doc {
+  identityId: string;
+  threadId: string;
+  direction: 'inbound' | 'outbound';
+  status: 'received' | 'queued' | 'sent' | 'failed';
+  from: EmailAddress;
+  to: EmailAddress[];
+  cc: EmailAddress[];
+  bcc: EmailAddress[];
+  replyTo: EmailAddress[];
+  subject: string;
+  text: string | null;
+  html: string | null;
+  textBlob: string | null;
+  htmlBlob: string | null;
+  preview: string;
+  attachments: AttachmentRef[];
+  read: boolean;
+  internetMessageId: string | null;
+  inReplyTo: string | null;
+  references: string[];
+  via: string;
+  raw: { blob: string; size: number } | null;
+  attempts: number;
+  error: string | null;
+  rejected: { address: string; reason: string }[];
+  sentAt: string | null;
+  createdAt: string;
+}
+
+export interface AttachmentDoc extends Doc {
+  identityId: string;
+  filename: string;
+  contentType: string;
+  size: number;
+  /** pending: presigned, not uploaded; uploaded: ready for compose; received: part of an inbound mail. */
+  status: 'pending' | 'uploaded' | 'received';
+  blob: string | null;
+  expiresAt: string | null;
+  messageId: string | null;
+  createdAt: string;
+}
+
+function addresses(list: EmailAddress[]): string[] {
+  return list.map((a) => a.address.toLowerCase());
+}
+
+/** The update of a thread for one new message (inbound unread, outbound read). */
+function threadUpdate(
+  e: RecordedEvent,
+  m: { identityId: string; inbox: string; threadId: string; messageId: string; subject: string; from: EmailAddress; to: EmailAddress[]; cc: EmailAddress[]; preview: string; at: string; unread: boolean },
+): DocUpdate {
+  const everyone = [m.from.address.toLowerCase(), ...addresses(m.to), ...addresses(m.cc)];
+  return {
+    collection: EMAIL_THREADS,
+    id: m.threadId,
+    evolve: (doc) => {
+      const t = doc as ThreadDoc | null;
+      if (t && comparePositions(e.position, t.pos) <= 0) return doc;
+      const isLatest = !t || m.at >= t.lastMessageAt;
+      const participants = [...(t?.participants ?? [])];
+      for (const a of everyone) if (a && !participants.includes(a)) participants.push(a);
+      const unreadIds = [...(t?.unreadIds ?? [])];
+      if (m.unread && !unreadIds.includes(m.messageId)) unreadIds.push(m.messageId);
+      return {
+        id: m.threadId,
+        identityId: m.identityId,
+        subject: t?.subject || m.subject,
+        subjectKey: t?.subjectKey || normaliseSubject(m.subject),
+        participantsKey: isLatest ? participantsKey(everyone, m.inbox) : t!.participantsKey,
+        participants,
+        messageCount: (t?.messageCount ?? 0) + 1,
+        unreadIds,
+        unreadCount: unreadIds.length,
+        unread: unreadIds.length > 0,
+        preview: isLatest ? m.preview : t!.preview,
+        lastFrom: isLatest ? m.from : t!.lastFrom,
+        lastMessageId: isLatest ? m.messageId : t!.lastMessageId,
+        lastMessageAt: isLatest ? m.at : t!.lastMessageAt,
+        createdAt: t?.createdAt ?? m.at,
+        pos: e.position,
+      } satisfies ThreadDoc;
+    },
+  };
+}
+
+function patchMessage(id: string, patch: (m: MessageDoc) => Partial<MessageDoc> | null): DocUpdate {
+  return {
+    collection: EMAIL_MESSAGES,
+    id,
+    evolve: (doc) => {
+      if (!doc) return doc;
+      const changes = patch(doc as MessageDoc);
+      return changes ? { ...doc, ...changes } : doc;
+    },
+  };
+}
+
+function received(e: RecordedEvent): DocUpdate[] {
+  const d = e.data as EmailReceivedData;
+  const message: MessageDoc = {
+    id: d.messageId,
+    identityId: d.identityId,
+    threadId: d.threadId,
+    direction: 'inbound',
+    status: 'received',
+    from: d.from,
+    to: d.to,
+    cc: d.cc,
+    bcc: [],
+    replyTo: d.replyTo,
+    subject: d.subject,
+    text: d.text,
+    html: d.html,
+    textBlob: d.textBlob,
+    htmlBlob: d.htmlBlob,
+    preview: d.preview,
+    attachments: d.attachments,
+    read: false,
+    internetMessageId: d.internetMessageId,
+    inReplyTo: d.inReplyTo,
+    references: d.references,
+    via: d.via,
+    raw: d.raw,
+    attempts: 0,
+    error: null,
+    rejected: [],
+    sentAt: d.date,
+    createdAt: d.at,
+  };
+  return [
+    { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
+    threadUpdate(e, { ...d, unread: true }),
+    ...d.attachments.map(
+      (a): DocUpdate => ({
+        collection: EMAIL_ATTACHMENTS,
+        id: a.uuid,
+        evolve: (doc) =>
+          doc ??
+          ({
+            id: a.uuid,
+            identityId: d.identityId,
+            filename: a.filename,
+            contentType: a.contentType,
+            size: a.size,
+            status: 'received',
+            blob: a.blob,
+            expiresAt: null,
+            messageId: d.messageId,
+            createdAt: d.at,
+          } satisfies AttachmentDoc),
+      }),
+    ),
+  ];
+}
+
+function queued(e: RecordedEvent): DocUpdate[] {
+  const d = e.data as EmailQueuedData;
+  const message: MessageDoc = {
+    id: d.messageId,
+    identityId: d.identityId,
+    threadId: d.threadId,
+    direction: 'outbound',
+    status: 'queued',
+    from: d.from,
+    to: d.to,
+    cc: d.cc,
+    bcc: d.bcc,
+    replyTo: [],
+    subject: d.subject,
+    text: d.text,
+    html: d.html,
+    textBlob: null,
+    htmlBlob: null,
+    preview: d.preview,
+    attachments: d.attachments,
+    read: true,
+    internetMessageId: d.internetMessageId,
+    inReplyTo: d.inReplyTo,
+    references: d.references,
+    via: 'outbound',
+    raw: null,
+    attempts: 0,
+    error: null,
+    rejected: [],
+    sentAt: null,
+    createdAt: d.at,
+  };
+  return [
+    { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
+    threadUpdate(e, { ...d, inbox: d.from.address, unread: false }),
+  ];
+}
+
+function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
+  const d = e.data as EmailMarkedData;
+  const byThread = new Map<string, string[]>();
+  for (const m of d.messages) byThread.set(m.threadId, [...(byThread.get(m.threadId) ?? []), m.messageId]);
+  return [
+    ...d.messages.map((m) => patchMessage(m.messageId, (doc) => (doc.read === read || doc.direction !== 'inbound' ? null : { read }))),
+    ...[...byThread].map(
+      ([threadId, ids]): DocUpdate => ({
+        collection: EMAIL_THREADS,
+        id: threadId,
+        evolve: (doc) => {
+          const t = doc as ThreadDoc | null;
+          if (!t || comparePositions(e.position, t.pos) <= 0) return doc;
+          const unreadIds = read ? t.unreadIds.filter((id) => !ids.includes(id)) : [...t.unreadIds, ...ids.filter((id) => !t.unreadIds.includes(id))];
+          return { ...t, unreadIds, unreadCount: unreadIds.length, unread: unreadIds.length > 0, pos: e.position };
+        },
+      }),
+    ),
+  ];
+}
+
+export const mailProjection: Projection = {
+  name: 'mail',
+  collections: [
+    {
+      name: EMAIL_THREADS,
+      indexes: [
+        ['identityId', 'lastMessageAt'],
+        ['identityId', 'unread', 'lastMessageAt'],
+        ['identityId', 'subjectKey', 'participantsKey', 'lastMessageAt'],
+      ],
+    },
+    {
+      name: EMAIL_MESSAGES,
+      indexes: [['identityId', 'createdAt'], ['identityId', 'read', 'createdAt'], ['threadId', 'createdAt'], ['identityId', 'internetMessageId']],
+    },
+    { name: EMAIL_ATTACHMENTS, indexes: [['identityId']] },
+  ],
+  eventTypes: [
+    EMAIL_RECEIVED,
+    EMAIL_QUEUED,
+    EMAIL_SENT,
+    EMAIL_FAILED,
+    EMAIL_DEFERRED,
+    EMAIL_MARKED_READ,
+    EMAIL_MARKED_UNREAD,
+    ATTACHMENT_PRESIGNED,
+    ATTACHMENT_UPLOADED,
+  ],
+  apply(e: RecordedEvent): DocUpdate[] {
+    switch (e.type) {
+      case EMAIL_RECEIVED:
+        return received(e);
+      case EMAIL_QUEUED:
+        return queued(e);
+      case EMAIL_SENT: {
+        const d = e.data as EmailSentData;
+        return [patchMessage(d.messageId, () => ({ status: 'sent', sentAt: d.at, attempts: d.attempts, rejected: d.rejected, error: null }))];
+      }
+      case EMAIL_FAILED: {
+        const d = e.data as EmailFailedData;
+        return [patchMessage(d.messageId, () => ({ status: 'failed', attempts: d.attempts, error: d.error, rejected: d.rejected }))];
+      }
+      case EMAIL_DEFERRED: {
+        const d = e.data as EmailDeferredData;
+        return [patchMessage(d.messageId, (m) => (m.status !== 'queued' ? null : { attempts: d.attempt, error: d.error }))];
+      }
+      case EMAIL_MARKED_READ:
+        return marked(e, true);
+      case EMAIL_MARKED_UNREAD:
+        return marked(e, false);
+      case ATTACHMENT_PRESIGNED: {
+        const d = e.data as AttachmentPresignedData;
+        const doc: AttachmentDoc = {
+          id: d.attachmentId,
+          identityId: d.identityId,
+          filename: d.filename,
+          contentType: d.contentType,
+          size: d.size,
+          status: 'pending',
+          blob: null,
+          expiresAt: d.expiresAt,
+          messageId: null,
+          createdAt: d.at,
+        };
+        return [{ collection: EMAIL_ATTACHMENTS, id: d.attachmentId, evolve: (current) => current ?? doc }];
+      }
+      case ATTACHMENT_UPLOADED: {
+        const d = e.data as AttachmentUploadedData;
+        return [
+          {
+            collection: EMAIL_ATTACHMENTS,
+            id: d.attachmentId,
+            evolve: (doc) => (doc && doc.status === 'pending' ? { ...doc, status: 'uploaded', blob: d.blob, size: d.size } : doc),
+          },
+        ];
+      }
+      default:
+        return [];
+    }
+  },
+};

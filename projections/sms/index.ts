@@ -1,0 +1,170 @@
+/**
+ * Read models of the SMS context:
+ * - `sms_messages`: one document per received message.
+ * - `sms_conversations`: one per (identity, peer number); keeps the ids of its unread
+ *   messages, so a read marking is exact even when two readers mark the same messages.
+ * - `sms_phones`: the numbers of each identity (one document per identity).
+ */
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { comparePositions } from '../../infra/ports/event-store.js';
+import type { Doc } from '../../infra/ports/read-store.js';
+import type { DocUpdate, Projection } from '../projection.js';
+
+export const SMS_MESSAGES = 'sms_messages';
+export const SMS_CONVERSATIONS = 'sms_conversations';
+export const SMS_PHONES = 'sms_phones';
+
+export interface SmsMessageDoc extends Doc {
+  identityId: string;
+  conversationId: string;
+  messageSid: string;
+  provider: string;
+  from: string;
+  to: string;
+  body: string;
+  preview: string;
+  mediaUrls: string[];
+  read: boolean;
+  receivedAt: string;
+  /** Log position as a number: a strict order even for messages of the same millisecond. */
+  seq: number;
+}
+
+export interface SmsConversationDoc extends Doc {
+  identityId: string;
+  peer: string;
+  ourNumber: string;
+  preview: string;
+  messageCount: number;
+  unreadIds: string[];
+  unreadCount: number;
+  unread: boolean;
+  lastMessageAt: string;
+  /** Log position of the last message, as a number (strict newest-first order). */
+  lastSeq: number;
+  createdAt: string;
+  /** Position of the last event applied (guards against applying one twice). */
+  position: string;
+}
+
+export interface SmsPhonesDoc extends Doc {
+  numbers: { number: string; provider: string; createdAt: string }[];
+}
+
+export const smsProjection: Projection = {
+  name: 'sms',
+  collections: [
+    { name: SMS_MESSAGES, indexes: [['identityId', 'seq'], ['identityId', 'conversationId', 'seq'], ['identityId', 'read', 'seq']] },
+    { name: SMS_CONVERSATIONS, indexes: [['identityId', 'lastSeq'], ['identityId', 'unread', 'lastSeq']] },
+    { name: SMS_PHONES },
+  ],
+  eventTypes: ['SmsReceived', 'SmsRead', 'IdentityCreated', 'PhoneProvisioned', 'PhoneReleased', 'IdentityDeleted'],
+  apply(e: RecordedEvent): DocUpdate[] {
+    const d = e.data;
+    switch (e.type) {
+      case 'SmsReceived':
+        return [
+          {
+            collection: SMS_MESSAGES,
+            id: d.messageId,
+            evolve: (doc) =>
+              doc ??
+              ({
+                id: d.messageId,
+                identityId: d.identityId,
+                conversationId: d.conversationId,
+                messageSid: d.messageSid,
+                provider: d.provider,
+                from: d.from,
+                to: d.to,
+                body: d.body,
+                preview: d.preview,
+                mediaUrls: d.mediaUrls ?? [],
+                read: false,
+                receivedAt: d.at,
+                seq: Number(e.position),
+              } satisfies SmsMessageDoc),
+          },
+          {
+            collection: SMS_CONVERSATIONS,
+            id: d.conversationId,
+            evolve: (doc) => {
+              const c = doc as SmsConversationDoc | null;
+              if (c && comparePositions(e.position, c.position) <= 0) return doc;
+              const unreadIds = [...(c?.unreadIds ?? []), d.messageId];
+              return {
+                id: d.conversationId,
+                identityId: d.identityId,
+                peer: d.from,
+                ourNumber: d.to,
+                preview: d.preview,
+                messageCount: (c?.messageCount ?? 0) + 1,
+                unreadIds,
+                unreadCount: unreadIds.length,
+                unread: true,
+                lastMessageAt: d.at,
+                lastSeq: Number(e.position),
+                createdAt: c?.createdAt ?? d.at,
+                position: e.position,
+              } satisfies SmsConversationDoc;
+            },
+          },
+        ];
+      case 'SmsRead': {
+        const ids = new Set<string>(d.messageIds);
+        return [
+          {
+            collection: SMS_CONVERSATIONS,
+            id: d.conversationId,
+            evolve: (doc) => {
+              const c = doc as SmsConversationDoc | null;
+              if (!c || comparePositions(e.position, c.position) <= 0) return doc;
+              const unreadIds = c.unreadIds.filter((id) => !ids.has(id));
+              return { ...c, unreadIds, unreadCount: unreadIds.length, unread: unreadIds.length > 0, position: e.position };
+            },
+          },
+          ...[...ids].map(
+            (id): DocUpdate => ({
+              collection: SMS_MESSAGES,
+              id,
+              evolve: (doc) => (doc && !doc.read ? { ...doc, read: true } : doc),
+            }),
+          ),
+        ];
+      }
+      case 'IdentityCreated':
+        return d.phone ? [addNumber(d.identityId, d.phone, d.provider ?? 'local', d.at)] : [];
+      case 'PhoneProvisioned':
+        return [addNumber(d.identityId, d.phone, d.provider ?? 'local', d.at)];
+      case 'PhoneReleased':
+        return [
+          {
+            collection: SMS_PHONES,
+            id: d.identityId,
+            evolve: (doc) => {
+              const p = doc as SmsPhonesDoc | null;
+              if (!p || !p.numbers.some((n) => n.number === d.phone)) return doc;
+              const numbers = p.numbers.filter((n) => n.number !== d.phone);
+              return numbers.length ? { ...p, numbers } : null;
+            },
+          },
+        ];
+      case 'IdentityDeleted':
+        return [{ collection: SMS_PHONES, id: d.identityId, evolve: () => null }];
+      default:
+        return [];
+    }
+  },
+};
+
+function addNumber(identityId: string, number: string, provider: string, at: string): DocUpdate {
+  return {
+    collection: SMS_PHONES,
+    id: identityId,
+    evolve: (doc) => {
+      const p = doc as SmsPhonesDoc | null;
+      if (p?.numbers.some((n) => n.number === number)) return doc;
+      return { id: identityId, numbers: [...(p?.numbers ?? []), { number, provider, createdAt: at }] } satisfies SmsPhonesDoc;
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * Plans and subscription status (DECISIONS "Plans and admin"). Pure: the identities
+ * context imports it to decide phone provisioning; the billing context owns the events.
+ */
+import type { Collection, Doc, ReadStore } from '../../infra/ports/read-store.js';
+
+export const PLANS = {
+  free: { phoneLimit: 0 },
+  email: { phoneLimit: 0 },
+  developer: { phoneLimit: 3 },
+  team: { phoneLimit: 25 },
+} as const;
+
+export type PlanName = keyof typeof PLANS;
+export const PLAN_NAMES = Object.keys(PLANS) as PlanName[];
+
+/** `active`: paid up; `past_due`: payment failed, paid add-ons paused; `canceled`: ended. */
+export const STATUSES = ['active', 'past_due', 'canceled'] as const;
+export type SubscriptionStatus = (typeof STATUSES)[number];
+
+export interface SubscriptionDoc extends Doc {
+  pk: number;
+  plan: PlanName;
+  status: SubscriptionStatus;
+  updatedAt: string;
+}
+
+export const SUBSCRIPTIONS = 'subscriptions';
+export const subscriptionStream = (pk: number) => `subscription-${pk}`;
+
+/** A new account (no subscription stream yet) is on `free`, `active`. */
+export const DEFAULT_SUBSCRIPTION = { plan: 'free' as PlanName, status: 'active' as SubscriptionStatus };
+
+export async function currentSubscription(reads: ReadStore, pk: number): Promise<{ plan: PlanName; status: SubscriptionStatus }> {
+  const doc = await (reads.collection(SUBSCRIPTIONS) as Collection<SubscriptionDoc>).get(String(pk));
+  return doc ? { plan: doc.plan, status: doc.status } : { ...DEFAULT_SUBSCRIPTION };
+}
+
+/** Phones the subscription allows now: none unless the status is `active`. */
+export function phoneAllowance(sub: { plan: PlanName; status: SubscriptionStatus }): number {
+  return sub.status === 'active' ? PLANS[sub.plan].phoneLimit : 0;
+}
+
+/** The cheapest plan that allows `phones` numbers (what a 402 names as `plan_required`). */
+export function planRequiredFor(phones: number): PlanName {
+  return PLAN_NAMES.find((p) => PLANS[p].phoneLimit >= phones) ?? 'team';
+}

@@ -1,0 +1,66 @@
+/** GET /api/subscription/ and the admin API (DECISIONS "Plans and admin"). */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import type { HttpModule } from '../gateway/app.js';
+import type { Authenticator } from '../gateway/auth.js';
+import { body } from '../gateway/http.js';
+import { validator } from '../gateway/validate.js';
+import { forbidden, notAuthenticated, notFound } from '../gateway/errors.js';
+import type { Accounts } from '../accounts/service.js';
+import type { PlanName, SubscriptionStatus } from './plans.js';
+import type { Billing } from './service.js';
+
+const v = {
+  change: validator<{ plan: PlanName; status?: SubscriptionStatus }>('billing.json#SubscriptionChange'),
+  patch: validator<{ plan?: PlanName; status?: SubscriptionStatus }>('billing.json#SubscriptionPatch'),
+};
+
+export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth: () => Authenticator; adminEnabled: boolean }): HttpModule {
+  const { billing } = deps;
+
+  /** The admin API does not exist without ADMIN_TOKEN (404); with it, the Bearer must match. */
+  function admin(ctx: Context): void {
+    if (!deps.adminEnabled) throw notFound();
+    const header = ctx.get('authorization');
+    const m = /^Bearer\s+(.+)$/i.exec(header);
+    if (!m) throw notAuthenticated();
+    if (!billing.isAdminToken(m[1].trim())) throw forbidden('Invalid admin token.');
+  }
+
+  async function targetUser(ctx: Context): Promise<number> {
+    const raw = String(ctx.params.pk);
+    if (!/^[1-9]\d{0,14}$/.test(raw)) throw notFound('User not found.');
+    const pk = Number(raw);
+    if (!(await deps.accounts.findUser(pk))) throw notFound('User not found.');
+    return pk;
+  }
+
+  return {
+    routes(r: Router) {
+      r.get('/api/subscription/', async (ctx) => {
+        const p = await deps.auth().principal(ctx);
+        ctx.body = await billing.view(p.userPk);
+      });
+
+      r.get('/api/admin/users/:pk/subscription/', async (ctx) => {
+        admin(ctx);
+        ctx.body = await billing.view(await targetUser(ctx));
+      });
+
+      const put = async (ctx: Context) => {
+        admin(ctx);
+        const pk = await targetUser(ctx);
+        const b = v.change(await body(ctx));
+        ctx.body = await billing.change(pk, { plan: b.plan, status: b.status ?? 'active' }, 'admin');
+      };
+      r.put('/api/admin/users/:pk/subscription/', put);
+      r.patch('/api/admin/users/:pk/subscription/', async (ctx) => {
+        admin(ctx);
+        const pk = await targetUser(ctx);
+        const current = await billing.view(pk);
+        const b = v.patch(await body(ctx));
+        ctx.body = await billing.change(pk, { plan: b.plan ?? current.plan, status: b.status ?? current.status }, 'admin');
+      });
+    },
+  };
+}

@@ -1,0 +1,55 @@
+/** Subscriptions: plan and status per account; every change is a SubscriptionChanged event. */
+import { timingSafeEqual, createHash } from 'node:crypto';
+import type { Platform } from '../kernel/platform.js';
+import { event, execute, type Evolver } from '../kernel/command.js';
+import { nowIso } from '../kernel/ids.js';
+import { phonesUsed } from '../identities/service.js';
+import { DEFAULT_SUBSCRIPTION, PLANS, currentSubscription, phoneAllowance, subscriptionStream, type PlanName, type SubscriptionStatus } from './plans.js';
+import { SubscriptionChanged, type SubscriptionChangedData } from './events.js';
+
+const subEvolver: Evolver<{ plan: PlanName; status: SubscriptionStatus }> = {
+  initial: () => ({ ...DEFAULT_SUBSCRIPTION }),
+  evolve: (s, e) => (e.type === SubscriptionChanged ? { plan: (e.data as SubscriptionChangedData).plan as PlanName, status: (e.data as SubscriptionChangedData).status as SubscriptionStatus } : s),
+};
+
+export function createBilling(platform: Platform) {
+  const { events: store, reads, progress, config } = platform;
+
+  /** GET /api/subscription/ body. */
+  async function view(pk: number) {
+    const sub = await currentSubscription(reads, pk);
+    const used = await phonesUsed(store, pk);
+    return {
+      plan: sub.plan,
+      status: sub.status,
+      phone_limit: PLANS[sub.plan].phoneLimit,
+      phones_used: used,
+      // What may still be provisioned now: nothing unless the subscription is active.
+      phones_available: Math.max(0, phoneAllowance(sub) - used),
+      email_limit_hour: config.emailLimitHour,
+      email_limit_day: config.emailLimitDay,
+    };
+  }
+
+  async function change(pk: number, next: { plan: PlanName; status: SubscriptionStatus }, by: string) {
+    const { append } = await execute(store, subscriptionStream(pk), subEvolver, (s) => {
+      if (s.plan === next.plan && s.status === next.status) return { events: [], result: undefined };
+      const data: SubscriptionChangedData = { pk, plan: next.plan, status: next.status, previousPlan: s.plan, previousStatus: s.status, by, at: nowIso() };
+      return { events: [event(SubscriptionChanged, data)], result: undefined };
+    });
+    if (append) await progress.waitFor(append.position);
+    return view(pk);
+  }
+
+  /** Timing-safe check of an admin bearer token (both sides hashed: equal lengths). */
+  function isAdminToken(presented: string): boolean {
+    if (!config.adminToken) return false;
+    const a = createHash('sha256').update(presented).digest();
+    const b = createHash('sha256').update(config.adminToken).digest();
+    return timingSafeEqual(a, b);
+  }
+
+  return { view, change, isAdminToken };
+}
+
+export type Billing = ReturnType<typeof createBilling>;

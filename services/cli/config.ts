@@ -1,0 +1,52 @@
+/**
+ * The CLI's state: `$XDG_CONFIG_HOME/agent-identity/config.json` (default ~/.config/...),
+ * written atomically with mode 0600 in a 0700 directory, because it holds tokens, the
+ * management key and the device secret of the vault's two-secret key derivation.
+ */
+import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+export interface CliConfig {
+  base_url?: string;
+  access?: string;
+  refresh?: string;
+  management_key?: string;
+  /** The default identity (`ais identities use`). */
+  identity?: string;
+  user?: { pk: number; username: string; email: string };
+  /** Vault device secret (SK1-...), kept only on this machine. */
+  device_secret?: string;
+}
+
+export function configDir(env: NodeJS.ProcessEnv = process.env): string {
+  const base = env.XDG_CONFIG_HOME && path.isAbsolute(env.XDG_CONFIG_HOME) ? env.XDG_CONFIG_HOME : path.join(os.homedir(), '.config');
+  return path.join(base, 'agent-identity');
+}
+
+export function configFile(env: NodeJS.ProcessEnv = process.env): string {
+  return path.join(configDir(env), 'config.json');
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): CliConfig {
+  try {
+    return JSON.parse(readFileSync(configFile(env), 'utf8')) as CliConfig;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
+    throw new Error(`Cannot read ${configFile(env)}: ${(err as Error).message}`);
+  }
+}
+
+export function saveConfig(config: CliConfig, env: NodeJS.ProcessEnv = process.env): void {
+  const dir = configDir(env);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const file = configFile(env);
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, JSON.stringify(config, null, 2) + '\n', { mode: 0o600 });
+  chmodSync(tmp, 0o600);
+  renameSync(tmp, file);
+}
+
+export function removeConfig(env: NodeJS.ProcessEnv = process.env): void {
+  rmSync(configFile(env), { force: true });
+}

@@ -1,0 +1,694 @@
+/**
+ * The web dashboard for humans (issue 9): server-rendered pages at `/` outside /api/.
+ *
+ * Accounts (sign-in, register, sign-out, password change and reset, email verification)
+ * call the Accounts service directly. Everything owned by other contexts (identities,
+ * keys, mail, SMS, subscription) goes through the gateway's own public API over loopback
+ * HTTP, with the session cookie as the credential: the dashboard sees exactly what an API
+ * client sees (same validation, plan rules, errors) and depends on no context's internals.
+ *
+ * Security: the session cookie is HttpOnly, SameSite=Lax, Secure when PUBLIC_URL is https;
+ * every POST form carries a CSRF token (session.ts); pages are sent with a strict CSP (no
+ * inline script), `no-store`, and never framed. A freshly minted API key is rendered once in
+ * the response to the POST that created it and is never put in a cookie or browser storage.
+ */
+import { readFileSync } from 'node:fs';
+import type { Context } from 'koa';
+import type Router from '@koa/router';
+import type { ContextFactory, Shared } from '../../infra/runtime.js';
+import { ApiError } from '../gateway/errors.js';
+import { body as readForm } from '../gateway/http.js';
+import { validator } from '../gateway/validate.js';
+import { isUuid } from '../kernel/ids.js';
+import { html, layout, fieldErrors, fmtDate, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
+import { clearCookie, createCsrf, currentSession, setSessionCookie, PRESESSION_COOKIE, SESSION_COOKIE, type CookieOptions, type DashboardSession } from './session.js';
+
+export * from './session.js';
+
+const STATIC: Record<string, { type: string; body: Buffer }> = {
+  '/static/dashboard.css': { type: 'text/css; charset=utf-8', body: readFileSync(new URL('./static/dashboard.css', import.meta.url)) },
+  '/static/dashboard.js': { type: 'text/javascript; charset=utf-8', body: readFileSync(new URL('./static/dashboard.js', import.meta.url)) },
+};
+
+const v = {
+  register: validator<{ username: string; email: string; password1: string; password2: string }>('accounts.json#Register'),
+  passwordChange: validator<{ new_password1: string; new_password2: string }>('accounts.json#PasswordChange'),
+  resetConfirm: validator<{ new_password1: string; new_password2: string; uid: string; token: string }>('accounts.json#PasswordResetConfirm'),
+  emailOnly: validator<{ email: string }>('accounts.json#EmailOnly'),
+};
+
+type Errors = Record<string, string[]>;
+type Flash = { kind: 'ok' | 'error'; text: string } | null;
+interface ApiAnswer {
+  status: number;
+  body: any;
+}
+
+const str = (x: unknown): string => (typeof x === 'string' ? x : '');
+
+/** A human sentence from an API error body (`{detail}` or `{field: [msgs]}`). */
+export function errorText(answer: ApiAnswer): string {
+  const b = answer.body;
+  if (b && typeof b === 'object' && !Array.isArray(b)) {
+    if (typeof b.detail === 'string') return b.detail;
+    const parts = Object.entries(b).flatMap(([k, msgs]) => (Array.isArray(msgs) ? [`${k === 'non_field_errors' ? '' : `${k}: `}${msgs.join(' ')}`] : []));
+    if (parts.length) return parts.join(' ');
+  }
+  return `The request failed (HTTP ${answer.status}).`;
+}
+
+export const dashboardContext: ContextFactory = (shared: Shared) => {
+  const { platform, accounts } = shared;
+  const cookieOpts: CookieOptions = { secure: platform.config.publicUrl.startsWith('https:') };
+  const csrf = createCsrf(shared.keys.hmacKey);
+  const auth = () => shared.auth;
+
+  // ---------- plumbing ----------
+
+  function send(ctx: Context, title: string, content: Safe, nav: DashboardSession | null, flash: Flash = null, status = 200): void {
+    ctx.status = status;
+    ctx.set('Content-Security-Policy', PAGE_CSP);
+    ctx.set('Cache-Control', 'no-store');
+    ctx.type = 'text/html; charset=utf-8';
+    const username = nav ? (ctx.state.dashboardUser?.username as string) ?? '' : '';
+    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav, cookieOpts) } : null, flash);
+  }
+
+  const token = (ctx: Context, s: DashboardSession | null) => csrf.token(ctx, s, cookieOpts);
+  const hidden = (ctx: Context, s: DashboardSession | null) => html`<input type="hidden" name="csrf" value="${token(ctx, s)}">`;
+
+  function redirect(ctx: Context, to: string): void {
+    ctx.status = 303;
+    ctx.redirect(to);
+  }
+
+  async function session(ctx: Context): Promise<DashboardSession | null> {
+    const s = await currentSession(ctx, auth);
+    if (s && !ctx.state.dashboardUser) {
+      const user = await accounts.findUser(s.userPk);
+      if (!user) return null;
+      ctx.state.dashboardUser = user;
+    }
+    return s;
+  }
+
+  /** The signed-in session, or a redirect to the sign-in page (null: already answered). */
+  async function requireSession(ctx: Context): Promise<DashboardSession | null> {
+    const s = await session(ctx);
+    if (!s) redirect(ctx, '/login');
+    return s;
+  }
+
+  /** Parsed form + CSRF check; null when refused (403 page already sent). */
+  async function form(ctx: Context, s: DashboardSession | null): Promise<Record<string, string> | null> {
+    let raw: Record<string, unknown>;
+    try {
+      raw = await readForm(ctx);
+    } catch {
+      raw = {};
+    }
+    if (!csrf.check(ctx, s, cookieOpts, raw.csrf)) {
+      send(ctx, 'Request refused', html`<p>The form expired or did not come from this site. <a href="/">Go back</a> and try again.</p>`, s, null, 403);
+      return null;
+    }
+    return Object.fromEntries(Object.entries(raw).map(([k, x]) => [k, typeof x === 'string' ? x : ''])) as Record<string, string>;
+  }
+
+  /** Calls the gateway's own API over loopback with the session cookie as the credential. */
+  async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string } = {}): Promise<ApiAnswer> {
+    const sock = ctx.req.socket;
+    let host = (sock.localAddress ?? '127.0.0.1').replace(/^::ffff:/, '');
+    if (host.includes(':')) host = `[${host}]`;
+    const headers: Record<string, string> = { cookie: `${SESSION_COOKIE}=${s.cookie}`, accept: 'application/json' };
+    if (opts.identity) headers['x-service-identity'] = opts.identity;
+    if (opts.body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(`http://${host}:${sock.localPort}${path}`, { method, headers, body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+    const text = await res.text();
+    let parsed: unknown = null;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      parsed = text;
+    }
+    return { status: res.status, body: parsed };
+  }
+
+  const apiErrors = (a: ApiAnswer): Errors | null =>
+    a.status === 400 && a.body && typeof a.body === 'object' && !('detail' in a.body) ? (a.body as Errors) : null;
+
+  function fieldsOf(err: unknown): Errors {
+    if (err instanceof ApiError) return err.fields ?? { non_field_errors: [err.detail] };
+    throw err;
+  }
+
+  // ---------- account pages ----------
+
+  function loginPage(ctx: Context, login = '', flash: Flash = null, status = 200) {
+    send(
+      ctx,
+      'Sign in',
+      html`<form method="post" action="/login" class="card">
+  ${hidden(ctx, null)}
+  <label for="login">Username or email</label>
+  <input id="login" name="login" autocomplete="username" required value="${login}">
+  <label for="password">Password</label>
+  <input id="password" name="password" type="password" autocomplete="current-password" required>
+  <button type="submit">Sign in</button>
+</form>
+<p><a href="/register">Create an account</a> · <a href="/forgot-password">Forgot your password?</a></p>`,
+      null,
+      flash,
+      status,
+    );
+  }
+
+  function registerPage(ctx: Context, values: Record<string, string> = {}, errors: Errors | null = null) {
+    send(
+      ctx,
+      'Create an account',
+      html`<form method="post" action="/register" class="card" novalidate>
+  ${hidden(ctx, null)}
+  ${fieldErrors(errors, 'non_field_errors')}
+  <label for="username">Username</label>
+  <input id="username" name="username" autocomplete="username" required maxlength="150" value="${values.username ?? ''}" aria-describedby="username-error">
+  ${fieldErrors(errors, 'username')}
+  <label for="email">Email</label>
+  <input id="email" name="email" type="email" autocomplete="email" required value="${values.email ?? ''}" aria-describedby="email-error">
+  ${fieldErrors(errors, 'email')}
+  <label for="password1">Password</label>
+  <input id="password1" name="password1" type="password" autocomplete="new-password" required aria-describedby="password1-error">
+  ${fieldErrors(errors, 'password1')}
+  <label for="password2">Password again</label>
+  <input id="password2" name="password2" type="password" autocomplete="new-password" required aria-describedby="password2-error">
+  ${fieldErrors(errors, 'password2')}
+  <button type="submit">Create account</button>
+</form>`,
+      null,
+      errors ? { kind: 'error', text: 'Please correct the errors below.' } : null,
+      errors ? 400 : 200,
+    );
+  }
+
+  async function signIn(ctx: Context, user: Awaited<ReturnType<typeof accounts.getUser>>) {
+    const started = await accounts.startSession(user, { via: 'dashboard', kind: 'cookie' });
+    setSessionCookie(ctx, started.refresh, started.refreshExpiresAt, cookieOpts);
+    clearCookie(ctx, PRESESSION_COOKIE, cookieOpts);
+  }
+
+  // ---------- identities ----------
+
+  async function homePage(ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> = {}) {
+    const [ids, sub] = await Promise.all([api(ctx, s, 'GET', '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
+    const list: any[] = Array.isArray(ids.body) ? ids.body : [];
+    const user = ctx.state.dashboardUser;
+    send(
+      ctx,
+      'Identities',
+      html`${user && !user.emailVerified ? html`<p class="note">Your email address ${user.email} is not verified yet: open the link we mailed you.</p>` : ''}
+<section aria-labelledby="sub-h"><h2 id="sub-h">Subscription and usage</h2>${subscription(sub)}</section>
+<section aria-labelledby="ids-h">
+<h2 id="ids-h">Your identities</h2>
+${ids.status !== 200
+  ? html`<p class="flash error" role="alert">${errorText(ids)}</p>`
+  : list.length === 0
+    ? html`<p>No identity yet. Create one below.</p>`
+    : html`<table>
+<thead><tr><th scope="col">Name</th><th scope="col">Email</th><th scope="col">Phone</th><th scope="col">Created</th></tr></thead>
+<tbody>${list.map((i) => html`<tr><td><a href="/identities/${str(i.uuid)}">${str(i.name)}</a></td><td>${str(i.inbox)}</td><td>${str(i.phone) || '—'}</td><td>${fmtDate(i.created_dt)}</td></tr>`)}</tbody>
+</table>`}
+</section>
+<section aria-labelledby="new-h">
+<h2 id="new-h">Create an identity</h2>
+<form method="post" action="/identities" class="card">
+  ${hidden(ctx, s)}
+  ${fieldErrors(errors, 'non_field_errors')}
+  <label for="name">Name</label>
+  <input id="name" name="name" required maxlength="100" value="${values.name ?? ''}">
+  ${fieldErrors(errors, 'name')}
+  <label for="email_identifier">Email identifier (optional: the part before @${platform.config.mailDomain})</label>
+  <input id="email_identifier" name="email_identifier" value="${values.email_identifier ?? ''}">
+  ${fieldErrors(errors, 'email_identifier')}
+  <label class="check"><input type="checkbox" name="provision_phone" value="true"${values.provision_phone ? new Safe(' checked') : ''}> Provision a phone number (depends on your plan)</label>
+  ${fieldErrors(errors, 'provision_phone')}
+  <button type="submit">Create identity</button>
+</form>
+</section>`,
+      s,
+      flash,
+      errors ? 400 : 200,
+    );
+  }
+
+  function subscription(sub: ApiAnswer): Safe {
+    if (sub.status !== 200 || !sub.body || typeof sub.body !== 'object') return html`<p>Subscription details are not available (${errorText(sub)}).</p>`;
+    const rows = Object.entries(sub.body as Record<string, unknown>).flatMap(([k, x]) => {
+      if (x !== null && typeof x === 'object') return Object.entries(x as Record<string, unknown>).map(([k2, y]) => [`${k} ${k2}`, y] as const);
+      return [[k, x] as const];
+    });
+    return html`<dl class="kv">${rows.map(([k, x]) => html`<dt>${k.replace(/_/g, ' ')}</dt><dd>${x === null ? '—' : typeof x === 'object' ? JSON.stringify(x) : String(x)}</dd>`)}</dl>`;
+  }
+
+  async function identityPage(ctx: Context, s: DashboardSession, id: string, flash: Flash = null, errors: Errors | null = null) {
+    const ident = await api(ctx, s, 'GET', `/api/identities/${id}/`);
+    if (ident.status !== 200) return send(ctx, 'Identity', html`<p class="flash error" role="alert">${errorText(ident)}</p>`, s, null, ident.status === 404 ? 404 : 400);
+    const i = ident.body;
+    const [threads, convs] = await Promise.all([
+      api(ctx, s, 'GET', '/api/email-inbox/?limit=50', { identity: id }),
+      api(ctx, s, 'GET', '/api/sms-inbox/?limit=50', { identity: id }),
+    ]);
+    const threadList: any[] = Array.isArray(threads.body) ? threads.body : [];
+    const convList: any[] = Array.isArray(convs.body) ? convs.body : [];
+    send(
+      ctx,
+      `Identity ${str(i.name)}`,
+      html`<dl class="kv"><dt>Email</dt><dd>${str(i.inbox)}</dd><dt>Phone</dt><dd>${str(i.phone) || '—'}</dd><dt>Id</dt><dd><code>${str(i.uuid)}</code></dd><dt>Created</dt><dd>${fmtDate(i.created_dt)}</dd></dl>
+<section aria-labelledby="mail-h"><h2 id="mail-h">Email threads</h2>
+${threads.status !== 200
+  ? html`<p>Mail is not available (${errorText(threads)}).</p>`
+  : threadList.length === 0
+    ? html`<p>No mail yet.</p>`
+    : html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${threadId(t)}">${str(t.subject) || '(no subject)'}</a></td><td>${addr(t.last_from ?? t.from ?? t.participants)}</td><td>${String(t.message_count ?? t.messages?.length ?? '')}</td><td>${fmtDate(t.last_message_at ?? t.updated_dt ?? t.created_dt)}</td></tr>`)}
+</tbody></table>`}
+</section>
+<section aria-labelledby="sms-h"><h2 id="sms-h">SMS conversations</h2>
+${convs.status !== 200
+  ? html`<p>SMS is not available (${errorText(convs)}).</p>`
+  : convList.length === 0
+    ? html`<p>No SMS yet.</p>`
+    : html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">When</th></tr></thead><tbody>
+${convList.map((c) => html`<tr><td><a href="/identities/${id}/sms/${str(c.uuid ?? c.id ?? c.conversation_id)}">${str(c.participant ?? c.peer ?? c.with ?? c.from) || '—'}</a></td><td>${str(c.preview ?? c.last_message ?? '')}</td><td>${fmtDate(c.last_message_at ?? c.updated_dt ?? c.created_dt)}</td></tr>`)}
+</tbody></table>`}
+</section>
+<section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
+<form method="post" action="/identities/${id}/rename" class="card">
+  ${hidden(ctx, s)}
+  <label for="name">New name</label>
+  <input id="name" name="name" required maxlength="100" value="${str(i.name)}">
+  ${fieldErrors(errors, 'name')}
+  <button type="submit">Rename</button>
+</form></section>
+<section aria-labelledby="delete-h"><h2 id="delete-h">Delete</h2>
+<form method="post" action="/identities/${id}/delete" class="card danger">
+  ${hidden(ctx, s)}
+  <p>Deleting the identity releases its address and phone number and revokes its keys. This cannot be undone.</p>
+  <label for="confirm">Type the identity's name (<strong>${str(i.name)}</strong>) to confirm</label>
+  <input id="confirm" name="confirm" required autocomplete="off">
+  ${fieldErrors(errors, 'confirm')}
+  <button type="submit" class="danger">Delete identity</button>
+</form></section>`,
+      s,
+      flash,
+      errors ? 400 : 200,
+    );
+  }
+
+  // ---------- keys ----------
+
+  async function keysPage(ctx: Context, s: DashboardSession, minted: { key: string; label: string; kind: string } | null = null, flash: Flash = null, status = 200) {
+    const [mgmt, idk, ids] = await Promise.all([
+      api(ctx, s, 'GET', '/api/auth/keys/management/?limit=200'),
+      api(ctx, s, 'GET', '/api/auth/keys/identity/?limit=200'),
+      api(ctx, s, 'GET', '/api/identities/?limit=200'),
+    ]);
+    const identities: any[] = Array.isArray(ids.body) ? ids.body : [];
+    const names = new Map(identities.map((i) => [str(i.uuid), str(i.name)]));
+    const table = (answer: ApiAnswer, kind: 'management' | 'identity') => {
+      if (answer.status !== 200) return html`<p class="flash error" role="alert">${errorText(answer)}</p>`;
+      const rows: any[] = Array.isArray(answer.body) ? answer.body : [];
+      if (!rows.length) return html`<p>No ${kind} key.</p>`;
+      return html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)}</code></td>${kind === 'identity' ? html`<td>${names.get(str(k.identity ?? k.identity_uuid)) ?? str(k.identity ?? k.identity_uuid)}</td>` : ''}<td>${fmtDate(k.last_used_at)}</td><td>${fmtDate(k.created_dt)}</td>
+<td><form method="post" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
+</tbody></table>`;
+    };
+    send(
+      ctx,
+      'API keys',
+      html`${minted
+  ? html`<section class="minted" aria-labelledby="minted-h"><h2 id="minted-h">Your new ${minted.kind} key “${minted.label}”</h2>
+<p class="warning"><strong>Copy it now: it is shown only once.</strong> Only a hash is stored; if you lose it, revoke it and mint another.</p>
+<p><label for="new-key">Key</label><input id="new-key" class="secret" readonly value="${minted.key}" autocomplete="off" spellcheck="false">
+<button type="button" data-copy="new-key">Copy</button> <span class="copy-status" role="status" aria-live="polite"></span></p></section>`
+  : ''}
+<section aria-labelledby="mk-h"><h2 id="mk-h">Management keys</h2>
+<p>A management key (<code>svc_mgmt_…</code>) acts for the whole account: it creates identities and mints identity keys.</p>
+${table(mgmt, 'management')}
+<form method="post" action="/keys/management" class="card">${hidden(ctx, s)}
+<label for="mlabel">Label of the new management key</label><input id="mlabel" name="label" required maxlength="100">
+<button type="submit">Create management key</button></form></section>
+<section aria-labelledby="ik-h"><h2 id="ik-h">Identity keys</h2>
+<p>An identity key (<code>svc_id_…</code>) gives an agent access to exactly one identity.</p>
+${table(idk, 'identity')}
+${identities.length
+  ? html`<form method="post" action="/keys/identity" class="card">${hidden(ctx, s)}
+<label for="ilabel">Label of the new identity key</label><input id="ilabel" name="label" required maxlength="100">
+<label for="identity">Identity</label><select id="identity" name="identity">${identities.map((i) => html`<option value="${str(i.uuid)}">${str(i.name)} (${str(i.inbox)})</option>`)}</select>
+<button type="submit">Create identity key</button></form>`
+  : html`<p>Create an identity first to mint identity keys.</p>`}</section>`,
+      s,
+      flash,
+      status,
+    );
+  }
+
+  // ---------- mail and SMS ----------
+
+  function messageBody(m: any): Safe {
+    const htmlBody = str(m.html ?? m.body_html ?? (typeof m.body === 'string' && /<[a-z]/i.test(m.body) ? m.body : ''));
+    const text = str(m.text ?? m.body_text ?? m.body ?? m.preview);
+    if (htmlBody) {
+      // The sender's HTML never runs: a sandboxed frame without allow-scripts/allow-same-origin,
+      // and a CSP inside it that loads nothing (no remote images, no tracking).
+      const doc = `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="${MAIL_FRAME_CSP}"><base target="_blank"></head><body>${htmlBody}</body></html>`;
+      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" srcdoc="${doc}"></iframe>
+<details><summary>Plain text</summary><pre class="mail-text">${text}</pre></details>`;
+    }
+    return html`<pre class="mail-text">${text}</pre>`;
+  }
+
+  async function threadPage(ctx: Context, s: DashboardSession, id: string, thread: string) {
+    const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
+    if (t.status !== 200) return send(ctx, 'Email thread', html`<p class="flash error" role="alert">${errorText(t)}</p><p><a href="/identities/${id}">Back</a></p>`, s, null, t.status === 404 ? 404 : 400);
+    const messages: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
+    send(
+      ctx,
+      str(t.body.subject) || '(no subject)',
+      html`<p><a href="/identities/${id}">← Back to the identity</a></p>
+${messages.map((m) => html`<article class="message card">
+<header><dl class="kv"><dt>From</dt><dd>${addr(m.from)}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
+${messageBody(m)}
+${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<span class="tag">${str(a.filename)} (${String(a.size ?? '')} B)</span> `)}</p>` : ''}
+</article>`)}`,
+      s,
+    );
+  }
+
+  async function smsPage(ctx: Context, s: DashboardSession, id: string, conv: string) {
+    const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id });
+    if (c.status !== 200) return send(ctx, 'SMS conversation', html`<p class="flash error" role="alert">${errorText(c)}</p><p><a href="/identities/${id}">Back</a></p>`, s, null, c.status === 404 ? 404 : 400);
+    const messages: any[] = Array.isArray(c.body.messages) ? c.body.messages : [];
+    send(
+      ctx,
+      `SMS with ${str(c.body.participant ?? c.body.peer ?? c.body.with) || 'a number'}`,
+      html`<p><a href="/identities/${id}">← Back to the identity</a></p>
+<ol class="sms">${messages.map((m) => html`<li class="${str(m.direction) === 'outbound' ? 'out' : 'in'}"><p class="meta">${str(m.from)} → ${str(m.to)} · ${fmtDate(m.created_dt ?? m.received_at ?? m.sent_at)}</p><p>${str(m.body)}</p></li>`)}</ol>`,
+      s,
+    );
+  }
+
+  // ---------- routes ----------
+
+  function routes(r: Router): void {
+    for (const [p, file] of Object.entries(STATIC)) {
+      r.get(p, (ctx) => {
+        ctx.type = file.type;
+        ctx.set('Cache-Control', 'public, max-age=3600');
+        ctx.body = file.body;
+      });
+    }
+
+    r.get('/', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (s) await homePage(ctx, s);
+    });
+
+    r.get('/login', async (ctx) => {
+      if (await session(ctx)) return redirect(ctx, '/');
+      loginPage(ctx);
+    });
+    r.post('/login', async (ctx) => {
+      const f = await form(ctx, null);
+      if (!f) return;
+      const login = (f.login ?? '').trim();
+      let user;
+      try {
+        user = login && f.password ? await accounts.checkPassword(login, f.password, ctx.ip) : null;
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 429) return loginPage(ctx, login, { kind: 'error', text: err.detail }, 429);
+        throw err;
+      }
+      if (!user) return loginPage(ctx, login, { kind: 'error', text: 'Wrong username/email or password.' }, 400);
+      await signIn(ctx, user);
+      redirect(ctx, '/');
+    });
+
+    r.get('/register', async (ctx) => {
+      if (await session(ctx)) return redirect(ctx, '/');
+      registerPage(ctx);
+    });
+    r.post('/register', async (ctx) => {
+      const f = await form(ctx, null);
+      if (!f) return;
+      const values = { username: (f.username ?? '').trim(), email: (f.email ?? '').trim() };
+      try {
+        const b = v.register({ ...values, password1: f.password1 ?? '', password2: f.password2 ?? '' });
+        if (b.password1 !== b.password2) return registerPage(ctx, values, { password2: ["The two password fields didn't match."] });
+        const user = await accounts.register({ username: b.username, email: b.email, password: b.password1 });
+        await signIn(ctx, user);
+      } catch (err) {
+        return registerPage(ctx, values, fieldsOf(err));
+      }
+      redirect(ctx, '/');
+    });
+
+    r.post('/logout', async (ctx) => {
+      const s = await session(ctx);
+      const f = await form(ctx, s);
+      if (!f) return;
+      if (s) await accounts.revokeSession(s.sessionId, 'logout');
+      clearCookie(ctx, SESSION_COOKIE, cookieOpts);
+      ctx.state.dashboardSession = null;
+      loginPage(ctx, '', { kind: 'ok', text: 'You are signed out.' });
+    });
+
+    const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null) => {
+      const u = ctx.state.dashboardUser;
+      send(
+        ctx,
+        'Account',
+        html`<dl class="kv"><dt>Username</dt><dd>${u.username}</dd><dt>Email</dt><dd>${u.email} ${u.emailVerified ? '(verified)' : '(not verified)'}</dd><dt>Account number</dt><dd>${String(u.pk)}</dd></dl>
+<section aria-labelledby="pw-h"><h2 id="pw-h">Change password</h2>
+<form method="post" action="/account/password" class="card">${hidden(ctx, s)}
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required>
+${fieldErrors(errors, 'new_password1')}
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required>
+${fieldErrors(errors, 'new_password2')}
+<p class="note">Changing the password signs out every other session and invalidates refresh tokens.</p>
+<button type="submit">Change password</button></form></section>`,
+        s,
+        flash,
+        errors ? 400 : 200,
+      );
+    };
+    r.get('/account', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (s) accountPage(ctx, s);
+    });
+    r.post('/account/password', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (!s) return;
+      const f = await form(ctx, s);
+      if (!f) return;
+      try {
+        const b = v.passwordChange({ new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
+        if (b.new_password1 !== b.new_password2) return accountPage(ctx, s, null, { new_password2: ["The two password fields didn't match."] });
+        await accounts.setPassword(s.userPk, b.new_password1, 'change');
+      } catch (err) {
+        return accountPage(ctx, s, null, fieldsOf(err));
+      }
+      // The change revoked every session, this one included: start a fresh one.
+      const user = await accounts.getUser(s.userPk);
+      await signIn(ctx, user);
+      ctx.state.dashboardSession = undefined;
+      redirect(ctx, '/account?changed=1');
+    });
+
+    const forgotPage = (ctx: Context, flash: Flash = null, status = 200) =>
+      send(
+        ctx,
+        'Reset your password',
+        html`<form method="post" action="/forgot-password" class="card">${hidden(ctx, null)}
+<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required>
+<button type="submit">Send a reset link</button></form>`,
+        null,
+        flash,
+        status,
+      );
+    r.get('/forgot-password', async (ctx) => forgotPage(ctx));
+    r.post('/forgot-password', async (ctx) => {
+      const f = await form(ctx, null);
+      if (!f) return;
+      try {
+        const b = v.emailOnly({ email: (f.email ?? '').trim() });
+        await accounts.requestPasswordReset(b.email);
+      } catch (err) {
+        return forgotPage(ctx, { kind: 'error', text: Object.values(fieldsOf(err)).flat().join(' ') }, 400);
+      }
+      // Same answer whether or not the address is known (no account enumeration).
+      forgotPage(ctx, { kind: 'ok', text: 'If an account uses this address, a reset link is on its way.' });
+    });
+
+    const resetPage = (ctx: Context, uid: string, tok: string, flash: Flash = null, errors: Errors | null = null) =>
+      send(
+        ctx,
+        'Choose a new password',
+        html`<form method="post" action="/reset-password" class="card">${hidden(ctx, null)}
+<input type="hidden" name="uid" value="${uid}"><input type="hidden" name="token" value="${tok}">
+${fieldErrors(errors, 'uid')}${fieldErrors(errors, 'token')}
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required>
+${fieldErrors(errors, 'new_password1')}
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required>
+${fieldErrors(errors, 'new_password2')}
+<button type="submit">Set password</button></form>`,
+        null,
+        flash,
+        errors ? 400 : 200,
+      );
+    r.get('/reset-password', async (ctx) => resetPage(ctx, str(ctx.query.uid), str(ctx.query.token)));
+    r.post('/reset-password', async (ctx) => {
+      const f = await form(ctx, null);
+      if (!f) return;
+      try {
+        const b = v.resetConfirm({ uid: f.uid ?? '', token: f.token ?? '', new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
+        if (b.new_password1 !== b.new_password2) return resetPage(ctx, b.uid, b.token, null, { new_password2: ["The two password fields didn't match."] });
+        await accounts.confirmPasswordReset(b.uid, b.token, b.new_password1);
+      } catch (err) {
+        const errors = fieldsOf(err);
+        if (errors.uid || errors.token) errors.token = ['This reset link is invalid or has expired. Ask for a new one.'];
+        delete errors.uid;
+        return resetPage(ctx, f.uid ?? '', f.token ?? '', null, errors);
+      }
+      loginPage(ctx, '', { kind: 'ok', text: 'Your password was reset. Sign in with the new one.' });
+    });
+
+    r.get('/verify-email', async (ctx) => {
+      const s = await session(ctx);
+      try {
+        await accounts.verifyEmail(str(ctx.query.key));
+      } catch (err) {
+        fieldsOf(err);
+        return send(ctx, 'Email verification', html`<p>This verification link is invalid or has expired.</p>`, s, { kind: 'error', text: 'Not verified.' }, 400);
+      }
+      send(ctx, 'Email verification', html`<p><a href="/">Continue</a></p>`, s, { kind: 'ok', text: 'Your email address is verified.' });
+    });
+
+    // Identities
+    r.post('/identities', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (!s) return;
+      const f = await form(ctx, s);
+      if (!f) return;
+      const values = { name: (f.name ?? '').trim(), email_identifier: (f.email_identifier ?? '').trim(), provision_phone: f.provision_phone === 'true' ? 'true' : '' };
+      const payload: Record<string, unknown> = { name: values.name };
+      if (values.email_identifier) payload.email_identifier = values.email_identifier;
+      if (values.provision_phone) payload.provision_phone = true;
+      const a = await api(ctx, s, 'POST', '/api/identities/', { body: payload });
+      if (a.status === 201) return redirect(ctx, `/identities/${str(a.body.uuid)}?created=1`);
+      if (a.status === 402) return homePage(ctx, s, { kind: 'error', text: `Your plan does not allow this: ${errorText(a)}` }, null, values);
+      const errors = apiErrors(a);
+      return homePage(ctx, s, { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) }, errors ?? { non_field_errors: [errorText(a)] }, values);
+    });
+
+    const uuidParam = (ctx: Context): string | null => {
+      const id = String(ctx.params.id ?? '').toLowerCase();
+      if (isUuid(id)) return id;
+      ctx.status = 404;
+      return null;
+    };
+
+    r.get('/identities/:id', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      await identityPage(ctx, s, id, ctx.query.created ? { kind: 'ok', text: 'Identity created.' } : ctx.query.renamed ? { kind: 'ok', text: 'Identity renamed.' } : null);
+    });
+    r.post('/identities/:id/rename', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      const f = await form(ctx, s);
+      if (!f) return;
+      const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name: (f.name ?? '').trim() } });
+      if (a.status === 200) return redirect(ctx, `/identities/${id}?renamed=1`);
+      await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) }, apiErrors(a) ?? { name: [errorText(a)] });
+    });
+    r.post('/identities/:id/delete', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      const f = await form(ctx, s);
+      if (!f) return;
+      const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
+      if (current.status !== 200) return redirect(ctx, '/');
+      if ((f.confirm ?? '').trim() !== str(current.body.name)) {
+        return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the exact name of the identity to confirm.'] });
+      }
+      const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
+      if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
+      await homePage(ctx, s, { kind: 'ok', text: `Identity “${str(current.body.name)}” deleted.` });
+    });
+    r.get('/identities/:id/mail/:thread', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      await threadPage(ctx, s, id, String(ctx.params.thread));
+    });
+    r.get('/identities/:id/sms/:conv', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      await smsPage(ctx, s, id, String(ctx.params.conv));
+    });
+
+    // Keys
+    r.get('/keys', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (s) await keysPage(ctx, s, null, ctx.query.revoked ? { kind: 'ok', text: 'Key revoked. It no longer works.' } : null);
+    });
+    r.post('/keys/:kind', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (!s) return;
+      const kind = String(ctx.params.kind);
+      if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
+      const f = await form(ctx, s);
+      if (!f) return;
+      const payload: Record<string, unknown> = { label: (f.label ?? '').trim() };
+      if (kind === 'identity') payload.identity_uuid = (f.identity ?? '').trim();
+      const a = await api(ctx, s, 'POST', `/api/auth/keys/${kind}/`, { body: payload });
+      if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
+      await keysPage(ctx, s, { key: a.body.key, label: str(a.body.label), kind }, { kind: 'ok', text: 'Key created.' });
+    });
+    r.post('/keys/:kind/:id/revoke', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      const kind = String(ctx.params.kind);
+      if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
+      const f = await form(ctx, s);
+      if (!f) return;
+      const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
+      if (a.status !== 204) return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, 400);
+      redirect(ctx, '/keys?revoked=1');
+    });
+  }
+
+  return { name: 'dashboard', module: { routes } };
+};
+
+function threadId(t: any): string {
+  return str(t.uuid ?? t.id ?? t.thread_id);
+}
+
+/** Addresses from the API's shapes: "a@b", {address, name}, or a list of them. */
+function addr(x: unknown): string {
+  if (!x) return '';
+  if (typeof x === 'string') return x;
+  if (Array.isArray(x)) return x.map(addr).filter(Boolean).join(', ');
+  if (typeof x === 'object') {
+    const a = x as { address?: string; name?: string; email?: string };
+    const address = a.address ?? a.email ?? '';
+    return a.name ? `${a.name} <${address}>` : address;
+  }
+  return String(x);
+}

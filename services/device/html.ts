@@ -1,0 +1,134 @@
+/**
+ * Server-rendered HTML of the /device page (no build step, no script: the page works with
+ * a strict Content-Security-Policy). Every interpolated value goes through {@link esc}.
+ */
+
+export function esc(value: unknown): string {
+  return String(value ?? '')
+    .replace(/&/g, '&amp;')
+    .replace(/</g, '&lt;')
+    .replace(/>/g, '&gt;')
+    .replace(/"/g, '&quot;')
+    .replace(/'/g, '&#39;');
+}
+
+export interface Notice {
+  kind: 'error' | 'success';
+  text: string;
+}
+
+function notice(n: Notice | undefined): string {
+  if (!n) return '';
+  return n.kind === 'error'
+    ? `<div class="alert" role="alert">${esc(n.text)}</div>`
+    : `<div class="success" role="status">${esc(n.text)}</div>`;
+}
+
+export function layout(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="robots" content="noindex">
+<title>${esc(title)} · Agent Identity</title>
+<link rel="stylesheet" href="/device/device.css">
+</head>
+<body>
+<main>
+${body}
+</main>
+</body>
+</html>`;
+}
+
+const hidden = (name: string, value: string) => `<input type="hidden" name="${esc(name)}" value="${esc(value)}">`;
+
+/** RFC 8628 §3.3: the human enters the code shown by the device. */
+export function enterCodePage(opts: { notice?: Notice; value?: string; signedInAs?: string | null; csrf: string }): string {
+  return layout(
+    'Connect a device',
+    `<h1>Connect a device</h1>
+${notice(opts.notice)}
+<p>Enter the code shown by the agent or device that asked to sign in.</p>
+<form method="get" action="/device">
+  <label for="user_code">Code</label>
+  <input id="user_code" class="code-input" type="text" name="user_code" value="${esc(opts.value ?? '')}" placeholder="XXXX-XXXX" autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="20" required autofocus aria-describedby="code-help">
+  <p id="code-help" class="muted">8 letters; the dash is optional.</p>
+  <button type="submit">Continue</button>
+</form>
+${signedInFooter(opts.signedInAs ?? null, '', opts.csrf)}`,
+  );
+}
+
+/** Not signed in: show the code back (RFC 8628 §3.3.1) and the ways to sign in. */
+export function signInPage(opts: { userCode: string; csrf: string; login?: string; notice?: Notice; oidcLabel: string | null }): string {
+  const oidc = opts.oidcLabel
+    ? `<form method="post" action="/device/oidc/start">
+  ${hidden('user_code', opts.userCode)}${hidden('csrf', opts.csrf)}
+  <button type="submit" class="secondary" id="oidc-continue">Continue with ${esc(opts.oidcLabel)}</button>
+</form>
+<div class="divider">or sign in with a password</div>`
+    : '';
+  return layout(
+    'Sign in to approve a device',
+    `<h1>Sign in to approve a device</h1>
+${notice(opts.notice)}
+<p>Check that this code matches the one shown on your device:</p>
+<p class="code" aria-label="Code ${esc(opts.userCode.split('').join(' '))}">${esc(opts.userCode)}</p>
+<p class="muted">Not the same code? <a href="/device">Enter a different code</a>. If you did not start this, close this page.</p>
+${oidc}
+<form method="post" action="/device/login">
+  ${hidden('user_code', opts.userCode)}${hidden('csrf', opts.csrf)}
+  <label for="login">Username or email</label>
+  <input id="login" type="text" name="login" value="${esc(opts.login ?? '')}" autocomplete="username" required>
+  <label for="password">Password</label>
+  <input id="password" type="password" name="password" autocomplete="current-password" required>
+  <button type="submit" id="sign-in">Sign in</button>
+</form>`,
+  );
+}
+
+/** Signed in: approve or deny (RFC 8628 §3.3), with the code shown to compare. */
+export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice }): string {
+  return layout(
+    'Approve device',
+    `<h1>Approve this device?</h1>
+${notice(opts.notice)}
+<p>An agent or device is asking for access to your account. Approve only if it shows this code:</p>
+<p class="code" aria-label="Code ${esc(opts.userCode.split('').join(' '))}">${esc(opts.userCode)}</p>
+<p class="muted">Approving gives it a new management key for your account (you can revoke it any time) and signs it in as you.</p>
+<div class="actions">
+  <form method="post" action="/device/approve">
+    ${hidden('user_code', opts.userCode)}${hidden('csrf', opts.csrf)}
+    <button type="submit" id="approve">Approve</button>
+  </form>
+  <form method="post" action="/device/deny">
+    ${hidden('user_code', opts.userCode)}${hidden('csrf', opts.csrf)}
+    <button type="submit" class="danger" id="deny">Deny</button>
+  </form>
+</div>
+${signedInFooter(opts.signedInAs, opts.userCode, opts.csrf)}`,
+  );
+}
+
+export function resultPage(opts: { title: string; notice: Notice; userCode?: string; again?: boolean }): string {
+  return layout(
+    opts.title,
+    `<h1>${esc(opts.title)}</h1>
+${notice(opts.notice)}
+${opts.userCode ? `<p class="code">${esc(opts.userCode)}</p>` : ''}
+${opts.again ? '<p><a href="/device">Enter another code</a></p>' : ''}`,
+  );
+}
+
+function signedInFooter(who: string | null, userCode: string, csrf: string): string {
+  if (!who) return '';
+  return `<footer>
+  <form method="post" action="/device/logout">
+    Signed in as <strong>${esc(who)}</strong>.
+    ${hidden('user_code', userCode)}${hidden('csrf', csrf)}
+    <button type="submit" class="link">Use another account</button>
+  </form>
+</footer>`;
+}

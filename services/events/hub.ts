@@ -1,0 +1,128 @@
+/**
+ * In-process fan-out of the event log to the open streams. ONE catch-up subscription to
+ * the store (from its head when the hub starts, filtered to the few event types that
+ * matter) feeds every stream of this process: a stream costs a map entry, never a query
+ * per event or a poll.
+ */
+import type { EventStore, RecordedEvent, Subscription } from '../../infra/ports/event-store.js';
+
+/** Inbound messages, by the stream category that names their identity. */
+export const MESSAGE_TYPES = ['EmailReceived', 'SmsReceived'] as const;
+/** Events that end streams. */
+const CLOSING_TYPES = ['ApiKeyRevoked', 'IdentityDeleted'] as const;
+
+export const mailboxStream = (identityId: string) => `mailbox-${identityId}`;
+export const smsboxStream = (identityId: string) => `smsbox-${identityId}`;
+
+/** The identity an inbound-message event belongs to: the id part of its stream. */
+export function identityOfMessage(e: RecordedEvent): string | null {
+  if (e.type === 'EmailReceived' && e.stream.startsWith('mailbox-')) return e.stream.slice('mailbox-'.length);
+  if (e.type === 'SmsReceived' && e.stream.startsWith('smsbox-')) return e.stream.slice('smsbox-'.length);
+  return null;
+}
+
+export interface Listener {
+  identityId: string;
+  /** The API key the stream was opened with, if any: its revocation ends the stream. */
+  keyId?: string;
+  deliver(event: RecordedEvent): void;
+  /** The credential or the identity went away. */
+  revoke(reason: string): void;
+}
+
+/**
+ * Remembers what was revoked since the hub started, so a stream authorized from a read
+ * model that had not seen a revocation yet is still ended when it registers after the
+ * hub saw it. Bounded: revocations are rare, and older ones are already in the read models.
+ */
+const REMEMBERED = 50_000;
+
+export class EventHub {
+  readonly #byIdentity = new Map<string, Set<Listener>>();
+  readonly #byKey = new Map<string, Set<Listener>>();
+  readonly #revokedKeys = new Set<string>();
+  readonly #deletedIdentities = new Set<string>();
+  #subscription: Subscription | null = null;
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly onFailure: (error: unknown) => void,
+  ) {}
+
+  get size(): number {
+    let n = 0;
+    for (const set of this.#byIdentity.values()) n += set.size;
+    return n;
+  }
+
+  async start(): Promise<void> {
+    const head = await this.store.headPosition();
+    const sub = this.store.subscribeAll({ after: head, filter: { eventTypes: [...MESSAGE_TYPES, ...CLOSING_TYPES] } }, (e) => this.#dispatch(e));
+    sub.done.catch((error) => this.onFailure(error));
+    this.#subscription = sub;
+  }
+
+  stop(): void {
+    this.#subscription?.close();
+    this.#subscription = null;
+  }
+
+  /** Adds a listener; false (and nothing added) when its key or identity is already gone. */
+  add(l: Listener): boolean {
+    if (this.#deletedIdentities.has(l.identityId) || (l.keyId && this.#revokedKeys.has(l.keyId))) return false;
+    addTo(this.#byIdentity, l.identityId, l);
+    if (l.keyId) addTo(this.#byKey, l.keyId, l);
+    return true;
+  }
+
+  remove(l: Listener): void {
+    removeFrom(this.#byIdentity, l.identityId, l);
+    if (l.keyId) removeFrom(this.#byKey, l.keyId, l);
+  }
+
+  /** Every listener (for shutdown). */
+  all(): Listener[] {
+    return [...this.#byIdentity.values()].flatMap((s) => [...s]);
+  }
+
+  #dispatch(e: RecordedEvent): void {
+    switch (e.type) {
+      case 'ApiKeyRevoked': {
+        const keyId = String(e.data?.keyId ?? '');
+        remember(this.#revokedKeys, keyId);
+        for (const l of [...(this.#byKey.get(keyId) ?? [])]) l.revoke('key revoked');
+        return;
+      }
+      case 'IdentityDeleted': {
+        const identityId = String(e.data?.identityId ?? '');
+        remember(this.#deletedIdentities, identityId);
+        for (const l of [...(this.#byIdentity.get(identityId) ?? [])]) l.revoke('identity deleted');
+        return;
+      }
+      default: {
+        const identityId = identityOfMessage(e);
+        if (!identityId) return;
+        for (const l of [...(this.#byIdentity.get(identityId) ?? [])]) l.deliver(e);
+      }
+    }
+  }
+}
+
+function addTo(map: Map<string, Set<Listener>>, key: string, l: Listener): void {
+  let set = map.get(key);
+  if (!set) map.set(key, (set = new Set()));
+  set.add(l);
+}
+
+function removeFrom(map: Map<string, Set<Listener>>, key: string, l: Listener): void {
+  const set = map.get(key);
+  if (!set) return;
+  set.delete(l);
+  if (set.size === 0) map.delete(key);
+}
+
+function remember(set: Set<string>, value: string): void {
+  if (!value) return;
+  set.add(value);
+  if (set.size > REMEMBERED) set.delete(set.values().next().value as string);
+}

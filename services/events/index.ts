@@ -1,0 +1,179 @@
+/**
+ * The real-time event stream (SPEC "Events"; DECISIONS "Mail, SMS, events"):
+ * GET /api/events/stream/ sends the identity's inbound email and SMS as Server-Sent Events.
+ *
+ * The stream is read straight off the event log. A frame's `id:` is the event's global
+ * position, so it is strictly increasing, and `Last-Event-ID` is a position to read after:
+ * the stream replays every later event of the identity from the log, then goes live.
+ * The stream registers with the hub BEFORE it reads the log and holds live events back
+ * while it replays; anything the replay already sent is dropped by position. Every event
+ * is therefore sent exactly once, in order, also when it is appended during the replay.
+ */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import type { ContextFactory } from '../../infra/runtime.js';
+import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { ApiError } from '../gateway/errors.js';
+import { SseConnection } from '../gateway/sse.js';
+import { EventHub, MESSAGE_TYPES, mailboxStream, smsboxStream, type Listener } from './hub.js';
+
+/** Reconnection delay announced to clients (`retry:`). */
+export const RETRY_MS = 3000;
+/** Unsent bytes a slow reader may leave in its socket before it is cut (then resumes by id). */
+export const MAX_BUFFERED_BYTES = 1024 * 1024;
+/** Live events held back while a stream replays; past it the stream is cut (the client resumes). */
+const MAX_HELD_EVENTS = 10_000;
+/** Events read from the log per replay page. */
+const REPLAY_PAGE = 256;
+/** A reader that takes nothing for this long during a replay is cut. */
+const REPLAY_STALL_MS = 60_000;
+
+const EVENT_ID = /^\d{1,30}$/;
+
+/** `Last-Event-ID` header, else `last_event_id` query; null when neither is given. */
+export function lastEventIdOf(ctx: Context): string | null {
+  const header = ctx.get('last-event-id');
+  const q = ctx.query.last_event_id;
+  const raw = header !== '' ? header : Array.isArray(q) ? q[0] : q;
+  if (raw === undefined || raw === '') return null;
+  const value = raw.trim();
+  if (!EVENT_ID.test(value)) {
+    throw new ApiError(400, 'invalid_last_event_id', 'Last-Event-ID must be an id received from this stream (a decimal number).', {
+      last_event_id: ['Last-Event-ID must be an id received from this stream (a decimal number).'],
+    });
+  }
+  // Positions are canonical decimals (no leading zeros); "0007" means "after 7".
+  return value.replace(/^0+(?=\d)/, '');
+}
+
+/** The frame of an inbound-message event: `email` or `sms`, all values strings. */
+export function frameOf(e: RecordedEvent): { event: string; data: Record<string, string> } | null {
+  const d = e.data ?? {};
+  const s = (v: unknown) => (v === undefined || v === null ? '' : String(v));
+  if (e.type === 'EmailReceived') {
+    const from = d.from && typeof d.from === 'object' ? d.from.address : d.from;
+    return { event: 'email', data: { thread_id: s(d.threadId), message_id: s(d.messageId), from_email: s(from), subject: s(d.subject), preview: s(d.preview) } };
+  }
+  if (e.type === 'SmsReceived') {
+    return { event: 'sms', data: { conversation_id: s(d.conversationId), message_id: s(d.messageId), from_number: s(d.from), preview: s(d.preview) } };
+  }
+  return null;
+}
+
+export const eventsContext: ContextFactory = (shared) => {
+  const { platform } = shared;
+  const { config, events } = platform;
+  const log = platform.logger.child({ context: 'events' });
+  const hub = new EventHub(events, (error) => {
+    log.error({ err: error }, 'event stream subscription failed; closing open streams');
+    for (const l of hub.all()) l.revoke('subscription failed');
+  });
+  const open = new Set<SseConnection>();
+  let keepalive: NodeJS.Timeout | null = null;
+  let stopping = false;
+
+  async function stream(ctx: Context): Promise<void> {
+    // Every refusal is a JSON error answered before the stream opens.
+    const { principal, identityId } = await shared.auth.identity(ctx);
+    const after = lastEventIdOf(ctx);
+    if (stopping) throw new ApiError(503, 'service_unavailable', 'The service is shutting down; reconnect shortly.', undefined, { 'Retry-After': '1' });
+
+    let lastSent: string | null = after;
+    let held: RecordedEvent[] | null = after === null ? null : []; // non-null while replaying
+
+    const send = (e: RecordedEvent) => {
+      if (comparePositions(e.position, lastSent) <= 0) return; // already sent (replay/live overlap)
+      const frame = frameOf(e);
+      if (!frame) return;
+      conn.send(e.position, frame.event, frame.data);
+      lastSent = e.position;
+    };
+
+    const listener: Listener = {
+      identityId,
+      keyId: principal.kind === 'management_key' || principal.kind === 'identity_key' ? principal.keyId : undefined,
+      deliver(e) {
+        if (conn.closed) return;
+        if (held) {
+          if (held.length >= MAX_HELD_EVENTS) return conn.destroy();
+          held.push(e);
+          return;
+        }
+        send(e);
+      },
+      revoke(reason) {
+        log.debug({ identityId, reason }, 'event stream closed');
+        conn.end();
+      },
+    };
+
+    const conn = SseConnection.open(ctx, {
+      retryMs: RETRY_MS,
+      maxBufferedBytes: MAX_BUFFERED_BYTES,
+      onClose: () => {
+        hub.remove(listener);
+        open.delete(conn);
+      },
+    });
+    open.add(conn);
+    if (!hub.add(listener)) {
+      conn.end(); // the key or identity went away between the check and now
+      return;
+    }
+    if (after === null) return; // live only, from now
+
+    try {
+      const filter = { streams: [mailboxStream(identityId), smsboxStream(identityId)], eventTypes: [...MESSAGE_TYPES] };
+      for (;;) {
+        const page = await events.readAll({ after: lastSent, maxCount: REPLAY_PAGE, filter });
+        for (const e of page) {
+          if (conn.closed) return;
+          send(e);
+        }
+        if (!conn.writable) await stalled(conn);
+        if (conn.closed) return;
+        if (page.length < REPLAY_PAGE) break;
+      }
+      // Synchronous from here: no live event can slip between the flush and going live.
+      const pending = held ?? [];
+      held = null;
+      for (const e of pending) send(e);
+    } catch (err) {
+      log.error({ err, identityId }, 'event stream replay failed');
+      conn.destroy();
+    }
+  }
+
+  /** Waits for the socket to drain; cuts a reader that takes nothing for too long. */
+  async function stalled(conn: SseConnection): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, REPLAY_STALL_MS)));
+    await Promise.race([conn.drained(), timeout]);
+    clearTimeout(timer);
+    if (!conn.writable) conn.destroy();
+  }
+
+  const routes = (r: Router) => {
+    r.get('/api/events/stream/', stream);
+  };
+
+  return {
+    name: 'events',
+    module: { routes },
+    async start() {
+      await hub.start();
+      // One timer for every stream of the process (a timer per stream costs memory at 10k streams).
+      keepalive = setInterval(() => {
+        for (const conn of open) conn.comment('keepalive');
+      }, config.sseKeepaliveMs);
+      keepalive.unref();
+    },
+    async stop() {
+      stopping = true;
+      if (keepalive) clearInterval(keepalive);
+      hub.stop();
+      // Open streams would keep server.close() waiting: end them (clients reconnect elsewhere).
+      for (const conn of [...open]) conn.end();
+    },
+  };
+};

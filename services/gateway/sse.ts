@@ -1,0 +1,115 @@
+/**
+ * A Server-Sent Events response (WHATWG HTML "Server-sent events") written straight to
+ * the Node response: Koa steps aside (`ctx.respond = false`), headers are flushed at once,
+ * and the socket has no idle timeout (the keepalive comments keep proxies from cutting it).
+ *
+ * Backpressure: a frame is never held back for a slow reader; instead the bytes the socket
+ * has not taken yet are bounded. Past {@link SseOptions.maxBufferedBytes} the connection
+ * is destroyed and the client resumes with Last-Event-ID, so the server's memory per
+ * stream stays bounded whatever the client does.
+ */
+import type { Context } from 'koa';
+import type { ServerResponse } from 'node:http';
+
+export interface SseOptions {
+  /** Reconnection delay the client should use (the `retry:` field), in ms. */
+  retryMs: number;
+  /** Bytes the socket may hold unsent before the connection is cut. */
+  maxBufferedBytes: number;
+  /** Called once when the stream ends, whatever the cause. */
+  onClose?: () => void;
+}
+
+export class SseConnection {
+  #closed = false;
+  readonly #res: ServerResponse;
+  readonly #max: number;
+  readonly #onClose?: () => void;
+
+  private constructor(res: ServerResponse, options: SseOptions) {
+    this.#res = res;
+    this.#max = options.maxBufferedBytes;
+    this.#onClose = options.onClose;
+    res.once('close', () => this.#finish());
+  }
+
+  /** Takes the response over from Koa and sends the headers and the `retry:` line. */
+  static open(ctx: Context, options: SseOptions): SseConnection {
+    ctx.respond = false;
+    const res = ctx.res;
+    const socket = ctx.req.socket;
+    socket.setTimeout(0);
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true);
+    res.writeHead(200, {
+      'Content-Type': 'text/event-stream; charset=utf-8',
+      'Cache-Control': 'no-cache',
+      'X-Accel-Buffering': 'no', // nginx: do not buffer the stream
+      Connection: 'keep-alive',
+    });
+    res.flushHeaders();
+    const conn = new SseConnection(res, options);
+    conn.#write(`retry: ${options.retryMs}\n\n`);
+    return conn;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** True while the socket still takes writes without queueing (see {@link drained}). */
+  get writable(): boolean {
+    return !this.#closed && !this.#res.writableNeedDrain;
+  }
+
+  /** One event frame. `id` and `event` never contain line breaks (we make them). */
+  send(id: string, event: string, data: unknown): void {
+    // JSON.stringify escapes line breaks inside strings, so the data is one `data:` line.
+    this.#write(`id: ${id}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+  }
+
+  /** A comment line (ignored by clients; keeps intermediaries from timing out). */
+  comment(text: string): void {
+    this.#write(`: ${text}\n\n`);
+  }
+
+  /** Resolves when the socket has taken what was queued, or the stream closed. */
+  drained(): Promise<void> {
+    if (!this.#res.writableNeedDrain || this.#closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        this.#res.off('drain', done);
+        this.#res.off('close', done);
+        resolve();
+      };
+      this.#res.on('drain', done);
+      this.#res.on('close', done);
+    });
+  }
+
+  /** Ends the stream cleanly (the client may reconnect). */
+  end(): void {
+    if (this.#closed) return;
+    this.#res.end();
+    this.#finish();
+  }
+
+  /** Cuts the connection (slow reader, shutdown). */
+  destroy(): void {
+    if (this.#closed) return;
+    this.#res.destroy();
+    this.#finish();
+  }
+
+  #write(chunk: string): void {
+    if (this.#closed) return;
+    const ok = this.#res.write(chunk);
+    if (!ok && this.#res.writableLength > this.#max) this.destroy();
+  }
+
+  #finish(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#onClose?.();
+  }
+}

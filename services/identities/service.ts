@@ -1,0 +1,306 @@
+/**
+ * Identities: create (with inbox address and optional phone), rename, delete.
+ *
+ * Uniqueness is held by reservation streams (services/kernel/reservations.ts), so it holds
+ * across any number of concurrent requests and gateways:
+ * - `identityname` `<pk>:<lower-cased name>`: per account; released on rename and delete.
+ * - `inbox` `<local>@<domain>`: PERMANENT. A deleted identity's address is never handed to
+ *   another identity, so nobody can receive mail meant for a former agent.
+ * - phone slots of the plan: stream `phones-<pk>`, appended at the revision read, so two
+ *   concurrent provisionings cannot both take the last slot.
+ */
+import { WrongExpectedRevisionError, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
+import type { Collection, Page } from '../../infra/ports/read-store.js';
+import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../../infra/ports/phone-provider.js';
+import type { Platform } from '../kernel/platform.js';
+import { event, execute, loadStream, expectedFor, type Evolver } from '../kernel/command.js';
+import { newId, nowIso } from '../kernel/ids.js';
+import { release, reserve } from '../kernel/reservations.js';
+import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
+import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
+import { currentSubscription, phoneAllowance, planRequiredFor } from '../billing/plans.js';
+import {
+  IdentityCreated,
+  IdentityDeleted,
+  IdentityUpdated,
+  PhoneProvisioned,
+  PhoneReleased,
+  PhoneSlotClaimed,
+  PhoneSlotFreed,
+  identityStream,
+  phonesStream,
+  type IdentityCreatedData,
+  type IdentityDeletedData,
+  type IdentityUpdatedData,
+  type PhoneProvisionedData,
+  type PhoneReleasedData,
+  type PhoneSlotData,
+} from './events.js';
+import { RESERVED_LOCAL_PARTS, generateLocalPart, normalizeLocalPart } from './email-identifier.js';
+
+const NAME_KIND = 'identityname';
+const INBOX_KIND = 'inbox';
+const GENERATE_ATTEMPTS = 8;
+
+interface IdentityState {
+  exists: boolean;
+  deleted: boolean;
+  ownerPk: number;
+  name: string;
+  inbox: string;
+  phone: AllocatedNumber | null;
+  provider: string | null;
+}
+
+export const identityEvolver: Evolver<IdentityState> = {
+  initial: () => ({ exists: false, deleted: false, ownerPk: 0, name: '', inbox: '', phone: null, provider: null }),
+  evolve(s, e: RecordedEvent) {
+    switch (e.type) {
+      case IdentityCreated: {
+        const d = e.data as IdentityCreatedData;
+        return { ...s, exists: true, ownerPk: d.ownerPk, name: d.name, inbox: d.inbox };
+      }
+      case IdentityUpdated: {
+        const d = e.data as IdentityUpdatedData;
+        return d.name === undefined ? s : { ...s, name: d.name };
+      }
+      case PhoneProvisioned: {
+        const d = e.data as PhoneProvisionedData;
+        return { ...s, phone: { phone: d.phone, providerRef: d.providerRef ?? null }, provider: d.provider };
+      }
+      case PhoneReleased:
+        return { ...s, phone: null, provider: null };
+      case IdentityDeleted:
+        return { ...s, deleted: true };
+      default:
+        return s;
+    }
+  },
+};
+
+/** Identity ids holding a phone slot of the account's plan. */
+const slotsEvolver: Evolver<Set<string>> = {
+  initial: () => new Set(),
+  evolve(s, e) {
+    const id = (e.data as PhoneSlotData).identityId;
+    const next = new Set(s);
+    if (e.type === PhoneSlotClaimed) next.add(id);
+    if (e.type === PhoneSlotFreed) next.delete(id);
+    return next;
+  },
+};
+
+/** Phones the account uses now (its `phones-<pk>` stream). */
+export async function phonesUsed(store: EventStore, ownerPk: number): Promise<number> {
+  return (await loadStream(store, phonesStream(ownerPk), slotsEvolver)).state.size;
+}
+
+export interface CreateIdentityInput {
+  name: string;
+  emailIdentifier?: string | null;
+  provisionPhone?: boolean;
+}
+
+const nameKeyOf = (ownerPk: number, name: string) => `${ownerPk}:${name.toLowerCase()}`;
+const ownerOf = (id: string) => `identity-${id}`;
+
+function cleanName(raw: string): string {
+  const name = raw.trim();
+  if (!name) throw badRequest({ name: ['This field may not be blank.'] });
+  return name;
+}
+
+export function createIdentities(platform: Platform, phones: PhoneProvider) {
+  const { events: store, reads, progress, config, logger } = platform;
+  const identities = reads.collection<IdentityDoc>(IDENTITIES);
+
+  const nameTaken = () => conflict('An identity with this name already exists in your account.');
+
+  /** Takes a phone slot of the plan for `identityId`, or answers 402. */
+  async function claimSlot(ownerPk: number, identityId: string): Promise<void> {
+    const sub = await currentSubscription(reads, ownerPk);
+    const allowance = phoneAllowance(sub);
+    await execute(store, phonesStream(ownerPk), slotsEvolver, (slots) => {
+      if (slots.has(identityId)) return { events: [], result: undefined };
+      if (slots.size >= allowance) throw paymentRequired(sub, slots.size + 1);
+      return { events: [event(PhoneSlotClaimed, { identityId, at: nowIso() } satisfies PhoneSlotData)], result: undefined };
+    }, 20);
+  }
+
+  async function freeSlot(ownerPk: number, identityId: string): Promise<void> {
+    await execute(store, phonesStream(ownerPk), slotsEvolver, (slots) => ({
+      events: slots.has(identityId) ? [event(PhoneSlotFreed, { identityId, at: nowIso() } satisfies PhoneSlotData)] : [],
+      result: undefined,
+    }), 20);
+  }
+
+  function paymentRequired(sub: { plan: string; status: string }, phonesWanted: number): ApiError {
+    const planRequired = planRequiredFor(phonesWanted);
+    const detail =
+      sub.status !== 'active'
+        ? `Your subscription is ${sub.status}; phone numbers need an active subscription.`
+        : `Your plan (${sub.plan}) does not include ${phonesWanted === 1 ? 'a phone number' : `${phonesWanted} phone numbers`}; upgrade to ${planRequired}.`;
+    return new ApiError(402, 'payment_required', detail, undefined, undefined, { plan_required: planRequired });
+  }
+
+  /** Refuses early (before any reservation) when the plan has no room for one more phone. */
+  async function precheckPhone(ownerPk: number): Promise<void> {
+    const sub = await currentSubscription(reads, ownerPk);
+    const used = await phonesUsed(store, ownerPk);
+    if (used >= phoneAllowance(sub)) throw paymentRequired(sub, used + 1);
+  }
+
+  async function allocateNumber(identityId: string): Promise<AllocatedNumber> {
+    try {
+      return await phones.allocate(identityId);
+    } catch (err) {
+      if (err instanceof PhoneProviderError) {
+        logger.error({ err, identityId, provider: phones.name }, 'phone allocation failed');
+        throw new ApiError(503, 'phone_unavailable', 'No phone number could be provisioned right now; retry later.', undefined, { 'Retry-After': '30' });
+      }
+      throw err;
+    }
+  }
+
+  async function reserveInbox(identityId: string, name: string, emailIdentifier: string | null | undefined): Promise<string> {
+    const domain = config.mailDomain;
+    if (emailIdentifier !== undefined && emailIdentifier !== null) {
+      const local = normalizeLocalPart(emailIdentifier);
+      if ('error' in local) throw badRequest({ email_identifier: [local.error] });
+      const inbox = `${local.value}@${domain}`;
+      if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true))) {
+        throw conflict('This email address is already taken.');
+      }
+      return inbox;
+    }
+    for (let attempt = 0; attempt < GENERATE_ATTEMPTS; attempt++) {
+      const inbox = `${generateLocalPart(name, attempt < 4 ? 4 : 8)}@${domain}`;
+      if (await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true)) return inbox;
+    }
+    throw conflict('Could not generate a free email address; pass email_identifier.');
+  }
+
+  async function create(ownerPk: number, input: CreateIdentityInput): Promise<IdentityDoc> {
+    const name = cleanName(input.name);
+    const id = newId();
+    const owner = ownerOf(id);
+    if (input.provisionPhone) await precheckPhone(ownerPk);
+    const nameKey = nameKeyOf(ownerPk, name);
+    if (!(await reserve(store, NAME_KIND, nameKey, owner))) throw nameTaken();
+
+    let slot = false;
+    let number: AllocatedNumber | null = null;
+    try {
+      if (input.provisionPhone) {
+        await claimSlot(ownerPk, id);
+        slot = true;
+      }
+      const inbox = await reserveInbox(id, name, input.emailIdentifier);
+      if (input.provisionPhone) number = await allocateNumber(id);
+      const at = nowIso();
+      const evs = [event(IdentityCreated, { identityId: id, ownerPk, name, inbox, phone: number?.phone ?? null, at } satisfies IdentityCreatedData)];
+      if (number) {
+        evs.push(event(PhoneProvisioned, { identityId: id, phone: number.phone, provider: phones.name, providerRef: number.providerRef, at } satisfies PhoneProvisionedData) as never);
+      }
+      const appended = await store.append(identityStream(id), evs, { expectedRevision: 'no_stream' });
+      await progress.waitFor(appended.position);
+    } catch (err) {
+      // Undo what this attempt took (the inbox reservation is permanent by design).
+      await release(store, NAME_KIND, nameKey, owner).catch(() => undefined);
+      if (number) await phones.release(id, number).catch((e) => logger.warn({ err: e, identityId: id }, 'phone release failed'));
+      if (slot) await freeSlot(ownerPk, id).catch(() => undefined);
+      throw err;
+    }
+    return (await identities.get(id))!;
+  }
+
+  async function load(id: string) {
+    const s = await loadStream(store, identityStream(id), identityEvolver);
+    if (!s.state.exists || s.state.deleted) throw notFound('Identity not found.');
+    return s;
+  }
+
+  /** Renames and/or provisions a phone. Owner checks are the caller's (routes). */
+  async function update(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
+    const { state, revision } = await load(id);
+    const owner = ownerOf(id);
+    let position: string | null = null;
+    if (input.name !== undefined) {
+      const name = cleanName(input.name);
+      if (name !== state.name) {
+        const oldKey = nameKeyOf(state.ownerPk, state.name);
+        const newKey = nameKeyOf(state.ownerPk, name);
+        if (newKey !== oldKey && !(await reserve(store, NAME_KIND, newKey, owner))) throw nameTaken();
+        try {
+          const appended = await store.append(identityStream(id), [event(IdentityUpdated, { identityId: id, name, at: nowIso() } satisfies IdentityUpdatedData)], {
+            expectedRevision: expectedFor(revision),
+          });
+          position = appended.position;
+        } catch (err) {
+          if (newKey !== oldKey) await release(store, NAME_KIND, newKey, owner).catch(() => undefined);
+          if (err instanceof WrongExpectedRevisionError) throw conflict('The identity was modified concurrently; retry.');
+          throw err;
+        }
+        if (newKey !== oldKey) await release(store, NAME_KIND, oldKey, owner);
+      }
+    }
+    if (input.provisionPhone && !state.phone) position = (await provisionPhone(id, state.ownerPk)) ?? position;
+    if (position) await progress.waitFor(position);
+    return (await identities.get(id))!;
+  }
+
+  async function provisionPhone(id: string, ownerPk: number): Promise<string | null> {
+    await precheckPhone(ownerPk);
+    await claimSlot(ownerPk, id);
+    let number: AllocatedNumber | null = null;
+    try {
+      number = await allocateNumber(id);
+      const n = number;
+      const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
+        if (!s.exists || s.deleted) throw notFound('Identity not found.');
+        if (s.phone) throw conflict('This identity already has a phone number.');
+        return { events: [event(PhoneProvisioned, { identityId: id, phone: n.phone, provider: phones.name, providerRef: n.providerRef, at: nowIso() } satisfies PhoneProvisionedData)], result: undefined };
+      });
+      return append?.position ?? null;
+    } catch (err) {
+      if (number) await phones.release(id, number).catch(() => undefined);
+      await freeSlot(ownerPk, id).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Deletes: the read model drops it at once (keys fenced to it stop working), the phone is released. */
+  async function remove(id: string): Promise<void> {
+    const { result: state, append } = await execute(store, identityStream(id), identityEvolver, (s) => {
+      if (!s.exists || s.deleted) throw notFound('Identity not found.');
+      const at = nowIso();
+      const evs = [];
+      if (s.phone) evs.push(event(PhoneReleased, { identityId: id, phone: s.phone.phone, provider: s.provider ?? phones.name, at } satisfies PhoneReleasedData));
+      evs.push(event(IdentityDeleted, { identityId: id, ownerPk: s.ownerPk, at } satisfies IdentityDeletedData));
+      return { events: evs, result: s };
+    });
+    if (append) await progress.waitFor(append.position);
+    await release(store, NAME_KIND, nameKeyOf(state.ownerPk, state.name), ownerOf(id));
+    if (state.phone) {
+      await phones.release(id, state.phone).catch((err) => logger.warn({ err, identityId: id }, 'phone release failed; the number stays reserved'));
+      await freeSlot(state.ownerPk, id);
+    }
+  }
+
+  const get = (id: string) => identities.get(id);
+
+  function list(ownerPk: number, page: { limit: number; cursor: string | null }): Promise<Page<IdentityDoc>> {
+    return identities.find({ where: { ownerPk }, orderBy: { field: 'createdAt', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
+  }
+
+  async function findIdentity(id: string): Promise<{ id: string; ownerPk: number } | null> {
+    const doc = await identities.get(id);
+    return doc ? { id: doc.id, ownerPk: doc.ownerPk } : null;
+  }
+
+  return { create, update, remove, get, list, findIdentity, collection: identities as Collection<IdentityDoc> };
+}
+
+export type Identities = ReturnType<typeof createIdentities>;
+
+export const toIdentity = (d: IdentityDoc) => ({ uuid: d.id, name: d.name, inbox: d.inbox, phone: d.phone ?? null, created_dt: d.createdAt });

@@ -1,0 +1,49 @@
+/**
+ * The keys context: management and identity API keys, the `apikeys` read model, the
+ * `findKey`/`touchKey` credential resolvers and GET /api/health/whoami/.
+ *
+ * Other contexts (the device flow) mint a management key with
+ * `createKeys(platform).mint(pk, { kind: 'management', label })`.
+ */
+import type { ContextFactory } from '../../infra/runtime.js';
+import type { Subscription } from '../../infra/ports/event-store.js';
+import { apiKeysProjection } from '../../projections/apikeys/index.js';
+import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
+import { createKeys } from './service.js';
+import { keyRoutes } from './routes.js';
+
+export { createKeys, hashKey, maskKey, type Keys } from './service.js';
+export * from './events.js';
+
+export const keysContext: ContextFactory = (shared) => {
+  const { platform } = shared;
+  const keys = createKeys(platform);
+  const identities = platform.reads.collection<IdentityDoc>(IDENTITIES);
+  let reactor: Subscription | null = null;
+  return {
+    name: 'keys',
+    projections: [apiKeysProjection],
+    module: keyRoutes({
+      keys,
+      accounts: shared.accounts,
+      auth: () => shared.auth,
+      findIdentity: async (id) => {
+        const d = await identities.get(id);
+        return d ? { id: d.id, ownerPk: d.ownerPk } : null;
+      },
+      publicUrl: platform.config.publicUrl,
+    }),
+    resolvers: { findKey: keys.findKey, touchKey: keys.touchKey },
+    async start() {
+      // Keys of a deleted identity already fail (findKey checks the identity); this records
+      // their revocation in the log. Idempotent, so catching up from the start is safe.
+      reactor = platform.events.subscribeAll({ after: null, filter: { eventTypes: ['IdentityDeleted'] } }, async (e) => {
+        await keys.revokeForIdentity((e.data as { identityId: string }).identityId).catch((err) => platform.logger.warn({ err }, 'revoking keys of a deleted identity failed'));
+      });
+      reactor.done.catch((err) => platform.logger.error({ err }, 'key revocation reactor stopped'));
+    },
+    async stop() {
+      reactor?.close();
+    },
+  };
+};

@@ -1,0 +1,193 @@
+/**
+ * API keys (SPEC "Key kinds", "API keys"; DECISIONS "Auth"): management keys (`svc_mgmt_`)
+ * for the account, identity keys (`svc_id_`) fenced to one identity.
+ *
+ * - A key is the prefix + 40 base62 characters from a CSPRNG (≈238 bits).
+ * - Only its SHA-256 hash is stored (event and read model). A lookup is one indexed read
+ *   by hash, confirmed with a timing-safe comparison. The key itself is shown once.
+ * - Revocation removes the key from the read model before the DELETE answers, so the next
+ *   request with it gets 401 (read-your-writes). A key fenced to a deleted identity is
+ *   refused at once (its identity is checked on every lookup) and revoked by a reactor.
+ * - last_used_at: an `ApiKeyUsed` event at most once per key per minute (in-memory throttle).
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Page } from '../../infra/ports/read-store.js';
+import type { Platform } from '../kernel/platform.js';
+import { event, execute, type Evolver } from '../kernel/command.js';
+import { newId, nowIso, randomBase62 } from '../kernel/ids.js';
+import { notFound } from '../gateway/errors.js';
+import { KEY_PREFIXES, type KeyRecord } from '../gateway/auth.js';
+import { APIKEYS, type ApiKeyDoc } from '../../projections/apikeys/index.js';
+import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
+import {
+  ApiKeyMinted,
+  ApiKeyRevoked,
+  ApiKeyUsed,
+  apiKeyStream,
+  type ApiKeyMintedData,
+  type ApiKeyRevokedData,
+  type ApiKeyUsedData,
+  type KeyKind,
+} from './events.js';
+
+/** Random characters after the prefix: 40 × log2(62) ≈ 238 bits (≥ 160 required). */
+export const KEY_SECRET_LENGTH = 40;
+export const TOUCH_INTERVAL_MS = 60_000;
+
+export const hashKey = (secret: string): string => createHash('sha256').update(secret, 'utf8').digest('hex');
+
+/** Prefix + "…" + at most the last 4 characters of the secret (DECISIONS "Auth"). */
+export function maskKey(secret: string): string {
+  const prefix = secret.startsWith(KEY_PREFIXES.management) ? KEY_PREFIXES.management : secret.startsWith(KEY_PREFIXES.identity) ? KEY_PREFIXES.identity : '';
+  const rest = secret.slice(prefix.length);
+  const shown = Math.min(4, Math.floor(rest.length / 4)); // never more than a quarter of the secret
+  return `${prefix}…${shown > 0 ? rest.slice(-shown) : ''}`;
+}
+
+interface KeyState {
+  exists: boolean;
+  revoked: boolean;
+  kind: KeyKind;
+  ownerPk: number;
+  identityId?: string;
+}
+
+const keyEvolver: Evolver<KeyState> = {
+  initial: () => ({ exists: false, revoked: false, kind: 'management', ownerPk: 0 }),
+  evolve(s, e) {
+    if (e.type === ApiKeyMinted) {
+      const d = e.data as ApiKeyMintedData;
+      return { exists: true, revoked: false, kind: d.kind, ownerPk: d.ownerPk, identityId: d.identityId };
+    }
+    if (e.type === ApiKeyRevoked) return { ...s, revoked: true };
+    return s;
+  },
+};
+
+export function createKeys(platform: Platform) {
+  const { events: store, reads, progress, logger } = platform;
+  const keys = reads.collection<ApiKeyDoc>(APIKEYS);
+  const identities = reads.collection<IdentityDoc>(IDENTITIES);
+  const lastTouch = new Map<string, number>();
+
+  /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
+  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
+    const keyId = newId();
+    const secret = `${input.kind === 'management' ? KEY_PREFIXES.management : KEY_PREFIXES.identity}${randomBase62(KEY_SECRET_LENGTH)}`;
+    const data: ApiKeyMintedData = {
+      keyId,
+      kind: input.kind,
+      ownerPk,
+      ...(input.identityId ? { identityId: input.identityId } : {}),
+      label: input.label,
+      maskedKey: maskKey(secret),
+      keyHash: hashKey(secret),
+      at: nowIso(),
+    };
+    const appended = await store.append(apiKeyStream(keyId), [event(ApiKeyMinted, data)], { expectedRevision: 'no_stream' });
+    await progress.waitFor(appended.position);
+    return { doc: (await keys.get(keyId))!, secret };
+  }
+
+  /** Revokes a key of `ownerPk` and `kind`; 404 when it is not one (unknown, revoked, other account). */
+  async function revoke(ownerPk: number, kind: KeyKind, keyId: string): Promise<void> {
+    const { append } = await execute(store, apiKeyStream(keyId), keyEvolver, (s) => {
+      if (!s.exists || s.revoked || s.ownerPk !== ownerPk || s.kind !== kind) throw notFound('Key not found.');
+      return { events: [event(ApiKeyRevoked, revokedData(s, keyId, 'owner'))], result: undefined };
+    });
+    if (append) await progress.waitFor(append.position);
+  }
+
+  const revokedData = (s: KeyState, keyId: string, reason: string): ApiKeyRevokedData => ({
+    keyId,
+    ownerPk: s.ownerPk,
+    ...(s.identityId ? { identityId: s.identityId } : {}),
+    reason,
+    at: nowIso(),
+  });
+
+  /** Revokes every key fenced to a deleted identity (the reactor; idempotent). */
+  async function revokeForIdentity(identityId: string): Promise<void> {
+    for (;;) {
+      const page = await keys.find({ where: { identityId }, limit: 100 });
+      if (page.items.length === 0) return;
+      let last: string | null = null;
+      for (const k of page.items) {
+        const { append } = await execute(store, apiKeyStream(k.id), keyEvolver, (s) =>
+          s.exists && !s.revoked ? { events: [event(ApiKeyRevoked, revokedData(s, k.id, 'identity_deleted'))], result: undefined } : { events: [], result: undefined },
+        );
+        if (append) last = append.position;
+      }
+      if (!last) return; // documents not yet updated by the projection: nothing more to do now
+      await progress.waitFor(last);
+    }
+  }
+
+  async function liveIdentity(id: string, ownerPk: number): Promise<IdentityDoc | null> {
+    const doc = await identities.get(id);
+    return doc && doc.ownerPk === ownerPk ? doc : null;
+  }
+
+  /** The credential resolver: a live key by its full secret, or null. */
+  async function findKey(secret: string): Promise<KeyRecord | null> {
+    if (secret.length > 200) return null;
+    const hash = hashKey(secret);
+    const doc = await keys.findOne({ keyHash: hash });
+    if (!doc || !timingSafeEqual(Buffer.from(doc.keyHash, 'hex'), Buffer.from(hash, 'hex'))) return null;
+    const expectedPrefix = doc.kind === 'management' ? KEY_PREFIXES.management : KEY_PREFIXES.identity;
+    if (!secret.startsWith(expectedPrefix)) return null;
+    if (doc.kind === 'identity') {
+      if (!doc.identityId || !(await liveIdentity(doc.identityId, doc.ownerPk))) return null;
+      return { keyId: doc.id, kind: 'identity_key', userPk: doc.ownerPk, identityId: doc.identityId };
+    }
+    return { keyId: doc.id, kind: 'management_key', userPk: doc.ownerPk };
+  }
+
+  /** Records a use, at most once per key per TOUCH_INTERVAL_MS (fire and forget). */
+  function touchKey(keyId: string): void {
+    const now = Date.now();
+    const last = lastTouch.get(keyId);
+    if (last !== undefined && now - last < TOUCH_INTERVAL_MS) return;
+    lastTouch.set(keyId, now);
+    const data: ApiKeyUsedData = { keyId, at: new Date(now).toISOString() };
+    store.append(apiKeyStream(keyId), [event(ApiKeyUsed, data)], { expectedRevision: 'stream_exists' }).catch((err) => {
+      logger.warn({ err, keyId }, 'last_used_at not recorded');
+    });
+  }
+
+  /** Keys of an account, oldest first; identity keys of deleted identities are left out. */
+  async function list(ownerPk: number, kind: KeyKind, page: { limit: number; cursor: string | null }, identityId?: string): Promise<Page<ApiKeyDoc>> {
+    const result = await keys.find({
+      where: { ownerPk, kind, ...(identityId ? { identityId } : {}) },
+      orderBy: { field: 'createdAt', direction: 'asc' },
+      limit: page.limit,
+      cursor: page.cursor,
+    });
+    if (kind === 'management') return result;
+    const live = await Promise.all(result.items.map(async (k) => (k.identityId && (await liveIdentity(k.identityId, ownerPk)) ? k : null)));
+    return { items: live.filter((k): k is ApiKeyDoc => k !== null), next: result.next };
+  }
+
+  const get = (keyId: string) => keys.get(keyId);
+
+  return { mint, revoke, revokeForIdentity, findKey, touchKey, list, get };
+}
+
+export type Keys = ReturnType<typeof createKeys>;
+
+export const toIdentityKey = (k: ApiKeyDoc) => ({
+  uuid: k.id,
+  masked_key: k.maskedKey,
+  label: k.label,
+  identity: k.identityId,
+  last_used_at: k.lastUsedAt,
+  created_dt: k.createdAt,
+});
+
+export const toManagementKey = (k: ApiKeyDoc) => ({
+  uuid: k.id,
+  masked_key: k.maskedKey,
+  label: k.label,
+  last_used_at: k.lastUsedAt,
+  created_dt: k.createdAt,
+});

@@ -1,0 +1,276 @@
+/**
+ * The outbound delivery reactor: EmailQueued → EmailSent | EmailFailed.
+ *
+ * It follows the event log from its own checkpoint (kept in the read store under
+ * {@link CHECKPOINT}). Jobs run concurrently; the checkpoint moves only past events whose
+ * job finished (a low-water mark), so a restart replays every unfinished one. Effects are
+ * idempotent: internal deliveries and the outcome events have ids derived from the message
+ * id, and a job whose `delivery-<messageId>` stream already holds an outcome is skipped.
+ * Relay hand-off is at-least-once (a crash between the relay's 250 and EmailSent sends the
+ * message again, with the same Message-ID). Temporary failures (4xx, connection errors) are
+ * retried with exponential backoff; each attempt is an EmailDeliveryDeferred event, so the
+ * schedule survives restarts.
+ */
+import { streamName, type RecordedEvent, type Subscription } from '../../infra/ports/event-store.js';
+import type { BlobStore } from '../../infra/ports/blob-store.js';
+import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/mailer.js';
+import type { Platform } from '../kernel/platform.js';
+import { nowIso } from '../kernel/ids.js';
+import {
+  DELIVERY,
+  EMAIL_DEFERRED,
+  EMAIL_FAILED,
+  EMAIL_QUEUED,
+  EMAIL_SENT,
+  OUTBOX,
+  type EmailDeferredData,
+  type EmailFailedData,
+  type EmailQueuedData,
+  type EmailSentData,
+} from './events.js';
+import { derivedId, type IdentityDoc, type MailService } from './service.js';
+import { domainOf } from './text.js';
+
+export const CHECKPOINT = 'reactor:mail-delivery';
+
+export interface DeliveryOptions {
+  /** First retry delay; doubles per attempt up to {@link DeliveryOptions.maxDelayMs}. */
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** Attempts before a temporary failure becomes EmailFailed. */
+  maxAttempts?: number;
+  /** Jobs in flight; the subscription waits when this many are running. */
+  concurrency?: number;
+}
+
+class Rejected extends Error {
+  constructor(readonly rejected: { address: string; reason: string }[]) {
+    super(rejected.map((r) => `${r.address}: ${r.reason}`).join('; '));
+  }
+}
+
+export function createDeliveryReactor(platform: Platform, deps: { mail: MailService; blobs: BlobStore; options?: DeliveryOptions }) {
+  const { events, reads, config, mailer } = platform;
+  const log = platform.logger.child({ component: 'mail-delivery' });
+  const baseDelay = deps.options?.baseDelayMs ?? 2_000;
+  const maxDelay = deps.options?.maxDelayMs ?? 15 * 60_000;
+  const maxAttempts = deps.options?.maxAttempts ?? 10;
+  const concurrency = deps.options?.concurrency ?? 8;
+
+  let subscription: Subscription | null = null;
+  let stopped = false;
+  const timers = new Set<{ timer: NodeJS.Timeout; resolve: () => void }>();
+  /** Events received, in order, with whether their job finished. */
+  const window: { position: string; done: boolean }[] = [];
+  let running = 0;
+  let slotWaiters: (() => void)[] = [];
+  let checkpointWrite: Promise<void> = Promise.resolve();
+
+  function sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const entry = {
+        timer: setTimeout(() => {
+          timers.delete(entry);
+          resolve();
+        }, ms),
+        resolve,
+      };
+      timers.add(entry);
+    });
+  }
+
+  function advanceCheckpoint(): void {
+    let last: string | null = null;
+    while (window.length && window[0].done) last = window.shift()!.position;
+    if (last === null) return;
+    const position = last;
+    checkpointWrite = checkpointWrite.then(() => reads.commit(CHECKPOINT, position, [])).catch((err) => log.error({ err }, 'checkpoint write failed'));
+  }
+
+  const delayFor = (attempt: number) => Math.min(maxDelay, baseDelay * 2 ** Math.max(0, attempt - 1));
+
+  async function attempt(q: EmailQueuedData): Promise<Omit<EmailSentData, 'attempts' | 'at'>> {
+    const everyone = [...q.to, ...q.cc, ...q.bcc];
+    const local = everyone.filter((a) => domainOf(a.address) === config.mailDomain);
+    const external = everyone.filter((a) => domainOf(a.address) !== config.mailDomain);
+    const rejected: { address: string; reason: string }[] = [];
+    const internal: string[] = [];
+
+    const identities: IdentityDoc[] = [];
+    for (const a of local) {
+      const identity = await deps.mail.identityByInbox(a.address);
+      if (identity) {
+        identities.push(identity);
+        internal.push(a.address);
+      } else rejected.push({ address: a.address, reason: '550 5.1.1 no such mailbox' });
+    }
+    if (identities.length) {
+      // Bcc stays with the sender: recipients see From/To/Cc only.
+      await deps.mail.receive(
+        identities,
+        {
+          internetMessageId: q.internetMessageId,
+          inReplyTo: q.inReplyTo,
+          references: q.references,
+          from: q.from,
+          to: q.to,
+          cc: q.cc,
+          replyTo: [],
+          subject: q.subject,
+          text: q.text,
+          html: q.html,
+          attachments: q.attachments.map(({ uuid: _uuid, ...rest }) => rest),
+          raw: null,
+          via: 'internal',
+          sourceMessageId: q.messageId,
+          date: q.at,
+        },
+        `internal:${q.messageId}`,
+      );
+    }
+
+    let via: EmailSentData['via'] = 'internal';
+    if (external.length) {
+      const attachments: OutboundAttachment[] = [];
+      for (const a of q.attachments) {
+        const content = await deps.blobs.get(a.blob);
+        if (!content) throw new Error(`attachment blob ${a.blob} is missing`);
+        attachments.push({ filename: a.filename, contentType: a.contentType, content });
+      }
+      try {
+        const result = await mailer.send({
+          from: q.from.name ? `"${q.from.name.replace(/["\\]/g, '')}" <${q.from.address}>` : q.from.address,
+          to: q.to.map((a) => a.address),
+          cc: q.cc.map((a) => a.address),
+          subject: q.subject,
+          html: q.html,
+          text: q.text,
+          messageId: q.internetMessageId,
+          inReplyTo: q.inReplyTo ?? undefined,
+          references: q.references.length ? q.references : undefined,
+          attachments,
+          // Only the external recipients go to the relay; local ones were delivered above.
+          envelope: { from: q.from.address, to: external.map((a) => a.address) },
+        });
+        via = identities.length ? 'mixed' : result.via;
+      } catch (err) {
+        if (err instanceof TemporaryMailError) throw err;
+        const reason = (err as Error).message;
+        for (const a of external) rejected.push({ address: a.address, reason });
+      }
+    }
+    const delivered = internal.length + (external.length - rejected.filter((r) => external.some((e) => e.address === r.address)).length);
+    if (delivered === 0) throw new Rejected(rejected);
+    return {
+      identityId: q.identityId,
+      messageId: q.messageId,
+      internal,
+      external: external.map((a) => a.address).filter((a) => !rejected.some((r) => r.address === a)),
+      via,
+      rejected,
+    };
+  }
+
+  /** True once the message has an outcome; false when stopped first. */
+  async function deliver(e: RecordedEvent): Promise<boolean> {
+    const q = e.data as EmailQueuedData;
+    const stream = streamName(DELIVERY, q.messageId);
+    while (!stopped) {
+      const history = await events.readStream(stream);
+      if (history.some((h) => h.type === EMAIL_SENT || h.type === EMAIL_FAILED)) return true;
+      const deferred = history.filter((h) => h.type === EMAIL_DEFERRED);
+      const last = deferred[deferred.length - 1]?.data as EmailDeferredData | undefined;
+      if (last) {
+        const wait = Date.parse(last.retryAt) - Date.now();
+        if (wait > 0) await sleep(wait);
+        if (stopped) return false;
+      }
+      const attemptNo = deferred.length + 1;
+      try {
+        const sent = await attempt(q);
+        const data: EmailSentData = { ...sent, attempts: attemptNo, at: nowIso() };
+        await events.append(stream, [{ id: derivedId(q.messageId, 'sent'), type: EMAIL_SENT, data }]);
+        log.info({ messageId: q.messageId, via: data.via, attempts: attemptNo }, 'email delivered');
+        return true;
+      } catch (err) {
+        if (stopped) return false;
+        const temporary = err instanceof TemporaryMailError;
+        const error = (err as Error).message ?? String(err);
+        if (temporary && attemptNo < maxAttempts) {
+          const data: EmailDeferredData = {
+            identityId: q.identityId,
+            messageId: q.messageId,
+            attempt: attemptNo,
+            error,
+            retryAt: new Date(Date.now() + delayFor(attemptNo)).toISOString(),
+            at: nowIso(),
+          };
+          await events.append(stream, [{ id: derivedId(q.messageId, 'deferred', String(attemptNo)), type: EMAIL_DEFERRED, data }]);
+          log.warn({ messageId: q.messageId, attempt: attemptNo, error }, 'email delivery deferred');
+          continue;
+        }
+        if (!temporary && !(err instanceof Rejected)) log.error({ err, messageId: q.messageId }, 'email delivery failed');
+        const data: EmailFailedData = {
+          identityId: q.identityId,
+          messageId: q.messageId,
+          attempts: attemptNo,
+          error,
+          rejected: err instanceof Rejected ? err.rejected : [],
+          at: nowIso(),
+        };
+        await events.append(stream, [{ id: derivedId(q.messageId, 'failed'), type: EMAIL_FAILED, data }]);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  async function onEvent(e: RecordedEvent): Promise<void> {
+    if (stopped) return;
+    const slot = { position: e.position, done: false };
+    window.push(slot);
+    while (running >= concurrency && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
+    running += 1;
+    void deliver(e)
+      .then(
+        (finished) => {
+          slot.done = finished;
+        },
+        (err) => {
+          // The job stays unfinished: the checkpoint holds and a restart retries it.
+          log.error({ err, messageId: (e.data as EmailQueuedData).messageId }, 'delivery job crashed; it will resume after a restart');
+        },
+      )
+      .finally(() => {
+        running -= 1;
+        const waiters = slotWaiters;
+        slotWaiters = [];
+        waiters.forEach((w) => w());
+        advanceCheckpoint();
+      });
+  }
+
+  return {
+    async start() {
+      stopped = false;
+      const after = await reads.getCheckpoint(CHECKPOINT);
+      subscription = events.subscribeAll({ after, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [`${OUTBOX}-`] } }, onEvent);
+      subscription.done.catch((err) => log.error({ err }, 'delivery subscription failed'));
+    },
+    async stop() {
+      stopped = true;
+      subscription?.close();
+      for (const t of timers) {
+        clearTimeout(t.timer);
+        t.resolve();
+      }
+      timers.clear();
+      slotWaiters.forEach((w) => w());
+      slotWaiters = [];
+      // Let in-flight attempts settle briefly (they are idempotent if cut short).
+      const deadline = Date.now() + 5_000;
+      while (running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await checkpointWrite;
+    },
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * Events of the mail context. Streams:
+ * - `mailbox-<identityId>`: EmailReceived (inbound SMTP or internal delivery), EmailMarkedRead,
+ *   EmailMarkedUnread.
+ * - `outbox-<identityId>`: EmailQueued only, so the send limits read a bounded tail of it.
+ * - `delivery-<messageId>`: EmailDeliveryDeferred, EmailSent, EmailFailed (the reactor's log).
+ * - `attachment-<uuid>`: AttachmentPresigned, AttachmentUploaded.
+ * No event carries a secret; bodies are the identity's own mail.
+ */
+export const EMAIL_RECEIVED = 'EmailReceived';
+export const EMAIL_QUEUED = 'EmailQueued';
+export const EMAIL_SENT = 'EmailSent';
+export const EMAIL_FAILED = 'EmailFailed';
+export const EMAIL_DEFERRED = 'EmailDeliveryDeferred';
+export const EMAIL_MARKED_READ = 'EmailMarkedRead';
+export const EMAIL_MARKED_UNREAD = 'EmailMarkedUnread';
+export const ATTACHMENT_PRESIGNED = 'AttachmentPresigned';
+export const ATTACHMENT_UPLOADED = 'AttachmentUploaded';
+
+export const MAILBOX = 'mailbox';
+export const OUTBOX = 'outbox';
+export const DELIVERY = 'delivery';
+export const ATTACHMENT = 'attachment';
+
+export interface EmailAddress {
+  address: string;
+  name: string;
+}
+
+export interface AttachmentRef {
+  uuid: string;
+  filename: string;
+  contentType: string;
+  size: number;
+  /** Blob key (sha256 hex). */
+  blob: string;
+  contentId: string | null;
+  inline: boolean;
+}
+
+/** What both inbound paths (SMTP, internal delivery) record for one recipient identity. */
+export interface EmailReceivedData {
+  identityId: string;
+  /** The identity's inbox address (it may not appear in To/Cc: Bcc, lists). */
+  inbox: string;
+  messageId: string;
+  threadId: string;
+  /** RFC 5322 Message-ID with its angle brackets, or null when the sender sent none. */
+  internetMessageId: string | null;
+  inReplyTo: string | null;
+  references: string[];
+  from: EmailAddress;
+  to: EmailAddress[];
+  cc: EmailAddress[];
+  replyTo: EmailAddress[];
+  subject: string;
+  text: string | null;
+  html: string | null;
+  /** Bodies over {@link INLINE_BODY_LIMIT} live in the blob store instead. */
+  textBlob: string | null;
+  htmlBlob: string | null;
+  preview: string;
+  attachments: AttachmentRef[];
+  /** The raw MIME as received (SMTP); null for internal delivery. */
+  raw: { blob: string; size: number } | null;
+  via: 'smtp' | 'internal';
+  /** Internal delivery: the sender's outbound message. */
+  sourceMessageId: string | null;
+  /** The Date header, when valid. */
+  date: string | null;
+  at: string;
+}
+
+export interface EmailQueuedData {
+  identityId: string;
+  messageId: string;
+  threadId: string;
+  kind: 'compose' | 'reply' | 'reply_all';
+  /** The message replied to, for replies. */
+  replyToMessageId: string | null;
+  internetMessageId: string;
+  inReplyTo: string | null;
+  references: string[];
+  from: EmailAddress;
+  to: EmailAddress[];
+  cc: EmailAddress[];
+  bcc: EmailAddress[];
+  subject: string;
+  html: string;
+  text: string;
+  preview: string;
+  attachments: AttachmentRef[];
+  at: string;
+}
+
+export interface EmailDeferredData {
+  identityId: string;
+  messageId: string;
+  attempt: number;
+  error: string;
+  retryAt: string;
+  at: string;
+}
+
+export interface EmailSentData {
+  identityId: string;
+  messageId: string;
+  attempts: number;
+  /** Addresses delivered to inboxes of MAIL_DOMAIN. */
+  internal: string[];
+  /** Addresses handed to the relay (or written to the outbox). */
+  external: string[];
+  via: 'internal' | 'relay' | 'outbox' | 'mixed';
+  rejected: { address: string; reason: string }[];
+  at: string;
+}
+
+export interface EmailFailedData {
+  identityId: string;
+  messageId: string;
+  attempts: number;
+  error: string;
+  rejected: { address: string; reason: string }[];
+  at: string;
+}
+
+export interface EmailMarkedData {
+  identityId: string;
+  messages: { messageId: string; threadId: string }[];
+  at: string;
+}
+
+export interface AttachmentPresignedData {
+  attachmentId: string;
+  identityId: string;
+  filename: string;
+  contentType: string;
+  size: number;
+  expiresAt: string;
+  at: string;
+}
+
+export interface AttachmentUploadedData {
+  attachmentId: string;
+  identityId: string;
+  blob: string;
+  size: number;
+  at: string;
+}
+
+/** Text or HTML bodies larger than this are stored as blobs, not inline in events. */
+export const INLINE_BODY_LIMIT = 256 * 1024;

@@ -1,0 +1,54 @@
+/**
+ * The mail context: inbound SMTP, threads, compose/reply/reply-all, attachments, the
+ * outbound delivery reactor and the send limits. See docs/MAIL.md.
+ */
+import path from 'node:path';
+import type { ContextFactory, ContextParts } from '../../infra/runtime.js';
+import type { BlobStore } from '../../infra/ports/blob-store.js';
+import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
+import { mailProjection } from '../../projections/mail/index.js';
+import { createMailService, type MailService } from './service.js';
+import { createSmtpListener, type SmtpListener } from './smtp.js';
+import { createDeliveryReactor, type DeliveryOptions } from './delivery.js';
+import { mailRoutes } from './routes.js';
+
+export type { MailService } from './service.js';
+export { derivedId, MAX_MESSAGE_BYTES } from './service.js';
+export * from './events.js';
+
+export interface MailParts extends ContextParts {
+  mail: MailService;
+  blobs: BlobStore;
+  /** The bound SMTP port (null when SMTP_PORT=0 or not started). */
+  smtpPort(): number | null;
+}
+
+/** Builds the mail context; `blobs` defaults to files under DATA_DIR/blobs. */
+export function createMailContext(options: { blobs?: BlobStore; delivery?: DeliveryOptions } = {}): ContextFactory {
+  return (shared): MailParts => {
+    const { platform } = shared;
+    const { config } = platform;
+    const blobs = options.blobs ?? createFsBlobStore({ dir: path.join(config.dataDir, 'blobs') });
+    const mail = createMailService(platform, { blobs, hmacKey: shared.keys.hmacKey });
+    const reactor = createDeliveryReactor(platform, { mail, blobs, options: options.delivery });
+    const smtp: SmtpListener | null = config.smtpPort === 0 ? null : createSmtpListener({ config, logger: platform.logger, mail, blobs });
+    return {
+      name: 'mail',
+      projections: [mailProjection],
+      module: mailRoutes({ mail, blobs, config, auth: () => shared.auth }),
+      mail,
+      blobs,
+      smtpPort: () => smtp?.port() ?? null,
+      async start() {
+        await reactor.start();
+        await smtp?.start();
+      },
+      async stop() {
+        await smtp?.stop();
+        await reactor.stop();
+      },
+    };
+  };
+}
+
+export const mailContext: ContextFactory = createMailContext();

@@ -1,0 +1,321 @@
+/** HTTP surface of mail (SPEC "Email"; DECISIONS "Mail, SMS, events"). Every route is identity-scoped except the signed upload URL. */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import getRawBody from 'raw-body';
+import type { HttpModule } from '../gateway/app.js';
+import type { Authenticator } from '../gateway/auth.js';
+import { body, created, pageParams, queryFlag, sendPage } from '../gateway/http.js';
+import { validator } from '../gateway/validate.js';
+import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
+import { isUuid } from '../kernel/ids.js';
+import type { BlobStore } from '../../infra/ports/blob-store.js';
+import type { Config } from '../../infra/config.js';
+import type { Scalar } from '../../infra/ports/read-store.js';
+import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
+import type { EmailAddress } from './events.js';
+import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
+import { addressKey, parseAddressList, safeFilename } from './text.js';
+
+interface ComposeBody {
+  to: string;
+  subject: string;
+  body: string;
+  cc: string;
+  bcc: string;
+  attachment_uuids: string[];
+}
+interface ReplyBody {
+  body: string;
+  cc: string;
+  bcc: string;
+  attachment_uuids: string[];
+}
+
+const v = {
+  compose: validator<ComposeBody>('mail.json#ComposeRequest'),
+  reply: validator<ReplyBody>('mail.json#ReplyRequest'),
+  patch: validator<{ read: boolean }>('mail.json#MessagePatch'),
+  presign: validator<{ filename: string; content_type: string; size: number }>('mail.json#PresignRequest'),
+};
+
+const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$/;
+const baseType = (value: string) => value.split(';')[0].trim().toLowerCase();
+
+/** Lists may come as arrays; the schema speaks the spec's comma-separated strings. */
+function normaliseLists(raw: Record<string, unknown>): Record<string, unknown> {
+  const out = { ...raw };
+  for (const field of ['to', 'cc', 'bcc']) {
+    if (Array.isArray(out[field]) && (out[field] as unknown[]).every((x) => typeof x === 'string')) out[field] = (out[field] as string[]).join(', ');
+    if (out[field] === null) delete out[field];
+  }
+  if (typeof out.attachment_uuids === 'string') {
+    out.attachment_uuids = out.attachment_uuids
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+  }
+  if (out.attachment_uuids === null) delete out.attachment_uuids;
+  return out;
+}
+
+function recipients(fields: Record<string, string | undefined>, required: string[] = []): Record<string, EmailAddress[]> {
+  const errors: FieldErrors = {};
+  const out: Record<string, EmailAddress[]> = {};
+  for (const [field, value] of Object.entries(fields)) {
+    const { addresses, invalid } = parseAddressList(value ?? '');
+    if (invalid.length) errors[field] = invalid.map((a) => `Enter a valid email address: "${a}".`);
+    else if (required.includes(field) && addresses.length === 0) errors[field] = ['This field is required.'];
+    out[field] = addresses;
+  }
+  if (Object.keys(errors).length) throw badRequest(errors);
+  return out;
+}
+
+const without = (list: EmailAddress[], exclude: string[]) => {
+  const keys = new Set(exclude.map(addressKey));
+  const out: EmailAddress[] = [];
+  for (const a of list) {
+    const k = addressKey(a.address);
+    if (keys.has(k)) continue;
+    keys.add(k);
+    out.push(a);
+  }
+  return out;
+};
+
+export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: Config; auth: () => Authenticator }): HttpModule {
+  const { mail, blobs, config } = deps;
+  const { threads, messages, attachments } = mail.collections;
+
+  /** PUBLIC_URL, or the request's own origin when PUBLIC_URL names an ephemeral port 0 (tests). */
+  const baseUrl = (ctx: Context) => (/:0$/.test(config.publicUrl) ? `${ctx.protocol}://${ctx.host}` : config.publicUrl);
+  const identityOf = async (ctx: Context) => (await deps.auth().identity(ctx)).identityId;
+
+  const attachmentOut = (base: string) => (a: { uuid: string; filename: string; contentType: string; size: number; contentId?: string | null; inline?: boolean }) => ({
+    uuid: a.uuid,
+    filename: a.filename,
+    content_type: a.contentType,
+    size: a.size,
+    inline: a.inline ?? false,
+    content_id: a.contentId ?? null,
+    download_url: `${base}/api/email-attachments/${a.uuid}/`,
+  });
+
+  const messageOut = (base: string, bodies?: { text: string | null; html: string | null }) => (m: MessageDoc) => ({
+    uuid: m.id,
+    id: m.id,
+    thread_id: m.threadId,
+    direction: m.direction,
+    status: m.status,
+    from: m.from.address,
+    from_email: m.from.address,
+    from_name: m.from.name,
+    to: m.to.map((a) => a.address),
+    cc: m.cc.map((a) => a.address),
+    bcc: m.bcc.map((a) => a.address),
+    reply_to: m.replyTo.map((a) => a.address),
+    subject: m.subject,
+    preview: m.preview,
+    text: bodies ? bodies.text : m.text,
+    html: bodies ? bodies.html : m.html,
+    attachments: m.attachments.map(attachmentOut(base)),
+    read: m.read,
+    message_id: m.internetMessageId,
+    in_reply_to: m.inReplyTo,
+    references: m.references,
+    error: m.error,
+    rejected: m.rejected.map((r) => r.address),
+    sent_at: m.sentAt,
+    created_dt: m.createdAt,
+  });
+
+  const threadOut = (t: ThreadDoc) => ({
+    thread_id: t.id,
+    uuid: t.id,
+    subject: t.subject,
+    preview: t.preview,
+    participants: t.participants,
+    from_email: t.lastFrom.address,
+    from_name: t.lastFrom.name,
+    message_count: t.messageCount,
+    unread_count: t.unreadCount,
+    unread: t.unread,
+    last_message_at: t.lastMessageAt,
+    created_dt: t.createdAt,
+  });
+
+  async function fullBodies(m: MessageDoc): Promise<{ text: string | null; html: string | null }> {
+    const load = async (inline: string | null, blob: string | null) => (blob ? ((await blobs.get(blob))?.toString('utf8') ?? null) : inline);
+    return { text: await load(m.text, m.textBlob), html: await load(m.html, m.htmlBlob) };
+  }
+
+  async function ownMessage(identityId: string, id: string): Promise<MessageDoc> {
+    const m = isUuid(id) ? await messages().get(id.toLowerCase()) : null;
+    if (!m || m.identityId !== identityId) throw notFound('Message not found.');
+    return m;
+  }
+
+  async function threadMessages(threadId: string): Promise<MessageDoc[]> {
+    const all: MessageDoc[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = await messages().find({ where: { threadId }, orderBy: { field: 'createdAt', direction: 'asc' }, limit: 200, cursor });
+      all.push(...page.items);
+      cursor = page.next;
+    } while (cursor && all.length < 5000);
+    return all;
+  }
+
+  async function reply(ctx: Context, all: boolean): Promise<void> {
+    const identityId = await identityOf(ctx);
+    const original = await ownMessage(identityId, ctx.params.id);
+    const b = v.reply(normaliseLists(await body(ctx)));
+    const extra = recipients({ cc: b.cc, bcc: b.bcc });
+    const identity = await mail.identityOf(identityId);
+    const own = identity.inbox;
+    // RFC 5322 §3.6.3: answer Reply-To when present, else From; replying to our own mail goes to its recipients.
+    const target = original.direction === 'inbound' ? (original.replyTo.length ? original.replyTo : [original.from]) : original.to;
+    let to = without(all ? [...target, ...(original.direction === 'inbound' ? original.to : [])] : target, all ? [own] : []);
+    if (to.length === 0) to = without(target.length ? target : [original.from], []);
+    const cc = all ? without([...original.cc, ...extra.cc], [own, ...to.map((a) => a.address)]) : without(extra.cc, to.map((a) => a.address));
+    const bcc = without(extra.bcc, [...to, ...cc].map((a) => a.address));
+    const doc = await mail.send(identityId, {
+      to,
+      cc,
+      bcc,
+      subject: original.subject,
+      html: b.body,
+      attachmentIds: b.attachment_uuids,
+      kind: all ? 'reply_all' : 'reply',
+      original,
+    });
+    created(ctx, messageOut(baseUrl(ctx))(doc));
+  }
+
+  return {
+    routes(r: Router) {
+      r.get('/api/email-inbox/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        const { limit, cursor } = pageParams(ctx);
+        const where: Record<string, Scalar> = queryFlag(ctx, 'unread') ? { identityId, unread: true } : { identityId };
+        const page = await threads().find({ where, orderBy: { field: 'lastMessageAt', direction: 'desc' }, limit, cursor });
+        sendPage(ctx, page, threadOut, config.publicUrl);
+      });
+
+      r.get('/api/email-inbox/:thread_id/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        const id = ctx.params.thread_id;
+        let thread = isUuid(id) ? await threads().get(id.toLowerCase()) : null;
+        if (!thread || thread.identityId !== identityId) throw notFound('Thread not found.');
+        let list = await threadMessages(thread.id);
+        const unread = list.filter((m) => !m.read);
+        if (unread.length) {
+          // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events").
+          await mail.markRead(identityId, unread, true);
+          thread = (await threads().get(thread.id)) ?? thread;
+          list = await threadMessages(thread.id);
+        }
+        const out = messageOut(baseUrl(ctx));
+        ctx.body = { ...threadOut(thread), messages: list.map(out) };
+      });
+
+      r.get('/api/email-messages/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        const { limit, cursor } = pageParams(ctx);
+        const where: Record<string, Scalar> = queryFlag(ctx, 'unread') ? { identityId, read: false } : { identityId };
+        const page = await messages().find({ where, orderBy: { field: 'createdAt', direction: 'desc' }, limit, cursor });
+        sendPage(ctx, page, messageOut(baseUrl(ctx)), config.publicUrl);
+      });
+
+      r.post('/api/email-messages/compose/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        const b = v.compose(normaliseLists(await body(ctx)));
+        const list = recipients({ to: b.to, cc: b.cc, bcc: b.bcc }, ['to']);
+        const doc = await mail.send(identityId, {
+          to: list.to,
+          cc: without(list.cc, list.to.map((a) => a.address)),
+          bcc: without(list.bcc, [...list.to, ...list.cc].map((a) => a.address)),
+          subject: b.subject,
+          html: b.body,
+          attachmentIds: b.attachment_uuids,
+          kind: 'compose',
+        });
+        created(ctx, messageOut(baseUrl(ctx))(doc));
+      });
+
+      r.get('/api/email-messages/:id/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        let m = await ownMessage(identityId, ctx.params.id);
+        if (!m.read) {
+          await mail.markRead(identityId, [m], true);
+          m = (await messages().get(m.id)) ?? m;
+        }
+        ctx.body = messageOut(baseUrl(ctx), await fullBodies(m))(m);
+      });
+
+      r.patch('/api/email-messages/:id/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        let m = await ownMessage(identityId, ctx.params.id);
+        const b = v.patch(await body(ctx));
+        await mail.markRead(identityId, [m], b.read);
+        m = (await messages().get(m.id)) ?? m;
+        ctx.body = messageOut(baseUrl(ctx), await fullBodies(m))(m);
+      });
+
+      r.post('/api/email-messages/:id/reply/', (ctx) => reply(ctx, false));
+      r.post('/api/email-messages/:id/reply-all/', (ctx) => reply(ctx, true));
+
+      r.post('/api/email-attachments/presign/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        const b = v.presign(await body(ctx));
+        const contentType = b.content_type.trim().toLowerCase();
+        if (!MEDIA_TYPE.test(contentType)) throw badRequest({ content_type: ['Enter a valid media type, e.g. "application/pdf".'] });
+        created(ctx, await mail.presign(identityId, { filename: safeFilename(b.filename), content_type: contentType, size: b.size }, baseUrl(ctx)));
+      });
+
+      // The signed URL is the credential (no Authorization), like an S3 presigned PUT.
+      r.put('/api/email-attachments/:uuid/upload/', async (ctx) => {
+        const id = String(ctx.params.uuid).toLowerCase();
+        if (!isUuid(id)) throw notFound('Attachment not found.');
+        mail.checkUploadSignature(id, ctx.query.expires, ctx.query.signature);
+        const { presigned, revision, uploaded } = await mail.pendingUpload(id);
+        if (uploaded) throw new ApiError(409, 'already_uploaded', 'This attachment was already uploaded.');
+        const type = baseType(ctx.get('content-type'));
+        if (type !== presigned.contentType) {
+          throw new ApiError(400, 'content_type_mismatch', `Content-Type must be "${presigned.contentType}", as presigned.`);
+        }
+        const tooLarge = () => new ApiError(413, 'payload_too_large', 'Attachments are limited to 25 MiB.');
+        const declared = Number(ctx.get('content-length') || NaN);
+        if (declared > MAX_MESSAGE_BYTES) throw tooLarge();
+        let content: Buffer;
+        try {
+          content = await getRawBody(ctx.req, { limit: MAX_MESSAGE_BYTES });
+        } catch (err) {
+          if ((err as { type?: string }).type === 'entity.too.large') throw tooLarge();
+          throw new ApiError(400, 'parse_error', 'Could not read the upload body.');
+        }
+        if (content.length !== presigned.size) {
+          throw new ApiError(400, 'size_mismatch', `The upload has ${content.length} bytes; ${presigned.size} were presigned.`);
+        }
+        await mail.completeUpload(id, presigned.identityId, content, revision);
+        ctx.body = { uuid: id, filename: presigned.filename, content_type: presigned.contentType, size: content.length, status: 'uploaded' };
+      });
+
+      r.get('/api/email-attachments/:uuid/', async (ctx) => {
+        const identityId = await identityOf(ctx);
+        const id = String(ctx.params.uuid).toLowerCase();
+        const doc: AttachmentDoc | null = isUuid(id) ? await attachments().get(id) : null;
+        if (!doc || doc.identityId !== identityId || !doc.blob) throw notFound('Attachment not found.');
+        const blob = await blobs.open(doc.blob);
+        if (!blob) throw notFound('Attachment content is missing.');
+        const type = MEDIA_TYPE.test(doc.contentType) ? doc.contentType : 'application/octet-stream';
+        const name = safeFilename(doc.filename);
+        ctx.set('Content-Type', type);
+        ctx.set('Content-Length', String(blob.size));
+        ctx.set('Content-Disposition', `attachment; filename="${name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(name)}`);
+        ctx.set('ETag', `"${doc.blob}"`);
+        ctx.body = blob.stream;
+      });
+    },
+  };
+}

@@ -1,0 +1,435 @@
+/**
+ * The mail context's commands: record inbound mail for identities (SMTP and internal
+ * delivery share {@link MailService.receive}), queue outbound mail within the send
+ * limits, mark read, presign and accept attachment uploads. Every write is an event.
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { v5 as uuidv5 } from 'uuid';
+import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
+import type { BlobStore } from '../../infra/ports/blob-store.js';
+import type { Collection } from '../../infra/ports/read-store.js';
+import type { Platform } from '../kernel/platform.js';
+import { event } from '../kernel/command.js';
+import { isUuid, newId, nowIso } from '../kernel/ids.js';
+import { ApiError, badRequest, notFound, throttled } from '../gateway/errors.js';
+import {
+  ATTACHMENT,
+  ATTACHMENT_PRESIGNED,
+  ATTACHMENT_UPLOADED,
+  EMAIL_MARKED_READ,
+  EMAIL_MARKED_UNREAD,
+  EMAIL_QUEUED,
+  EMAIL_RECEIVED,
+  INLINE_BODY_LIMIT,
+  MAILBOX,
+  OUTBOX,
+  type AttachmentPresignedData,
+  type AttachmentRef,
+  type AttachmentUploadedData,
+  type EmailAddress,
+  type EmailMarkedData,
+  type EmailQueuedData,
+  type EmailReceivedData,
+} from './events.js';
+import { decideThread, type ThreadLookup } from './threading.js';
+import { addressKey, htmlToText, previewOf, replySubject } from './text.js';
+import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
+
+/** 25 MiB: the inbound message cap (DECISIONS "Mail") and the per-attachment cap. */
+export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
+/** Lifetime of a presigned upload URL. */
+export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
+/** How long an uploaded attachment may be used in a compose request. */
+export const ATTACHMENT_TTL_MS = 24 * 3600 * 1000;
+/** Recipients per outbound message (To + Cc + Bcc); RFC 5321 §4.5.3.1.8 asks servers to take at least 100. */
+export const MAX_RECIPIENTS = 100;
+/** Namespace of ids derived from other ids (idempotent event ids of retried effects). */
+const ID_NAMESPACE = '3a0e3a53-6f5c-4c55-9a43-2f6a1f0c9a11';
+export const derivedId = (...parts: string[]): string => uuidv5(parts.join('\u0000'), ID_NAMESPACE);
+
+/** Document shape of the shared `identities` read model (owned by the identities context). */
+export interface IdentityDoc {
+  id: string;
+  ownerPk: number;
+  name: string;
+  inbox: string;
+  [field: string]: unknown;
+}
+
+/** A message as it arrives for identities, before thread and ids are decided. */
+export interface IncomingMail {
+  internetMessageId: string | null;
+  inReplyTo: string | null;
+  references: string[];
+  from: EmailAddress;
+  to: EmailAddress[];
+  cc: EmailAddress[];
+  replyTo: EmailAddress[];
+  subject: string;
+  text: string | null;
+  html: string | null;
+  attachments: Omit<AttachmentRef, 'uuid'>[];
+  raw: { blob: string; size: number } | null;
+  via: 'smtp' | 'internal';
+  sourceMessageId: string | null;
+  date: string | null;
+}
+
+export interface SendRequest {
+  to: EmailAddress[];
+  cc: EmailAddress[];
+  bcc: EmailAddress[];
+  subject: string;
+  html: string;
+  attachmentIds: string[];
+  kind: EmailQueuedData['kind'];
+  /** The message answered, for replies. */
+  original?: MessageDoc;
+}
+
+/** Runs work for one key at a time (threading of an identity's mail must see the previous message). */
+function keyedSerial() {
+  const tails = new Map<string, Promise<unknown>>();
+  return <T>(key: string, work: () => Promise<T>): Promise<T> => {
+    const run = (tails.get(key) ?? Promise.resolve()).then(work, work);
+    const tail = run.then(
+      () => {},
+      () => {},
+    );
+    tails.set(key, tail);
+    void tail.then(() => {
+      if (tails.get(key) === tail) tails.delete(key);
+    });
+    return run;
+  };
+}
+
+export function createMailService(platform: Platform, deps: { blobs: BlobStore; hmacKey: Buffer }) {
+  const { events, reads, config } = platform;
+  const { blobs } = deps;
+  const identities = () => reads.collection<IdentityDoc & { id: string }>('identities');
+  const threads = (): Collection<ThreadDoc> => reads.collection<ThreadDoc>(EMAIL_THREADS);
+  const messages = (): Collection<MessageDoc> => reads.collection<MessageDoc>(EMAIL_MESSAGES);
+  const attachmentDocs = (): Collection<AttachmentDoc> => reads.collection<AttachmentDoc>(EMAIL_ATTACHMENTS);
+  const serial = keyedSerial();
+
+  const lookup: ThreadLookup = {
+    async threadOfMessageId(identityId, internetMessageId) {
+      return (await messages().findOne({ identityId, internetMessageId }))?.threadId ?? null;
+    },
+    async latestThreadBySubject(identityId, subjectKey, participantsKey) {
+      const page = await threads().find({ where: { identityId, subjectKey, participantsKey }, orderBy: { field: 'lastMessageAt', direction: 'desc' }, limit: 1 });
+      const t = page.items[0];
+      return t ? { threadId: t.id, lastMessageAt: t.lastMessageAt } : null;
+    },
+  };
+
+  /** Waits for the read models; a lag is logged, not thrown (the write itself is durable). */
+  async function settle(position: string): Promise<void> {
+    try {
+      await platform.progress.waitFor(position);
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'projection_lag') throw err;
+      platform.logger.warn({ position }, 'mail: read models lag behind an accepted write');
+    }
+  }
+
+  async function storeBody(body: string | null): Promise<{ inline: string | null; blob: string | null }> {
+    if (body === null || Buffer.byteLength(body) <= INLINE_BODY_LIMIT) return { inline: body, blob: null };
+    return { inline: null, blob: (await blobs.put(Buffer.from(body, 'utf8'))).key };
+  }
+
+  /**
+   * Records `mail` in the mailbox of each identity (one EmailReceived each), durably.
+   * `eventKey` makes the event ids deterministic: recording the same mail again for the
+   * same identity (a redelivery, a reactor retry) appends nothing new.
+   */
+  async function receive(recipients: IdentityDoc[], mail: IncomingMail, eventKey: string, at = nowIso()): Promise<EmailReceivedData[]> {
+    const text = await storeBody(mail.text);
+    const html = await storeBody(mail.html);
+    const preview = previewOf(mail.text, mail.html);
+    const seen = new Set<string>();
+    const unique = recipients.filter((r) => !seen.has(r.id) && seen.add(r.id));
+    const results = await Promise.all(
+      unique.map((identity) =>
+        serial(identity.id, async () => {
+          const threadId = await decideThread(
+            lookup,
+            {
+              identityId: identity.id,
+              ownInbox: identity.inbox,
+              internetMessageId: mail.internetMessageId,
+              inReplyTo: mail.inReplyTo,
+              references: mail.references,
+              subject: mail.subject,
+              participants: [mail.from.address, ...mail.to.map((a) => a.address), ...mail.cc.map((a) => a.address)],
+              at,
+            },
+            newId,
+          );
+          const messageId = newId();
+          const data: EmailReceivedData = {
+            identityId: identity.id,
+            inbox: identity.inbox,
+            messageId,
+            threadId,
+            internetMessageId: mail.internetMessageId,
+            inReplyTo: mail.inReplyTo,
+            references: mail.references,
+            from: mail.from,
+            to: mail.to,
+            cc: mail.cc,
+            replyTo: mail.replyTo,
+            subject: mail.subject,
+            text: text.inline,
+            html: html.inline,
+            textBlob: text.blob,
+            htmlBlob: html.blob,
+            preview,
+            attachments: mail.attachments.map((a, i) => ({ ...a, uuid: derivedId(messageId, 'attachment', String(i)) })),
+            raw: mail.raw,
+            via: mail.via,
+            sourceMessageId: mail.sourceMessageId,
+            date: mail.date,
+            at,
+          };
+          const append = await events.append(
+            streamName(MAILBOX, identity.id),
+            [{ id: derivedId(eventKey, identity.id), type: EMAIL_RECEIVED, data }],
+            { expectedRevision: 'any' },
+          );
+          await settle(append.position);
+          return append.events[0].data as EmailReceivedData;
+        }),
+      ),
+    );
+    return results;
+  }
+
+  async function identityOf(identityId: string): Promise<IdentityDoc> {
+    const identity = await identities().get(identityId);
+    if (!identity) throw notFound('Identity not found.');
+    return identity;
+  }
+
+  /** The live identity behind an inbox address of MAIL_DOMAIN, or null. */
+  async function identityByInbox(address: string): Promise<IdentityDoc | null> {
+    return identities().findOne({ inbox: addressKey(address) });
+  }
+
+  async function resolveAttachments(identityId: string, ids: string[], now: string): Promise<AttachmentRef[]> {
+    const errors: string[] = [];
+    const refs: AttachmentRef[] = [];
+    for (const id of [...new Set(ids)]) {
+      if (!isUuid(id)) {
+        errors.push(`"${id}" is not a valid UUID.`);
+        continue;
+      }
+      const history = await events.readStream(streamName(ATTACHMENT, id.toLowerCase()));
+      const presigned = history.find((e) => e.type === ATTACHMENT_PRESIGNED)?.data as AttachmentPresignedData | undefined;
+      const uploaded = history.find((e) => e.type === ATTACHMENT_UPLOADED)?.data as AttachmentUploadedData | undefined;
+      if (!presigned || presigned.identityId !== identityId) errors.push(`Attachment ${id} does not exist.`);
+      else if (!uploaded) errors.push(`Attachment ${id} has not been uploaded.`);
+      else if (Date.parse(now) - Date.parse(uploaded.at) > ATTACHMENT_TTL_MS) errors.push(`Attachment ${id} has expired; upload it again.`);
+      else
+        refs.push({ uuid: presigned.attachmentId, filename: presigned.filename, contentType: presigned.contentType, size: uploaded.size, blob: uploaded.blob, contentId: null, inline: false });
+    }
+    if (!errors.length && refs.reduce((n, a) => n + a.size, 0) > MAX_MESSAGE_BYTES) errors.push('Attachments exceed 25 MiB in total.');
+    if (errors.length) throw badRequest({ attachment_uuids: errors });
+    return refs;
+  }
+
+  /**
+   * Appends to the identity's outbox if the rolling windows allow it (EMAIL_LIMIT_HOUR,
+   * EMAIL_LIMIT_DAY; 0 = no limit). The outbox holds only EmailQueued, so the newest
+   * `limit` events tell whether the window is full; the append at the revision read makes
+   * the check hold under concurrent composes.
+   */
+  async function appendWithinLimits(identityId: string, ev: EventData, now: string): Promise<AppendResult> {
+    const stream = streamName(OUTBOX, identityId);
+    const windows = [
+      { limit: config.emailLimitHour, ms: 3600_000, label: 'hour' },
+      { limit: config.emailLimitDay, ms: 86_400_000, label: 'day' },
+    ].filter((w) => w.limit > 0);
+    const depth = Math.max(1, ...windows.map((w) => w.limit));
+    const nowMs = Date.parse(now);
+    for (let attempt = 0; ; attempt++) {
+      const recent: RecordedEvent[] = await events.readStream(stream, { direction: 'backwards', maxCount: depth });
+      for (const w of windows) {
+        const inWindow = recent.filter((e) => nowMs - Date.parse((e.data as EmailQueuedData).at) < w.ms);
+        if (inWindow.length >= w.limit) {
+          const freesAt = Date.parse((inWindow[w.limit - 1].data as EmailQueuedData).at) + w.ms;
+          const wait = Math.max(1, Math.ceil((freesAt - nowMs) / 1000));
+          throw throttled(wait, `Email send limit reached: at most ${w.limit} emails per ${w.label} per identity. Try again in ${wait} seconds.`);
+        }
+      }
+      try {
+        return await events.append(stream, [ev], { expectedRevision: recent.length ? recent[0].revision : 'no_stream' });
+      } catch (err) {
+        if (!(err instanceof WrongExpectedRevisionError) || attempt >= 10) throw err;
+      }
+    }
+  }
+
+  async function send(identityId: string, req: SendRequest, now = nowIso()): Promise<MessageDoc> {
+    const identity = await identityOf(identityId);
+    if (req.to.length + req.cc.length + req.bcc.length > MAX_RECIPIENTS) {
+      throw badRequest({ non_field_errors: [`At most ${MAX_RECIPIENTS} recipients per message.`] });
+    }
+    const attachments = await resolveAttachments(identityId, req.attachmentIds, now);
+    return serial(identityId, async () => {
+      const messageId = newId();
+      const internetMessageId = `<${messageId}@${config.mailDomain}>`;
+      const original = req.original;
+      const inReplyTo = original?.internetMessageId ?? null;
+      // RFC 5322 §3.6.4: the parent's References (or its In-Reply-To) followed by the parent's id.
+      const parentRefs = original ? (original.references.length ? original.references : original.inReplyTo ? [original.inReplyTo] : []) : [];
+      const references = inReplyTo ? [...parentRefs.filter((r) => r !== inReplyTo), inReplyTo] : [];
+      const from: EmailAddress = { address: identity.inbox, name: identity.name };
+      const subject = original ? replySubject(original.subject) : req.subject;
+      const threadId =
+        original?.threadId ??
+        (await decideThread(
+          lookup,
+          {
+            identityId,
+            ownInbox: identity.inbox,
+            internetMessageId: null,
+            inReplyTo: null,
+            references: [],
+            subject,
+            participants: [from.address, ...req.to.map((a) => a.address), ...req.cc.map((a) => a.address)],
+            at: now,
+          },
+          newId,
+        ));
+      const text = htmlToText(req.html);
+      const data: EmailQueuedData = {
+        identityId,
+        messageId,
+        threadId,
+        kind: req.kind,
+        replyToMessageId: original?.id ?? null,
+        internetMessageId,
+        inReplyTo,
+        references,
+        from,
+        to: req.to,
+        cc: req.cc,
+        bcc: req.bcc,
+        subject,
+        html: req.html,
+        text,
+        preview: previewOf(text, req.html),
+        attachments,
+        at: now,
+      };
+      const append = await appendWithinLimits(identityId, event(EMAIL_QUEUED, data), now);
+      await settle(append.position);
+      return (await messages().get(messageId)) ?? (await waitForDoc(messageId));
+    });
+  }
+
+  async function waitForDoc(messageId: string): Promise<MessageDoc> {
+    for (let i = 0; i < 50; i++) {
+      const doc = await messages().get(messageId);
+      if (doc) return doc;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new ApiError(503, 'projection_lag', 'The message was queued but is not readable yet; retry shortly.', undefined, { 'Retry-After': '1' });
+  }
+
+  /** Marks inbound messages read or unread; messages already in that state are left out. */
+  async function markRead(identityId: string, docs: MessageDoc[], read: boolean, now = nowIso()): Promise<void> {
+    const changed = docs.filter((m) => m.identityId === identityId && m.direction === 'inbound' && m.read !== read);
+    if (!changed.length) return;
+    const data: EmailMarkedData = { identityId, messages: changed.map((m) => ({ messageId: m.id, threadId: m.threadId })), at: now };
+    const append = await events.append(streamName(MAILBOX, identityId), [event(read ? EMAIL_MARKED_READ : EMAIL_MARKED_UNREAD, data)]);
+    await settle(append.position);
+  }
+
+  // ---- attachments -------------------------------------------------------------------
+
+  const sign = (attachmentId: string, expires: number): string =>
+    createHmac('sha256', deps.hmacKey).update(`email-attachment-upload\n${attachmentId}\n${expires}`).digest('base64url');
+
+  async function presign(identityId: string, input: { filename: string; content_type: string; size: number }, baseUrl: string, now = nowIso()) {
+    await identityOf(identityId);
+    const attachmentId = newId();
+    const expiresMs = Date.parse(now) + UPLOAD_URL_TTL_MS;
+    const expires = Math.floor(expiresMs / 1000);
+    const expiresAt = new Date(expires * 1000).toISOString();
+    const data: AttachmentPresignedData = {
+      attachmentId,
+      identityId,
+      filename: input.filename,
+      contentType: input.content_type,
+      size: input.size,
+      expiresAt,
+      at: now,
+    };
+    const append = await events.append(streamName(ATTACHMENT, attachmentId), [event(ATTACHMENT_PRESIGNED, data)], { expectedRevision: 'no_stream' });
+    await settle(append.position);
+    const url = `${baseUrl}/api/email-attachments/${attachmentId}/upload/?expires=${expires}&signature=${sign(attachmentId, expires)}`;
+    return {
+      uuid: attachmentId,
+      upload_url: url,
+      method: 'PUT' as const,
+      headers: { 'Content-Type': input.content_type },
+      expires_at: expiresAt,
+      filename: input.filename,
+      content_type: input.content_type,
+      size: input.size,
+    };
+  }
+
+  /** Checks an upload URL's signature and expiry (the signature is the credential). */
+  function checkUploadSignature(attachmentId: string, expiresRaw: unknown, signature: unknown, nowMs = Date.now()): void {
+    const expires = typeof expiresRaw === 'string' && /^\d{1,12}$/.test(expiresRaw) ? Number(expiresRaw) : NaN;
+    const given = Buffer.from(typeof signature === 'string' ? signature : '', 'utf8');
+    const expected = Buffer.from(Number.isFinite(expires) ? sign(attachmentId, expires) : '', 'utf8');
+    const valid = given.length === expected.length && expected.length > 0 && timingSafeEqual(given, expected);
+    if (!valid) throw new ApiError(403, 'signature_invalid', 'The upload URL signature is not valid.');
+    if (nowMs > expires * 1000) throw new ApiError(403, 'upload_url_expired', 'The upload URL has expired; presign again.');
+  }
+
+  /** The presign record of an attachment (for the upload handler's checks). */
+  async function pendingUpload(attachmentId: string): Promise<{ presigned: AttachmentPresignedData; revision: number; uploaded: boolean }> {
+    const history = await events.readStream(streamName(ATTACHMENT, attachmentId));
+    const first = history[0];
+    if (!first || first.type !== ATTACHMENT_PRESIGNED) throw notFound('Attachment not found.');
+    return {
+      presigned: first.data as AttachmentPresignedData,
+      revision: history[history.length - 1].revision,
+      uploaded: history.some((e) => e.type === ATTACHMENT_UPLOADED),
+    };
+  }
+
+  async function completeUpload(attachmentId: string, identityId: string, content: Buffer, revision: number, now = nowIso()): Promise<void> {
+    const blob = await blobs.put(content);
+    const data: AttachmentUploadedData = { attachmentId, identityId, blob: blob.key, size: blob.size, at: now };
+    try {
+      const append = await events.append(streamName(ATTACHMENT, attachmentId), [event(ATTACHMENT_UPLOADED, data)], { expectedRevision: revision });
+      await settle(append.position);
+    } catch (err) {
+      if (err instanceof WrongExpectedRevisionError) throw new ApiError(409, 'already_uploaded', 'This attachment was already uploaded.');
+      throw err;
+    }
+  }
+
+  return {
+    receive,
+    send,
+    markRead,
+    presign,
+    checkUploadSignature,
+    pendingUpload,
+    completeUpload,
+    identityOf,
+    identityByInbox,
+    lookup,
+    collections: { threads, messages, attachments: attachmentDocs },
+  };
+}
+
+export type MailService = ReturnType<typeof createMailService>;

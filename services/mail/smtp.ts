@@ -1,0 +1,182 @@
+/**
+ * The inbound MX: an smtp-server listener on SMTP_HOST:SMTP_PORT. It accepts RCPT only for
+ * live inboxes of MAIL_DOMAIN (550 5.1.1 otherwise, RFC 3463), caps messages at 25 MiB
+ * (SIZE, RFC 1870; 552 beyond), parses with mailparser, stores the raw MIME as a blob and
+ * answers 250 only after the EmailReceived events are durably appended.
+ */
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession, type SMTPServerAddress } from 'smtp-server';
+import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
+import type { Logger } from 'pino';
+import type { BlobStore } from '../../infra/ports/blob-store.js';
+import type { Config } from '../../infra/config.js';
+import type { EmailAddress } from './events.js';
+import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
+import { addressKey, domainOf, messageIds } from './text.js';
+
+/** RFC 5321 §4.5.3.1.8: at least 100 recipients must be accepted; we stop there. */
+export const MAX_RCPT = 100;
+/** Concurrent SMTP connections. */
+export const MAX_CLIENTS = 200;
+/** Idle socket timeout (RFC 5321 §4.5.3.2.7 suggests 5 minutes for the server; 2 is plenty for an MX behind nothing). */
+export const SOCKET_TIMEOUT_MS = 120_000;
+
+function smtpError(code: number, message: string): Error {
+  return Object.assign(new Error(message), { responseCode: code });
+}
+
+function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailAddress[] {
+  const list = Array.isArray(value) ? value : value ? [value] : [];
+  const out: EmailAddress[] = [];
+  const walk = (entries: { address?: string; name?: string; group?: unknown[] }[]) => {
+    for (const e of entries) {
+      if (e.group) walk(e.group as typeof entries);
+      else if (e.address) out.push({ address: addressKey(e.address), name: (e.name ?? '').trim() });
+    }
+  };
+  for (const v of list) walk(v.value);
+  return out;
+}
+
+/** What the read side needs from a parsed message (attachments stored as blobs). */
+export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore): Promise<IncomingMail> {
+  const from = addressesOf(parsed.from)[0] ?? { address: addressKey(envelopeFrom || 'unknown@invalid'), name: '' };
+  const attachments = [];
+  for (const a of parsed.attachments ?? []) {
+    const ref = await blobs.put(a.content);
+    attachments.push({
+      filename: a.filename ?? 'attachment',
+      contentType: (a.contentType || 'application/octet-stream').toLowerCase(),
+      size: ref.size,
+      blob: ref.key,
+      contentId: a.contentId ?? null,
+      inline: a.contentDisposition === 'inline',
+    });
+  }
+  const internetMessageId = messageIds(parsed.messageId)[0] ?? null;
+  const date = parsed.date && !Number.isNaN(parsed.date.getTime()) ? parsed.date.toISOString() : null;
+  return {
+    internetMessageId,
+    inReplyTo: messageIds(parsed.inReplyTo)[0] ?? null,
+    references: messageIds(parsed.references),
+    from,
+    to: addressesOf(parsed.to),
+    cc: addressesOf(parsed.cc),
+    replyTo: addressesOf(parsed.replyTo),
+    subject: (parsed.subject ?? '').trim(),
+    text: parsed.text ?? null,
+    html: typeof parsed.html === 'string' ? parsed.html : null,
+    attachments,
+    raw,
+    via: 'smtp',
+    sourceMessageId: null,
+    date,
+  };
+}
+
+export interface SmtpListener {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  /** The bound port once started (SMTP_PORT may be an ephemeral one in tests). */
+  port(): number | null;
+}
+
+export function createSmtpListener(deps: { config: Config; logger: Logger; mail: MailService; blobs: BlobStore }): SmtpListener {
+  const { config, mail, blobs } = deps;
+  const log = deps.logger.child({ component: 'smtp' });
+  const tls = config.tls ? { key: readFileSync(config.tls.keyFile), cert: readFileSync(config.tls.certFile) } : null;
+
+  async function recipientsOf(session: SMTPServerSession): Promise<IdentityDoc[]> {
+    const found: IdentityDoc[] = [];
+    for (const rcpt of session.envelope.rcptTo) {
+      const identity = await mail.identityByInbox(rcpt.address);
+      if (identity && !found.some((f) => f.id === identity.id)) found.push(identity);
+    }
+    return found;
+  }
+
+  const server = new SMTPServer({
+    name: config.mailDomain,
+    banner: 'agent identity MX',
+    size: MAX_MESSAGE_BYTES,
+    authOptional: true,
+    // An inbound MX takes no AUTH; STARTTLS only when a certificate is configured.
+    disabledCommands: tls ? ['AUTH'] : ['AUTH', 'STARTTLS'],
+    ...(tls ? { key: tls.key, cert: tls.cert } : {}),
+    maxClients: MAX_CLIENTS,
+    socketTimeout: SOCKET_TIMEOUT_MS,
+    closeTimeout: 10_000, // SIGTERM: idle clients are cut after this
+    logger: false,
+
+    onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
+      if (session.envelope.rcptTo.length >= MAX_RCPT) return callback(smtpError(452, '4.5.3 Too many recipients'));
+      const rcpt = addressKey(address.address);
+      if (domainOf(rcpt) !== config.mailDomain) return callback(smtpError(550, '5.1.1 Recipient address rejected: not a local mailbox'));
+      mail
+        .identityByInbox(rcpt)
+        .then((identity) => callback(identity ? null : smtpError(550, '5.1.1 Recipient address rejected: no such mailbox')))
+        .catch((err) => {
+          log.error({ err }, 'rcpt lookup failed');
+          callback(smtpError(451, '4.3.0 Temporary lookup failure, try again later'));
+        });
+    },
+
+    onData(stream: SMTPServerDataStream, session: SMTPServerSession, callback: (err?: Error | null, message?: string) => void) {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      stream.on('data', (chunk: Buffer) => {
+        size += chunk.length;
+        if (size <= MAX_MESSAGE_BYTES) chunks.push(chunk);
+      });
+      stream.on('error', (err) => callback(err));
+      stream.on('end', () => {
+        if (stream.sizeExceeded || size > MAX_MESSAGE_BYTES) {
+          callback(smtpError(552, '5.3.4 Message size exceeds fixed maximum message size'));
+          return;
+        }
+        accept(Buffer.concat(chunks), session)
+          .then((count) => callback(null, `2.0.0 Ok: delivered to ${count} mailbox${count === 1 ? '' : 'es'}`))
+          .catch((err) => {
+            log.error({ err }, 'inbound message could not be stored');
+            callback(smtpError((err as { responseCode?: number }).responseCode ?? 451, (err as { responseCode?: number }).responseCode ? (err as Error).message : '4.3.0 Temporary failure, try again later'));
+          });
+      });
+    },
+  });
+  server.on('error', (err) => log.error({ err }, 'smtp server error'));
+
+  async function accept(raw: Buffer, session: SMTPServerSession): Promise<number> {
+    const recipients = await recipientsOf(session);
+    if (!recipients.length) throw smtpError(550, '5.1.1 No valid recipients');
+    const parsed = await simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, keepCidLinks: true });
+    const rawRef = await blobs.put(raw);
+    const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
+    const incoming = await incomingFromParsed(parsed, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
+    // Same bytes for the same identity = the same message (a sender retrying after a lost 250).
+    await mail.receive(recipients, incoming, `smtp:${rawRef.key}`);
+    log.info({ recipients: recipients.length, size: raw.length }, 'inbound mail accepted');
+    return recipients.length;
+  }
+
+  let bound: number | null = null;
+  return {
+    async start() {
+      await new Promise<void>((resolve, reject) => {
+        const onError = (err: Error) => reject(err);
+        server.server.once('error', onError);
+        server.listen(config.smtpPort, config.smtpHost, () => {
+          server.server.off('error', onError);
+          resolve();
+        });
+      });
+      bound = (server.server.address() as AddressInfo).port;
+      log.info({ host: config.smtpHost, port: bound }, 'smtp listening');
+    },
+    async stop() {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      bound = null;
+    },
+    port: () => bound,
+  };
+}

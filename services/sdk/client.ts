@@ -1,0 +1,701 @@
+/**
+ * The TypeScript SDK: one typed method per endpoint of SPEC "Endpoints" (shapes from
+ * DECISIONS and schemas/*.json), with the client behaviour SPEC "Errors" asks for:
+ *
+ * - retries with exponential backoff and full jitter on network errors and 5xx, for
+ *   idempotent methods (GET, HEAD, PUT, DELETE) only, so a POST is never sent twice;
+ * - 429 (any method: the server did not act) waits for `Retry-After`, then retries;
+ * - 401 `token_expired` with a refresh token held: one refresh (rotating, DECISIONS "Auth"),
+ *   then ONE retry of the request; `onTokens` is told about the new pair so it can be saved;
+ * - identity selection per client (`X-Service-Identity`), `withIdentity(uuid)` for another;
+ * - every non-2xx answer becomes an {@link ApiRequestError} carrying the spec's `code`.
+ *
+ * No dependency beyond the platform's `fetch`.
+ */
+import { EventStream, type EventStreamOptions } from './events.js';
+
+// ---------------------------------------------------------------------------------------------
+// Types (the wire shapes; field names are the spec's)
+
+export interface User {
+  pk: number;
+  username: string;
+  email: string;
+  first_name?: string;
+  last_name?: string;
+}
+export interface TokenPair {
+  access: string;
+  refresh: string;
+  user: User;
+}
+export interface DeviceAuthorization {
+  device_code: string;
+  user_code: string;
+  verification_uri: string;
+  verification_uri_complete?: string;
+  expires_in: number;
+  interval: number;
+}
+export interface DeviceTokens extends TokenPair {
+  management_key: string;
+}
+/** Non-success answers of the device token endpoint (RFC 8628 §3.5). */
+export type DevicePending = { error: 'authorization_pending' | 'slow_down' };
+export interface Identity {
+  uuid: string;
+  name: string;
+  inbox: string;
+  phone: string | null;
+  created_dt: string;
+}
+export interface IdentityCreate {
+  name: string;
+  email_identifier?: string;
+  provision_phone?: boolean;
+}
+export interface ManagementKey {
+  uuid: string;
+  masked_key: string;
+  label: string;
+  last_used_at: string | null;
+  created_dt: string;
+}
+export interface IdentityKey extends ManagementKey {
+  identity: string;
+}
+/** Create answers carry the full key once, in `key` (DECISIONS "Auth"). */
+export interface CreatedManagementKey {
+  uuid: string;
+  label: string;
+  key: string;
+  masked_key: string;
+  created_dt: string;
+}
+export interface CreatedIdentityKey extends CreatedManagementKey {
+  identity_uuid: string;
+}
+export interface WhoAmI {
+  kind: 'jwt' | 'management_key' | 'identity_key' | string;
+  user: unknown;
+  identity: unknown;
+  key: unknown;
+}
+export interface Subscription {
+  plan: string;
+  status: string;
+  [field: string]: unknown;
+}
+export interface EmailAddress {
+  address: string;
+  name?: string;
+}
+export interface EmailThread {
+  thread_id: string;
+  subject: string;
+  preview: string;
+  [field: string]: unknown;
+}
+export interface EmailMessage {
+  id: string;
+  thread_id?: string;
+  subject?: string;
+  status?: 'queued' | 'sent' | 'failed' | string;
+  [field: string]: unknown;
+}
+export interface Compose {
+  to: string;
+  subject: string;
+  body: string;
+  cc?: string;
+  bcc?: string;
+  attachment_uuids?: string[];
+}
+export interface Reply {
+  body: string;
+  cc?: string;
+  bcc?: string;
+  attachment_uuids?: string[];
+}
+export interface PresignRequest {
+  filename: string;
+  content_type: string;
+  size: number;
+}
+export interface Presigned {
+  uuid: string;
+  upload_url: string;
+  method: 'PUT' | string;
+  headers?: Record<string, string>;
+  expires_at?: string;
+}
+export interface Attachment {
+  filename: string;
+  content_type?: string;
+  data: Uint8Array;
+}
+export interface SmsConversation {
+  conversation_id: string;
+  peer: string;
+  from_number: string;
+  to_number: string;
+  preview: string;
+  message_count: number;
+  unread_count: number;
+  last_message_at: string;
+  created_dt: string;
+}
+export interface SmsMessage {
+  id: string;
+  conversation_id: string;
+  direction: string;
+  from_number: string;
+  to_number: string;
+  body: string;
+  preview: string;
+  read: boolean;
+  created_dt: string;
+  [field: string]: unknown;
+}
+export interface Phone {
+  number: string;
+  provider: string;
+  capabilities: string[];
+  created_dt: string;
+}
+export interface PasswordEntry {
+  uuid: string;
+  domain: string;
+  username: string;
+  password: string;
+  notes: string;
+  [field: string]: unknown;
+}
+export interface PasswordWrite {
+  uuid?: string;
+  domain: string;
+  username: string;
+  password: string;
+  notes: string;
+}
+export interface VaultSecret {
+  uuid: string;
+  key: string;
+  value: string | null;
+  [field: string]: unknown;
+}
+export interface EncryptionMetadataWire {
+  salt: string;
+  public_key: string | null;
+  verifier: string | null;
+  wrapped_key?: string | null;
+  recovery_wrapped_key?: string | null;
+  kdf?: string | null;
+}
+export interface ListOptions {
+  limit?: number;
+  cursor?: string;
+  [query: string]: string | number | boolean | undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/** A non-2xx answer. `code` is the body's `code` (or RFC 8628 `error`), e.g. `token_expired`. */
+export class ApiRequestError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string | undefined,
+    readonly detail: string,
+    /** Validation errors (400): field name → messages. */
+    readonly fields: Record<string, string[]> | undefined,
+    readonly body: unknown,
+  ) {
+    super(`${status}${code ? ` ${code}` : ''}: ${detail}`);
+    this.name = 'ApiRequestError';
+  }
+}
+
+/** The request never got an answer (after the retries). */
+export class NetworkError extends Error {
+  constructor(message: string, override readonly cause?: unknown) {
+    super(message);
+    this.name = 'NetworkError';
+  }
+}
+
+async function toError(res: Response): Promise<ApiRequestError> {
+  const text = await res.text().catch(() => '');
+  let body: unknown = text;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    /* not JSON */
+  }
+  let code: string | undefined;
+  let detail = res.statusText || `HTTP ${res.status}`;
+  let fields: Record<string, string[]> | undefined;
+  if (body && typeof body === 'object' && !Array.isArray(body)) {
+    const b = body as Record<string, unknown>;
+    if (typeof b.code === 'string') code = b.code;
+    else if (typeof b.error === 'string') code = b.error;
+    if (typeof b.detail === 'string') detail = b.detail;
+    else if (typeof b.error_description === 'string') detail = b.error_description;
+    const f = Object.entries(b).filter(([, v]) => Array.isArray(v) && v.every((m) => typeof m === 'string'));
+    if (f.length > 0) {
+      fields = Object.fromEntries(f) as Record<string, string[]>;
+      if (typeof b.detail !== 'string') detail = f.map(([k, v]) => `${k}: ${(v as string[]).join(' ')}`).join('; ');
+    }
+  } else if (typeof body === 'string' && body) {
+    detail = body.slice(0, 300);
+  }
+  return new ApiRequestError(res.status, code, detail, fields, body);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+export interface Tokens {
+  access: string;
+  refresh: string;
+}
+
+export interface ClientOptions {
+  /** The service's {base_url}, e.g. `http://localhost:8000`. */
+  baseUrl: string;
+  /** A JWT access token. */
+  token?: string;
+  managementKey?: string;
+  identityKey?: string;
+  /** With `token`: refreshed automatically on 401 `token_expired`. */
+  refreshToken?: string;
+  /** Default identity (sent as X-Service-Identity). */
+  identity?: string;
+  fetch?: typeof fetch;
+  /** Called after every refresh with the new pair (persist it). */
+  onTokens?: (tokens: Tokens) => void | Promise<void>;
+  /** Retries after the first attempt (default 3). */
+  retries?: number;
+  /** First backoff step in ms (default 250); doubles each attempt, full jitter. */
+  backoffMs?: number;
+  /** Cap on one wait, in ms, including Retry-After (default 30 s). */
+  maxDelayMs?: number;
+  userAgent?: string;
+}
+
+export interface RequestOptions {
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined>;
+  /** Override the identity header: a uuid, or `false` to send none. */
+  identity?: string | false;
+  /** Send without credentials. */
+  anonymous?: boolean;
+  /** Raw body (upload); sent as is with the given headers. */
+  raw?: { data: Uint8Array | string; headers?: Record<string, string> };
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+  /** Treat these statuses as answers rather than errors. */
+  accept?: number[];
+}
+
+interface Credentials {
+  token?: string;
+  refresh?: string;
+  managementKey?: string;
+  identityKey?: string;
+}
+
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
+
+export function createClient(options: ClientOptions): AisClient {
+  return new AisClient(options);
+}
+
+export class AisClient {
+  readonly baseUrl: string;
+  readonly identity: string | undefined;
+  readonly #options: ClientOptions;
+  /** Shared by every `withIdentity` copy, so one refresh serves them all. */
+  readonly #creds: Credentials;
+  #refreshing: Promise<void> | null = null;
+
+  constructor(options: ClientOptions, shared?: Credentials) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.identity = options.identity;
+    this.#options = options;
+    this.#creds = shared ?? {
+      token: options.token,
+      refresh: options.refreshToken,
+      managementKey: options.managementKey,
+      identityKey: options.identityKey,
+    };
+  }
+
+  /** The same credentials, scoped to another identity. */
+  withIdentity(identity: string | undefined): AisClient {
+    return new AisClient({ ...this.#options, identity }, this.#creds);
+  }
+
+  /** The credential sent as Bearer: the JWT first, else a key. */
+  get credential(): string | undefined {
+    return this.#creds.token ?? this.#creds.managementKey ?? this.#creds.identityKey;
+  }
+
+  get tokens(): Partial<Tokens> {
+    return { access: this.#creds.token, refresh: this.#creds.refresh };
+  }
+
+  /** Replace the credentials (after a login). */
+  setTokens(tokens: Tokens): void {
+    this.#creds.token = tokens.access;
+    this.#creds.refresh = tokens.refresh;
+  }
+
+  get #fetch(): typeof fetch {
+    return this.#options.fetch ?? globalThis.fetch;
+  }
+
+  url(path: string, query?: RequestOptions['query']): string {
+    const u = new URL(this.baseUrl + path);
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
+    return u.toString();
+  }
+
+  headers(o: Pick<RequestOptions, 'identity' | 'anonymous' | 'headers'> = {}): Record<string, string> {
+    const h: Record<string, string> = { accept: 'application/json', ...(o.headers ?? {}) };
+    if (this.#options.userAgent) h['user-agent'] = this.#options.userAgent;
+    const cred = o.anonymous ? undefined : this.credential;
+    if (cred) h.authorization = `Bearer ${cred}`;
+    const identity = o.identity === false ? undefined : (o.identity ?? this.identity);
+    if (identity && !o.anonymous) h['x-service-identity'] = identity;
+    return h;
+  }
+
+  /** One call with the retry, backoff and refresh rules above; parsed JSON (null for 204). */
+  async request<T>(method: string, path: string, o: RequestOptions = {}): Promise<T> {
+    const res = await this.send(method, path, o);
+    if (res.status === 204) return null as T;
+    const text = await res.text();
+    if (!text) return null as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      return text as T;
+    }
+  }
+
+  /** Like {@link request} but returns the Response (for Link headers and streams). */
+  async send(method: string, path: string, o: RequestOptions = {}): Promise<Response> {
+    method = method.toUpperCase();
+    const retries = this.#options.retries ?? 3;
+    const idempotent = IDEMPOTENT.has(method);
+    let refreshed = false;
+    for (let attempt = 0; ; attempt++) {
+      const headers = this.headers(o);
+      let body: RequestInit["body"];
+      if (o.raw) {
+        Object.assign(headers, o.raw.headers ?? {});
+        body = o.raw.data as RequestInit["body"];
+      } else if (o.body !== undefined) {
+        headers['content-type'] = 'application/json';
+        body = JSON.stringify(o.body);
+      }
+      let res: Response;
+      try {
+        res = await this.#fetch(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal: o.signal });
+      } catch (err) {
+        if (o.signal?.aborted) throw err;
+        if (idempotent && attempt < retries) {
+          await sleep(this.#backoff(attempt), o.signal);
+          continue;
+        }
+        throw new NetworkError(`Cannot reach ${this.baseUrl}: ${(err as Error).message}`, err);
+      }
+      if (res.ok || o.accept?.includes(res.status)) return res;
+      if (res.status === 401 && !refreshed && !o.anonymous && this.#creds.token && this.#creds.refresh) {
+        const err = await toError(res);
+        if (err.code !== 'token_expired') throw err;
+        await this.refresh();
+        refreshed = true;
+        attempt--; // the retry after a refresh is not a backoff attempt
+        continue;
+      }
+      if (attempt < retries && (res.status === 429 || (res.status >= 500 && idempotent) || (res.status === 503 && res.headers.has('retry-after')))) {
+        const wait = retryAfterMs(res.headers.get('retry-after')) ?? this.#backoff(attempt);
+        await res.body?.cancel().catch(() => undefined);
+        await sleep(Math.min(wait, this.#options.maxDelayMs ?? 30_000), o.signal);
+        continue;
+      }
+      throw await toError(res);
+    }
+  }
+
+  #backoff(attempt: number): number {
+    const base = this.#options.backoffMs ?? 250;
+    const cap = this.#options.maxDelayMs ?? 30_000;
+    return Math.random() * Math.min(cap, base * 2 ** attempt);
+  }
+
+  /**
+   * Exchanges the refresh token (single-flight: concurrent 401s share one exchange, which
+   * matters because refresh tokens rotate and a reused one revokes the family). A refused
+   * refresh surfaces as 401 `token_expired`: the user must log in again.
+   */
+  async refresh(): Promise<Tokens> {
+    if (!this.#creds.refresh) throw new ApiRequestError(401, 'token_expired', 'No refresh token held; log in again.', undefined, null);
+    this.#refreshing ??= (async () => {
+      try {
+        const res = await this.#fetch(this.url('/api/auth/token/refresh/'), {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json' },
+          body: JSON.stringify({ refresh: this.#creds.refresh }),
+        });
+        if (!res.ok) {
+          const err = await toError(res);
+          if (res.status === 401 || res.status === 400) {
+            throw new ApiRequestError(401, 'token_expired', `The session has ended (${err.detail}); log in again.`, err.fields, err.body);
+          }
+          throw err;
+        }
+        const body = (await res.json()) as { access?: string; access_token?: string; refresh?: string };
+        this.#creds.token = body.access ?? body.access_token;
+        if (body.refresh) this.#creds.refresh = body.refresh;
+        await this.#options.onTokens?.({ access: this.#creds.token!, refresh: this.#creds.refresh! });
+      } finally {
+        this.#refreshing = null;
+      }
+    })();
+    await this.#refreshing;
+    return { access: this.#creds.token!, refresh: this.#creds.refresh! };
+  }
+
+  /** Every page of a list (follows `Link: rel="next"`). */
+  async listAll<T>(path: string, o: RequestOptions = {}): Promise<T[]> {
+    const out: T[] = [];
+    let next: string | null = path;
+    let first = true;
+    while (next) {
+      const res = await this.send('GET', next, first ? o : { ...o, query: undefined });
+      first = false;
+      out.push(...((await res.json()) as T[]));
+      next = nextLink(res.headers.get('link'));
+    }
+    return out;
+  }
+
+  #list<T>(path: string, q: ListOptions = {}, identity?: string | false): Promise<T[]> {
+    const query = Object.fromEntries(Object.entries(q).filter(([, v]) => v !== undefined)) as RequestOptions['query'];
+    return q.limit || q.cursor ? this.request<T[]>('GET', path, { query, identity }) : this.listAll<T>(path, { query, identity });
+  }
+
+  // -- auth -------------------------------------------------------------------------------
+
+  readonly auth = {
+    login: async (body: { password: string; username?: string; email?: string }): Promise<TokenPair> => {
+      const pair = await this.request<TokenPair>('POST', '/api/auth/login/', { body, anonymous: true });
+      this.setTokens(pair);
+      return pair;
+    },
+    register: (body: { username: string; email: string; password1: string; password2: string }): Promise<TokenPair> =>
+      this.request('POST', '/api/auth/social/', { body, anonymous: true }),
+    refresh: (): Promise<Tokens> => this.refresh(),
+    verify: (token: string): Promise<null> => this.request('POST', '/api/auth/token/verify/', { body: { token }, anonymous: true }),
+    logout: (): Promise<{ detail: string }> => this.request('POST', '/api/auth/logout/', { identity: false }),
+    user: (): Promise<User> => this.request('GET', '/api/auth/user/', { identity: false }),
+    updateUser: (body: Partial<Pick<User, 'username' | 'first_name' | 'last_name'>>): Promise<User> =>
+      this.request('PATCH', '/api/auth/user/', { body, identity: false }),
+    bindIdentity: (identity: string): Promise<Tokens> => this.request('POST', '/api/auth/bind-identity/', { body: { identity }, identity: false }),
+    /** POST /api/auth/device/ (RFC 8628 §3.1). */
+    deviceStart: (): Promise<DeviceAuthorization> => this.request('POST', '/api/auth/device/', { anonymous: true }),
+    /**
+     * One poll of the token endpoint. Pending answers come back as `{error}`; `expired_token`
+     * and `access_denied` throw (code `device_code_expired` for the former, DECISIONS).
+     */
+    devicePoll: async (deviceCode: string, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<DeviceTokens | DevicePending> => {
+      const res = await this.send('POST', '/api/auth/device/token/', {
+        body: { device_code: deviceCode, ...(opts.wait ? { wait: true } : {}) },
+        anonymous: true,
+        accept: [400],
+        signal: opts.signal,
+      });
+      const body = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+      if (res.ok) return body as unknown as DeviceTokens;
+      if (body.error === 'authorization_pending' || body.error === 'slow_down') return body as DevicePending;
+      const code = body.error === 'expired_token' ? 'device_code_expired' : String(body.code ?? body.error ?? 'invalid_request');
+      throw new ApiRequestError(res.status, code, String(body.detail ?? body.error_description ?? body.error ?? 'Device authorization failed.'), undefined, body);
+    },
+    /** Polls until approved, honouring `interval` and `slow_down`; long-polls with `wait`. */
+    deviceWait: async (auth: DeviceAuthorization, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<DeviceTokens> => {
+      let interval = Math.max(1, auth.interval) * 1000;
+      const deadline = Date.now() + auth.expires_in * 1000 + 5000;
+      for (;;) {
+        const r = await this.auth.devicePoll(auth.device_code, opts);
+        if ('access' in r) {
+          this.setTokens(r);
+          return r;
+        }
+        if (r.error === 'slow_down') interval += 5000;
+        if (Date.now() > deadline) throw new ApiRequestError(400, 'device_code_expired', 'The device code expired before it was approved.', undefined, r);
+        if (!opts.wait || r.error === 'slow_down') await sleep(interval, opts.signal);
+        else await sleep(Math.min(interval, 1000), opts.signal);
+      }
+    },
+  };
+
+  whoami(): Promise<WhoAmI> {
+    return this.request('GET', '/api/health/whoami/', { identity: false });
+  }
+
+  subscription(): Promise<Subscription> {
+    return this.request('GET', '/api/subscription/', { identity: false });
+  }
+
+  // -- identities and keys -----------------------------------------------------------------
+
+  readonly identities = {
+    list: (q?: ListOptions): Promise<Identity[]> => this.#list('/api/identities/', q, false),
+    create: (body: IdentityCreate): Promise<Identity> => this.request('POST', '/api/identities/', { body, identity: false }),
+    get: (uuid: string): Promise<Identity> => this.request('GET', `/api/identities/${enc(uuid)}/`, { identity: false }),
+    update: (uuid: string, body: Partial<IdentityCreate>): Promise<Identity> =>
+      this.request('PATCH', `/api/identities/${enc(uuid)}/`, { body, identity: false }),
+    delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/identities/${enc(uuid)}/`, { identity: false }),
+  };
+
+  readonly keys = {
+    management: {
+      list: (q?: ListOptions): Promise<ManagementKey[]> => this.#list('/api/auth/keys/management/', q, false),
+      create: (label: string): Promise<CreatedManagementKey> => this.request('POST', '/api/auth/keys/management/', { body: { label }, identity: false }),
+      revoke: (uuid: string): Promise<null> => this.request('DELETE', `/api/auth/keys/management/${enc(uuid)}/`, { identity: false }),
+    },
+    identity: {
+      list: (q?: ListOptions): Promise<IdentityKey[]> => this.#list('/api/auth/keys/identity/', q, false),
+      create: (label: string, identityUuid: string): Promise<CreatedIdentityKey> =>
+        this.request('POST', '/api/auth/keys/identity/', { body: { label, identity_uuid: identityUuid }, identity: false }),
+      revoke: (uuid: string): Promise<null> => this.request('DELETE', `/api/auth/keys/identity/${enc(uuid)}/`, { identity: false }),
+    },
+  };
+
+  // -- email ---------------------------------------------------------------------------------
+
+  readonly email = {
+    inbox: (q: ListOptions & { unread?: boolean } = {}): Promise<EmailThread[]> => this.#list('/api/email-inbox/', { ...q, unread: q.unread ? 'true' : undefined }),
+    thread: (threadId: string): Promise<EmailThread & { messages: EmailMessage[] }> => this.request('GET', `/api/email-inbox/${enc(threadId)}/`),
+    messages: (q?: ListOptions): Promise<EmailMessage[]> => this.#list('/api/email-messages/', q),
+    message: (id: string): Promise<EmailMessage> => this.request('GET', `/api/email-messages/${enc(id)}/`),
+    markRead: (id: string, read = true): Promise<EmailMessage> => this.request('PATCH', `/api/email-messages/${enc(id)}/`, { body: { read } }),
+    compose: (body: Compose): Promise<EmailMessage> => this.request('POST', '/api/email-messages/compose/', { body: { cc: '', bcc: '', attachment_uuids: [], ...body } }),
+    reply: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply/`, { body }),
+    replyAll: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply-all/`, { body }),
+    presign: (body: PresignRequest): Promise<Presigned> => this.request('POST', '/api/email-attachments/presign/', { body }),
+    /** Presign + PUT to the upload URL; returns the attachment uuid. */
+    upload: async (file: Attachment, onProgress?: (sent: number, total: number) => void): Promise<string> => {
+      const content_type = file.content_type ?? 'application/octet-stream';
+      const p = await this.email.presign({ filename: file.filename, content_type, size: file.data.byteLength });
+      const sameOrigin = new URL(p.upload_url).origin === new URL(this.baseUrl).origin;
+      // A presigned URL carries its own authority; the Bearer goes only to our own gateway.
+      const res = await this.#fetch(p.upload_url, {
+        method: p.method || 'PUT',
+        headers: { 'content-type': content_type, ...(p.headers ?? {}), ...(sameOrigin && this.credential ? { authorization: `Bearer ${this.credential}` } : {}) },
+        body: file.data as RequestInit["body"],
+      });
+      if (!res.ok) throw await toError(res);
+      await res.body?.cancel().catch(() => undefined);
+      onProgress?.(file.data.byteLength, file.data.byteLength);
+      return p.uuid;
+    },
+    /** Uploads every attachment, then composes (or replies when `replyTo` is given). */
+    sendWithAttachments: async (
+      msg: (Compose & { replyTo?: undefined }) | (Reply & { replyTo: string; all?: boolean }),
+      files: Attachment[],
+      onProgress?: (file: string, sent: number, total: number) => void,
+    ): Promise<EmailMessage> => {
+      const ids: string[] = [...(msg.attachment_uuids ?? [])];
+      for (const f of files) ids.push(await this.email.upload(f, (s, t) => onProgress?.(f.filename, s, t)));
+      if (msg.replyTo) {
+        const { replyTo, all, ...rest } = msg;
+        return all ? this.email.replyAll(replyTo, { ...rest, attachment_uuids: ids }) : this.email.reply(replyTo, { ...rest, attachment_uuids: ids });
+      }
+      const { replyTo: _r, ...compose } = msg as Compose & { replyTo?: undefined };
+      return this.email.compose({ ...compose, attachment_uuids: ids });
+    },
+  };
+
+  // -- sms -------------------------------------------------------------------------------------
+
+  readonly sms = {
+    inbox: (q: ListOptions & { unread?: boolean } = {}): Promise<SmsConversation[]> => this.#list('/api/sms-inbox/', { ...q, unread: q.unread ? 'true' : undefined }),
+    conversation: (id: string): Promise<SmsConversation & { messages: SmsMessage[] }> => this.request('GET', `/api/sms-inbox/${enc(id)}/`),
+    messages: (q?: ListOptions & { conversation_id?: string }): Promise<SmsMessage[]> => this.#list('/api/messages/', q),
+    message: (id: string): Promise<SmsMessage> => this.request('GET', `/api/messages/${enc(id)}/`),
+    phone: (): Promise<Phone[]> => this.request('GET', '/api/phone/'),
+  };
+
+  // -- vault (ciphertext only; see ./vault-session for transparent encryption) -----------------
+
+  readonly passwords = {
+    list: (q?: ListOptions): Promise<PasswordEntry[]> => this.#list('/api/passwords/', q),
+    create: (body: PasswordWrite): Promise<PasswordEntry> => this.request('POST', '/api/passwords/', { body }),
+    get: (uuid: string): Promise<PasswordEntry> => this.request('GET', `/api/passwords/${enc(uuid)}/`),
+    update: (uuid: string, body: PasswordWrite): Promise<PasswordEntry> => this.request('PUT', `/api/passwords/${enc(uuid)}/`, { body }),
+    delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/passwords/${enc(uuid)}/`),
+    generate: (q: { length?: number } = {}): Promise<{ password: string }> => this.request('GET', '/api/passwords/generate_password/', { query: q }),
+  };
+
+  readonly vault = {
+    list: (q?: ListOptions): Promise<VaultSecret[]> => this.#list('/api/vault/', q),
+    /** Upsert by key (201 created, 200 updated). */
+    put: (key: string, value: string): Promise<VaultSecret> => this.request('POST', '/api/vault/', { body: { key, value } }),
+    get: (uuid: string): Promise<VaultSecret> => this.request('GET', `/api/vault/${enc(uuid)}/`),
+    delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/vault/${enc(uuid)}/`),
+  };
+
+  readonly encryption = {
+    get: (): Promise<EncryptionMetadataWire> => this.request('GET', '/api/encryption/', { identity: false }),
+    setup: (upload: object): Promise<EncryptionMetadataWire> => this.request('POST', '/api/encryption/', { body: upload, identity: false }),
+    rewrap: (upload: object): Promise<EncryptionMetadataWire> => this.request('PUT', '/api/encryption/', { body: upload, identity: false }),
+  };
+
+  // -- events ----------------------------------------------------------------------------------
+
+  /** The SSE stream of the client's identity, resuming with Last-Event-ID (see ./events.ts). */
+  events(options: EventStreamOptions = {}): EventStream {
+    return new EventStream(this, options);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const enc = encodeURIComponent;
+
+export function nextLink(link: string | null): string | null {
+  if (!link) return null;
+  for (const part of link.split(',')) {
+    const m = /<([^>]+)>\s*;(.*)$/.exec(part.trim());
+    if (m && /rel="?([^";]*\s)?next(\s[^";]*)?"?/.test(m[2])) return m[1];
+  }
+  return null;
+}
+
+/** RFC 9110 §10.2.3: delay-seconds or an HTTP-date. */
+export function retryAfterMs(value: string | null): number | null {
+  if (!value) return null;
+  if (/^\d+$/.test(value.trim())) return Number(value) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}

@@ -1,0 +1,205 @@
+/**
+ * Client of GET /api/events/stream/ (SPEC "Events"): fetch streaming + a WHATWG
+ * "Server-sent events" parser (§9.2.6 "Interpreting an event stream"), so it can send the
+ * Authorization and X-Service-Identity headers the browser EventSource cannot.
+ *
+ * After ANY disconnect (network error, server restart, clean end of stream) it reconnects
+ * with `Last-Event-ID` set to the last id it saw, waiting the server's `retry:` value grown
+ * by exponential backoff with jitter while connects keep failing. The server replays every
+ * later event (DECISIONS "SSE": no gap, no duplicate). An expired access token is refreshed
+ * through the client; other 4xx answers end the stream with the ApiRequestError.
+ */
+import type { AisClient } from './client.js';
+import { ApiRequestError, sleep } from './client.js';
+
+export interface ServerEvent<T = Record<string, unknown>> {
+  /** The id to resume after (opaque). */
+  id: string;
+  /** `email`, `sms`, ... (`message` when the server names none). */
+  event: string;
+  /** `data` parsed as JSON (the raw string when it is not JSON). */
+  data: T;
+  raw: string;
+}
+
+export interface EventStreamOptions {
+  /** Resume after this id. */
+  lastEventId?: string;
+  signal?: AbortSignal;
+  /** Max wait between reconnects, ms (default 30 s). */
+  maxBackoffMs?: number;
+  /** Called on each (re)connect and disconnect, e.g. for a status line. */
+  onStatus?: (status: { state: 'open' | 'closed' | 'reconnecting'; attempt: number; delayMs?: number; error?: unknown }) => void;
+}
+
+/** Incremental WHATWG SSE parser: feed it chunks, it calls back per dispatched event. */
+export class SseParser {
+  #buf = '';
+  #data: string[] = [];
+  #event = '';
+  #id: string | undefined;
+  #sawCr = false;
+  #first = true;
+  /** The last event id (persists across events, per spec). */
+  lastEventId = '';
+
+  constructor(
+    private readonly onEvent: (e: { id: string; event: string; data: string }) => void,
+    private readonly onRetry: (ms: number) => void = () => undefined,
+  ) {}
+
+  push(chunk: string): void {
+    if (this.#first) {
+      this.#first = false;
+      if (chunk.charCodeAt(0) === 0xfeff) chunk = chunk.slice(1);
+    }
+    this.#buf += chunk;
+    let start = 0;
+    for (let i = 0; i < this.#buf.length; i++) {
+      const c = this.#buf[i];
+      if (c === '\n' && this.#sawCr) {
+        // The LF of a CRLF pair whose CR ended the previous line.
+        this.#sawCr = false;
+        start = i + 1;
+        continue;
+      }
+      this.#sawCr = false;
+      if (c === '\r' || c === '\n') {
+        this.#line(this.#buf.slice(start, i));
+        if (c === '\r') this.#sawCr = true;
+        start = i + 1;
+      }
+    }
+    this.#buf = this.#buf.slice(start);
+  }
+
+  #line(line: string): void {
+    if (line === '') return this.#dispatch();
+    if (line.startsWith(':')) return; // comment (`: keepalive`)
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    switch (field) {
+      case 'data':
+        this.#data.push(value);
+        break;
+      case 'event':
+        this.#event = value;
+        break;
+      case 'id':
+        if (!value.includes('\0')) this.#id = value;
+        break;
+      case 'retry':
+        if (/^\d+$/.test(value)) this.onRetry(Number(value));
+        break;
+    }
+  }
+
+  #dispatch(): void {
+    if (this.#id !== undefined) this.lastEventId = this.#id;
+    this.#id = undefined;
+    if (this.#data.length === 0) {
+      this.#event = '';
+      return;
+    }
+    const data = this.#data.join('\n');
+    const event = this.#event || 'message';
+    this.#data = [];
+    this.#event = '';
+    this.onEvent({ id: this.lastEventId, event, data });
+  }
+}
+
+export class EventStream implements AsyncIterable<ServerEvent> {
+  lastEventId: string | undefined;
+  #retryMs = 1000;
+
+  constructor(
+    private readonly client: AisClient,
+    private readonly options: EventStreamOptions = {},
+  ) {
+    this.lastEventId = options.lastEventId;
+  }
+
+  /** Callback form; resolves when `signal` aborts, rejects on a fatal error. */
+  async forEach(fn: (e: ServerEvent) => void | Promise<void>): Promise<void> {
+    for await (const e of this) await fn(e);
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<ServerEvent> {
+    const { signal } = this.options;
+    let failures = 0;
+    let refreshed = false;
+    while (!signal?.aborted) {
+      let res: Response;
+      try {
+        res = await this.client.send('GET', '/api/events/stream/', {
+          headers: { accept: 'text/event-stream', ...(this.lastEventId ? { 'last-event-id': this.lastEventId } : {}) },
+          signal,
+          accept: [401],
+        });
+        if (res.status === 401) {
+          const body = (await res.json().catch(() => ({}))) as { code?: string; detail?: string };
+          if (body.code === 'token_expired' && this.client.tokens.refresh && !refreshed) {
+            refreshed = true;
+            await this.client.refresh();
+            continue;
+          }
+          throw new ApiRequestError(401, body.code, body.detail ?? 'Unauthorized', undefined, body);
+        }
+      } catch (err) {
+        if (signal?.aborted) return;
+        if (err instanceof ApiRequestError && err.status < 500 && err.status !== 429) throw err;
+        yield* this.#wait(++failures, err);
+        continue;
+      }
+      refreshed = false;
+      this.options.onStatus?.({ state: 'open', attempt: failures });
+      const queue: ServerEvent[] = [];
+      const parser = new SseParser(
+        (e) => queue.push({ id: e.id, event: e.event, data: parseData(e.data), raw: e.data }),
+        (ms) => (this.#retryMs = ms),
+      );
+      let error: unknown;
+      try {
+        const decoder = new TextDecoder();
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          parser.push(decoder.decode(chunk, { stream: true }));
+          if (queue.length) failures = 0;
+          while (queue.length) {
+            const e = queue.shift()!;
+            if (e.id) this.lastEventId = e.id;
+            yield e;
+          }
+        }
+      } catch (err) {
+        error = err;
+      }
+      if (signal?.aborted) return;
+      this.options.onStatus?.({ state: 'closed', attempt: failures, error });
+      yield* this.#wait(++failures, error);
+    }
+  }
+
+  // A generator so `yield*` keeps the iterator protocol simple; it yields nothing.
+  async *#wait(attempt: number, error: unknown): AsyncGenerator<never> {
+    const cap = this.options.maxBackoffMs ?? 30_000;
+    const delay = Math.min(cap, this.#retryMs * 2 ** Math.min(attempt - 1, 10));
+    const jittered = delay / 2 + Math.random() * (delay / 2);
+    this.options.onStatus?.({ state: 'reconnecting', attempt, delayMs: Math.round(jittered), error });
+    try {
+      await sleep(jittered, this.options.signal);
+    } catch {
+      /* aborted: the loop ends */
+    }
+  }
+}
+
+function parseData(s: string): any {
+  try {
+    return JSON.parse(s);
+  } catch {
+    return s;
+  }
+}

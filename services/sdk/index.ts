@@ -1,0 +1,18 @@
+/** The public SDK: `import { createClient } from 'agent-identity-service/sdk'` (or this path). */
+export * from './client.js';
+export * from './events.js';
+export * from './unlocked.js';
+export {
+  CryptoError,
+  type CryptoErrorCode,
+  type EncryptionMetadata,
+  type LockStore,
+  MAX_PIN_ATTEMPTS,
+  changePin,
+  fileLockStore,
+  memoryLockStore,
+  recover,
+  setupEncryption,
+  unlock,
+  VaultKey,
+} from './crypto.js';

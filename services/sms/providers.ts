@@ -1,0 +1,54 @@
+/**
+ * Who may post to the inbound SMS webhook (DECISIONS "Mail, SMS, events"):
+ * - `local`: simulated numbers; the caller proves itself with `X-Webhook-Secret`, which
+ *   must equal SMS_WEBHOOK_SECRET. Without that variable the webhook is closed.
+ * - `twilio`: Twilio signs each request (https://www.twilio.com/docs/usage/security#validating-requests):
+ *   base64(HMAC-SHA1(auth token, full URL + each POST parameter name and value, sorted by name)).
+ * Both comparisons are timing-safe.
+ */
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import type { Config } from '../../infra/config.js';
+import { ApiError } from '../gateway/errors.js';
+
+/** Equal-length digests, so neither content nor length leaks through timing. */
+export function safeEqual(a: string, b: string): boolean {
+  const da = createHash('sha256').update(a, 'utf8').digest();
+  const db = createHash('sha256').update(b, 'utf8').digest();
+  return timingSafeEqual(da, db);
+}
+
+/** Twilio's request signature of a form POST. */
+export function twilioSignature(authToken: string, url: string, params: Record<string, string>): string {
+  const data = Object.keys(params)
+    .sort()
+    .reduce((acc, key) => acc + key + params[key], url);
+  return createHmac('sha1', authToken).update(data, 'utf8').digest('base64');
+}
+
+export interface WebhookRequest {
+  /** Lower-cased header lookup. */
+  header(name: string): string;
+  /** Path and query as received (what the provider signed, after PUBLIC_URL). */
+  originalUrl: string;
+  params: Record<string, string>;
+  form: boolean;
+}
+
+/** Throws 403 unless the request comes from the configured provider. */
+export function verifyWebhook(config: Config, req: WebhookRequest): void {
+  if (config.smsProvider === 'twilio') {
+    const given = req.header('x-twilio-signature');
+    if (!given) throw new ApiError(403, 'invalid_signature', 'Missing X-Twilio-Signature header.');
+    if (!req.form) throw new ApiError(403, 'invalid_signature', 'Twilio webhooks must be posted as application/x-www-form-urlencoded.');
+    const url = config.publicUrl + req.originalUrl;
+    const expected = twilioSignature(config.twilio!.authToken, url, req.params);
+    if (!safeEqual(given, expected)) throw new ApiError(403, 'invalid_signature', 'X-Twilio-Signature does not match this request (check PUBLIC_URL and TWILIO_AUTH_TOKEN).');
+    return;
+  }
+  const secret = config.smsWebhookSecret;
+  if (!secret) {
+    throw new ApiError(403, 'webhook_not_configured', 'The SMS webhook is disabled: set SMS_WEBHOOK_SECRET (SMS_PROVIDER=local) to enable it.');
+  }
+  const given = req.header('x-webhook-secret');
+  if (!given || !safeEqual(given, secret)) throw new ApiError(403, 'invalid_webhook_secret', 'Missing or wrong X-Webhook-Secret header.');
+}

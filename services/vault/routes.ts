@@ -1,0 +1,201 @@
+/** HTTP surface of the vault (SPEC "Passwords", "Vault secrets", "Encryption"; DECISIONS last bullet). */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import type { HttpModule } from '../gateway/app.js';
+import type { Authenticator } from '../gateway/auth.js';
+import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
+import { validator } from '../gateway/validate.js';
+import { badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
+import { isUuid } from '../kernel/ids.js';
+import type { Accounts } from '../accounts/service.js';
+import type { EncryptionKeysDoc, PasswordEntryDoc, VaultSecretDoc } from '../../projections/vault/index.js';
+import { CHARACTER_CLASSES, PASSWORD_LENGTH, generatePassword, type CharacterClass } from './generate.js';
+import type { EncryptionRewrapInput, EncryptionUploadInput, PasswordFields, Vault } from './service.js';
+
+const v = {
+  upload: validator<EncryptionUploadInput>('vault.json#EncryptionUpload'),
+  rewrap: validator<EncryptionRewrapInput>('vault.json#EncryptionRewrap'),
+  create: validator<PasswordFields & { uuid?: string; domain: string; password: string }>('vault.json#PasswordCreate'),
+  put: validator<PasswordFields & { domain: string; password: string }>('vault.json#PasswordPut'),
+  patch: validator<PasswordFields>('vault.json#PasswordPatch'),
+  upsert: validator<{ key: string; value: string }>('vault.json#SecretUpsert'),
+};
+
+export function toEncryptionMetadata(salt: string, doc: EncryptionKeysDoc | null) {
+  return {
+    salt,
+    public_key: doc?.publicKey ?? null,
+    verifier: doc?.verifier ?? null,
+    wrapped_key: doc?.wrappedKey ?? null,
+    recovery_wrapped_key: doc?.recoveryWrappedKey ?? null,
+    kdf: doc?.kdf ?? null,
+    created_dt: doc?.createdAt ?? null,
+    updated_dt: doc?.updatedAt ?? null,
+  };
+}
+
+export const toPasswordEntry = (d: PasswordEntryDoc) => ({
+  uuid: d.entryId,
+  domain: d.domain,
+  username: d.username,
+  password: d.password,
+  notes: d.notes,
+  created_dt: d.createdAt,
+  updated_dt: d.updatedAt,
+});
+
+export const toSecret = (d: VaultSecretDoc, redact = false) => ({
+  uuid: d.secretId,
+  key: d.key,
+  value: redact ? null : d.value,
+  created_dt: d.createdAt,
+  updated_dt: d.updatedAt,
+});
+
+/** Path uuid, lower-cased; anything else cannot name a resource: 404. */
+function pathUuid(ctx: Context): string {
+  const id = String(ctx.params.uuid ?? '');
+  if (!isUuid(id)) throw notFound();
+  return id.toLowerCase();
+}
+
+const FLAG_TRUE = ['true', '1', 'yes', 'on'];
+const FLAG_FALSE = ['false', '0', 'no', 'off'];
+
+/** Query of generate_password: `length` (8-128, default 20) and one flag per character class (default true). */
+function generateOptions(ctx: Context): { length: number; classes: CharacterClass[] } {
+  const errors: FieldErrors = {};
+  const one = (name: string) => {
+    const raw = ctx.query[name];
+    return Array.isArray(raw) ? raw[raw.length - 1] : raw;
+  };
+  let length: number = PASSWORD_LENGTH.default;
+  const rawLength = one('length');
+  if (rawLength !== undefined && rawLength !== '') {
+    if (!/^\d{1,4}$/.test(rawLength) || Number(rawLength) < PASSWORD_LENGTH.min || Number(rawLength) > PASSWORD_LENGTH.max) {
+      errors.length = [`Must be an integer from ${PASSWORD_LENGTH.min} to ${PASSWORD_LENGTH.max}.`];
+    } else {
+      length = Number(rawLength);
+    }
+  }
+  const classes: CharacterClass[] = [];
+  for (const name of Object.keys(CHARACTER_CLASSES) as CharacterClass[]) {
+    const raw = one(name)?.toLowerCase();
+    if (raw === undefined || raw === '' || FLAG_TRUE.includes(raw)) classes.push(name);
+    else if (!FLAG_FALSE.includes(raw)) errors[name] = ['Must be a valid boolean.'];
+  }
+  if (Object.keys(errors).length) throw badRequest(errors);
+  if (classes.length === 0) throw badRequest({ non_field_errors: ['Enable at least one character class.'] });
+  return { length, classes };
+}
+
+export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () => Authenticator; publicUrl: string }): HttpModule {
+  const { vault, accounts } = deps;
+
+  async function metadata(userPk: number, doc?: EncryptionKeysDoc | null) {
+    const user = await accounts.getUser(userPk);
+    return toEncryptionMetadata(user.encryptionSalt, doc === undefined ? await vault.encryptionOf(userPk) : doc);
+  }
+
+  return {
+    routes(r: Router) {
+      // --- encryption metadata: per account, any credential (identity keys included) ---
+      r.get('/api/encryption/', async (ctx) => {
+        const p = await deps.auth().principal(ctx);
+        ctx.body = await metadata(p.userPk);
+      });
+
+      r.post('/api/encryption/', async (ctx) => {
+        const p = await deps.auth().principal(ctx);
+        const b = v.upload(await body(ctx));
+        created(ctx, await metadata(p.userPk, await vault.uploadEncryption(p.userPk, b)));
+      });
+
+      // Additive (SPEC is silent): a PIN change or a recovery re-wraps the vault key.
+      // Not with an identity key: replacing the wraps can lock the account out of its vault.
+      r.put('/api/encryption/', async (ctx) => {
+        const p = await deps.auth().accountPrincipal(ctx);
+        const b = v.rewrap(await body(ctx));
+        ctx.body = await metadata(p.userPk, await vault.rewrapEncryption(p.userPk, b));
+      });
+
+      // --- passwords (identity-scoped) ---
+      // Registered before /{uuid}/. Needs a credential but no identity: nothing is stored.
+      r.get('/api/passwords/generate_password/', async (ctx) => {
+        await deps.auth().principal(ctx);
+        const { length, classes } = generateOptions(ctx);
+        ctx.body = { password: generatePassword(length, classes) };
+      });
+
+      r.get('/api/passwords/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        sendPage(ctx, await vault.listEntries(identityId, pageParams(ctx)), toPasswordEntry, deps.publicUrl);
+      });
+
+      r.post('/api/passwords/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const b = v.create(await body(ctx));
+        const { uuid, domain, username, password, notes } = b;
+        created(ctx, toPasswordEntry(await vault.createEntry(identityId, { uuid, domain, username, password, notes })));
+      });
+
+      r.get('/api/passwords/:uuid/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const doc = await vault.getEntry(identityId, pathUuid(ctx));
+        if (!doc) throw notFound('Password entry not found.');
+        ctx.body = toPasswordEntry(doc);
+      });
+
+      r.put('/api/passwords/:uuid/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const id = pathUuid(ctx);
+        const b = v.put(await body(ctx));
+        const changes: PasswordFields = { domain: b.domain, username: b.username ?? null, password: b.password, notes: b.notes ?? null };
+        ctx.body = toPasswordEntry(await vault.updateEntry(identityId, id, changes));
+      });
+
+      r.patch('/api/passwords/:uuid/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const id = pathUuid(ctx);
+        const b = v.patch(await body(ctx));
+        const changes: PasswordFields = {};
+        for (const f of ['domain', 'username', 'password', 'notes'] as const) if (b[f] !== undefined) (changes as Record<string, unknown>)[f] = b[f];
+        ctx.body = toPasswordEntry(await vault.updateEntry(identityId, id, changes));
+      });
+
+      r.delete('/api/passwords/:uuid/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        await vault.deleteEntry(identityId, pathUuid(ctx));
+        noContent(ctx);
+      });
+
+      // --- secrets (identity-scoped) ---
+      r.get('/api/vault/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const key = typeof ctx.query.key === 'string' ? ctx.query.key : undefined;
+        sendPage(ctx, await vault.listSecrets(identityId, pageParams(ctx), key), (d) => toSecret(d, true), deps.publicUrl);
+      });
+
+      r.post('/api/vault/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const b = v.upsert(await body(ctx));
+        const { doc, created: isNew } = await vault.upsertSecret(identityId, b.key, b.value);
+        ctx.status = isNew ? 201 : 200;
+        ctx.body = toSecret(doc);
+      });
+
+      r.get('/api/vault/:uuid/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        const doc = await vault.getSecret(identityId, pathUuid(ctx));
+        if (!doc) throw notFound('Secret not found.');
+        ctx.body = toSecret(doc);
+      });
+
+      r.delete('/api/vault/:uuid/', async (ctx) => {
+        const { identityId } = await deps.auth().identity(ctx);
+        await vault.deleteSecret(identityId, pathUuid(ctx));
+        noContent(ctx);
+      });
+    },
+  };
+}

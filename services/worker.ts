@@ -1,0 +1,92 @@
+/**
+ * `npm run worker` (STORE=cluster only): the process that WRITES the read models.
+ *
+ * It waits for the `projections` lease in MongoDB (so any number of copies can run: one is
+ * active, the others stand by and take over within the lease ttl), then starts the runtime
+ * without the HTTP gateway: the projection runner with the MongoDB read store in writer mode
+ * (every commit fenced by the lease), the Kafka relay, and the contexts' background work
+ * (their `start()` hooks: mail delivery, key revocation, device-flow settling, SSE hub),
+ * with the SMTP listener off (inbound SMTP is the gateways' job).
+ *
+ * It exits with status 1 when it loses the lease, when a projection fails or when the relay
+ * fails: its supervisor (compose `restart: unless-stopped`) restarts it, and it resumes from
+ * the checkpoints. SIGTERM/SIGINT: stop, flush, release the lease, exit 0.
+ */
+import { MongoClient } from 'mongodb';
+import pino from 'pino';
+import { loadConfig, ConfigError, type Config } from '../infra/config.js';
+import { startRuntime, type Runtime } from '../infra/runtime.js';
+import { mongoDatabaseName, PROJECTIONS_LEASE, useWorkerRole, clusterRelay } from '../infra/cluster.js';
+import { acquireLease } from '../infra/mongodb/lease.js';
+import { newLeaseOwner } from '../infra/mongodb/read-store.js';
+
+let config: Config;
+try {
+  config = loadConfig(process.env);
+} catch (err) {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`configuration error: ${err.problems.join('; ')}\n`);
+    process.exit(1);
+  }
+  throw err;
+}
+if (config.store !== 'cluster' || !config.cluster) {
+  process.stderr.write('npm run worker needs STORE=cluster (embedded mode runs everything in `npm start`)\n');
+  process.exit(1);
+}
+const cluster = config.cluster;
+// No inbound SMTP here: the gateways listen.
+config = { ...config, smtpPort: 0 };
+const logger = pino({ level: config.logLevel, base: { role: 'worker' } });
+
+const mongo = new MongoClient(cluster.mongoUrl, { writeConcern: { w: 'majority' } });
+await mongo.connect();
+const owner = newLeaseOwner('worker');
+let stopping = false;
+const lease = await acquireLease(mongo.db(mongoDatabaseName(cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { logger });
+useWorkerRole({ name: PROJECTIONS_LEASE, owner });
+
+let runtime: Runtime;
+try {
+  runtime = await startRuntime(config, { logger, serve: false });
+  for (const part of runtime.parts) await part.start?.();
+} catch (err) {
+  logger.fatal({ err }, 'worker failed to start');
+  await lease.release();
+  process.exit(1);
+}
+logger.info({ owner }, 'worker running: projections, reactors and the Kafka relay');
+
+async function shutdown(code: number): Promise<never> {
+  if (!stopping) {
+    stopping = true;
+    for (const part of [...runtime.parts].reverse()) {
+      await part.stop?.().catch((err: unknown) => logger.error({ err, context: part.name }, 'stop failed'));
+    }
+    await runtime.close().catch((err: unknown) => logger.error({ err }, 'shutdown failed'));
+    await lease.release();
+    await mongo.close().catch(() => {});
+  }
+  process.exit(code);
+}
+
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.on(signal, () => {
+    logger.info({ signal }, 'shutting down');
+    void shutdown(0);
+  });
+}
+void lease.lost.then(() => {
+  // Another worker took over (or MongoDB was unreachable past the ttl): our commits are
+  // already fenced; exit without flushing so nothing more is attempted.
+  logger.fatal({ owner }, 'lost the projections lease; exiting');
+  process.exit(1);
+});
+runtime.runner.done.catch((err: unknown) => {
+  logger.fatal({ err }, 'projection failed; exiting so a restart resumes from the checkpoint');
+  process.exit(1);
+});
+clusterRelay()?.done.catch((err: unknown) => {
+  logger.fatal({ err }, 'Kafka relay failed; exiting so a restart resumes from its checkpoint');
+  process.exit(1);
+});

@@ -1,0 +1,270 @@
+/**
+ * The human step of RFC 8628 in a real browser (headless Chromium through playwright-core):
+ * the agent polls while a person opens verification_uri_complete, signs in and approves.
+ * Two sign-in paths: the local password, and a real external OpenID Provider
+ * (`oidc-provider` on a random port, its dev login accepting any name) reached through
+ * "Continue with ...": authorization code + PKCE + state + nonce, first approval creates
+ * the account, the next one finds it by issuer + subject.
+ *
+ * Needs Debian's `chromium` (/usr/bin/chromium, or CHROMIUM_PATH). Without it the suite
+ * fails loudly rather than passing silently. Screenshots go to test-artifacts/.
+ */
+import http from 'node:http';
+import net from 'node:net';
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { jest } from '@jest/globals';
+import { startTestServer, type TestServer } from '../support/server.js';
+
+jest.setTimeout(120_000);
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const ARTIFACTS = path.resolve('test-artifacts');
+const CLIENT_ID = 'agent-identity-device';
+const CLIENT_SECRET = 'device-page-client-secret-0123456789';
+
+async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const port = (srv.address() as net.AddressInfo).port;
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  return port;
+}
+
+let s: TestServer;
+let browser: Browser;
+let idp: http.Server;
+let issuer: string;
+
+// oidc-provider announces its development defaults (in-memory adapter, dev keys, dev
+// interactions) on the console; they are what this test wants, so keep the output clean.
+const quiet = { warn: console.warn, info: console.info };
+const fromIdp = (args: unknown[]) => typeof args[0] === 'string' && args[0].startsWith('oidc-provider');
+console.warn = (...args: unknown[]) => (fromIdp(args) ? undefined : quiet.warn(...args));
+console.info = (...args: unknown[]) => (fromIdp(args) ? undefined : quiet.info(...args));
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
+  mkdirSync(ARTIFACTS, { recursive: true });
+
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}`;
+  const idpPort = await freePort();
+  issuer = `http://127.0.0.1:${idpPort}`;
+  const { default: Provider } = await import('oidc-provider'); // after the console filter is in place
+  const provider = new Provider(issuer, {
+    clients: [
+      {
+        client_id: CLIENT_ID,
+        client_secret: CLIENT_SECRET,
+        redirect_uris: [`${publicUrl}/device/oidc/callback`],
+        grant_types: ['authorization_code'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'client_secret_basic',
+      },
+    ],
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['given_name', 'family_name', 'preferred_username'] },
+    // The dev login accepts any name: the account is that name.
+    findAccount: async (_ctx: unknown, id: string) => ({
+      accountId: id,
+      claims: async () => ({ sub: id, email: `${id}@idp.example`, email_verified: true, given_name: 'Ada', family_name: 'Lovelace', preferred_username: id }),
+    }),
+    cookies: { keys: ['e2e-idp-cookie-key'] },
+    features: { devInteractions: { enabled: true } },
+  });
+  idp = http.createServer(provider.callback());
+  await new Promise<void>((resolve) => idp.listen(idpPort, '127.0.0.1', resolve));
+
+  s = await startTestServer({
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    PUBLIC_URL: publicUrl,
+    OIDC_ISSUER: issuer,
+    OIDC_CLIENT_ID: CLIENT_ID,
+    OIDC_CLIENT_SECRET: CLIENT_SECRET,
+    DEVICE_POLL_INTERVAL: '1',
+  });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+});
+
+/** A browser context that stays on this machine (the IdP's dev pages import a web font). */
+async function newContext(): Promise<BrowserContext> {
+  const context = await browser.newContext();
+  await context.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route) => route.abort());
+  return context;
+}
+
+afterAll(async () => {
+  await browser?.close();
+  await s?.close();
+  await new Promise<void>((resolve) => (idp ? idp.close(() => resolve()) : resolve()));
+  Object.assign(console, quiet);
+});
+
+/** The agent's side: ask for codes, then long-poll (wait: true) until the code settles. */
+async function agent() {
+  const d = (await s.api('POST', '/api/auth/device/', { body: { client_id: 'e2e-agent' } })).body;
+  const result = (async () => {
+    for (;;) {
+      const res = await s.api('POST', '/api/auth/device/token/', { body: { device_code: d.device_code, wait: true } });
+      if (res.status === 400 && (res.body.error === 'authorization_pending' || res.body.error === 'slow_down')) continue;
+      return res;
+    }
+  })();
+  result.catch(() => undefined); // a failed test must not leave an unhandled rejection behind
+  return { ...d, result } as { device_code: string; user_code: string; verification_uri_complete: string; result: Promise<{ status: number; body: any }> };
+}
+
+async function shot(page: Page, name: string) {
+  await page.screenshot({ path: path.join(ARTIFACTS, `device-${name}.png`), fullPage: true });
+}
+
+async function approveOnPage(page: Page, userCode: string, prefix: string) {
+  await page.locator('#approve').waitFor();
+  await shot(page, `${prefix}-3-approve`);
+  await expectText(page, '.code', userCode);
+  await page.click('#approve');
+  await page.getByRole('heading', { name: 'Device approved' }).waitFor();
+  await shot(page, `${prefix}-4-approved`);
+}
+
+async function expectText(page: Page, selector: string, text: string) {
+  expect((await page.locator(selector).first().textContent())?.trim()).toBe(text);
+}
+
+async function whoami(key: string) {
+  return s.api('GET', '/api/health/whoami/', { token: key });
+}
+
+describe('/device in a browser: local password sign-in', () => {
+  let context: BrowserContext;
+  afterAll(async () => context?.close());
+
+  it('opens verification_uri_complete, signs in, approves; the polling agent gets tokens and a working management key', async () => {
+    const user = await s.signUp();
+    const a = await agent();
+    context = await newContext();
+    const page = await context.newPage();
+    const cspViolations: string[] = [];
+    page.on('console', (m) => m.type() === 'error' && /Content Security Policy/i.test(m.text()) && cspViolations.push(m.text()));
+
+    await page.goto(a.verification_uri_complete);
+    await expectText(page, '.code', a.user_code); // RFC 8628 §3.3.1: shown back to compare
+    expect(await page.locator(`text=Continue with 127.0.0.1`).count()).toBe(1);
+    await shot(page, 'local-1-sign-in');
+
+    await page.fill('#login', user.user.username);
+    await page.fill('#password', 'wrong password');
+    await page.click('#sign-in');
+    await page.getByRole('alert').waitFor();
+    await shot(page, 'local-2-wrong-password');
+    await page.fill('#password', user.password);
+    await page.click('#sign-in');
+
+    await approveOnPage(page, a.user_code, 'local');
+    const res = await a.result;
+    expect(res.status).toBe(200);
+    expect(res.body.user.pk).toBe(user.user.pk);
+    const who = await whoami(res.body.management_key);
+    expect(who.status).toBe(200);
+    expect(who.body).toMatchObject({ kind: 'management_key', user: { pk: user.user.pk } });
+
+    const cookies = await context.cookies();
+    const session = cookies.find((c) => c.name === 'ais_session')!;
+    expect(session.httpOnly).toBe(true);
+    expect(session.sameSite).toBe('Lax');
+    expect(cspViolations).toEqual([]);
+  });
+
+  it('typing the code by hand works too, and denying refuses the agent', async () => {
+    const a = await agent();
+    const page = await context.newPage(); // still signed in from the previous test
+    await page.goto(`${s.runtime.config.publicUrl}/device`);
+    await page.fill('#user_code', a.user_code.toLowerCase().replace('-', ' '));
+    await page.press('#user_code', 'Enter');
+    await page.locator('#deny').waitFor();
+    await expectText(page, '.code', a.user_code);
+    await page.click('#deny');
+    await page.getByRole('heading', { name: 'Device denied' }).waitFor();
+    await shot(page, 'local-5-denied');
+    const res = await a.result;
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('access_denied');
+  });
+});
+
+describe('/device in a browser: external OpenID Provider (oidc-provider)', () => {
+  async function signInAtIdp(page: Page, login: string, prefix: string) {
+    await page.click('#oidc-continue');
+    await page.waitForURL((u) => u.href.startsWith(issuer), { waitUntil: 'domcontentloaded' });
+    await page.locator('input[name="login"]').waitFor();
+    await shot(page, `${prefix}-2-idp-login`);
+    await page.fill('input[name="login"]', login);
+    await page.fill('input[name="password"]', 'anything');
+    await page.click('button[type="submit"]');
+    // The provider asks for consent the first time this client is used by the account.
+    await page.waitForURL((u) => u.href.startsWith(s.runtime.config.publicUrl) || /interaction/.test(u.pathname), { waitUntil: 'domcontentloaded' });
+    if (page.url().startsWith(issuer)) {
+      const consent = page.locator('button[type="submit"]');
+      if (await consent.count()) {
+        await shot(page, `${prefix}-2b-idp-consent`);
+        await consent.first().click();
+      }
+    }
+    await page.waitForURL((u) => u.href.startsWith(`${s.runtime.config.publicUrl}/device`), { waitUntil: 'domcontentloaded' });
+  }
+
+  it('continue with the provider → sign in there → approve: the first approval creates the account; the agent gets a working management key', async () => {
+    const a = await agent();
+    const context = await newContext();
+    try {
+      const page = await context.newPage();
+      await page.goto(a.verification_uri_complete);
+      await expectText(page, '.code', a.user_code);
+      await shot(page, 'oidc-1-choose');
+      await signInAtIdp(page, 'ada', 'oidc');
+      await approveOnPage(page, a.user_code, 'oidc');
+    } finally {
+      await context.close();
+    }
+    const res = await a.result;
+    expect(res.status).toBe(200);
+    expect(res.body.user).toMatchObject({ username: 'ada', email: 'ada@idp.example', first_name: 'Ada', last_name: 'Lovelace' });
+    expect(res.body.management_key).toMatch(/^svc_mgmt_/);
+    const who = await whoami(res.body.management_key);
+    expect(who.status).toBe(200);
+    expect(who.body.user.pk).toBe(res.body.user.pk);
+    const registered = await s.runtime.events.readStream(`user-${res.body.user.pk}`);
+    expect(registered[0].data.external).toEqual({ issuer, subject: 'ada' });
+
+    // A later approval through the provider finds the same account by issuer + subject.
+    const b = await agent();
+    const again = await newContext();
+    try {
+      const page = await again.newPage();
+      await page.goto(b.verification_uri_complete);
+      await signInAtIdp(page, 'ada', 'oidc-again');
+      await approveOnPage(page, b.user_code, 'oidc-again');
+    } finally {
+      await again.close();
+    }
+    const second = await b.result;
+    expect(second.status).toBe(200);
+    expect(second.body.user.pk).toBe(res.body.user.pk);
+    expect(second.body.management_key).not.toBe(res.body.management_key);
+  });
+
+  it('a callback without the browser-bound state is refused', async () => {
+    const context = await newContext();
+    try {
+      const page = await context.newPage();
+      const resp = await page.goto(`${s.runtime.config.publicUrl}/device/oidc/callback?code=forged&state=forged`);
+      expect(resp?.status()).toBe(400);
+      await page.getByRole('alert').waitFor();
+      expect(await context.cookies()).not.toContainEqual(expect.objectContaining({ name: 'ais_session' }));
+    } finally {
+      await context.close();
+    }
+  });
+});

@@ -1,0 +1,131 @@
+/** Plans, subscription, admin API and phone provisioning (DECISIONS "Plans and admin"; SPEC 402). */
+import { startTestServer, type TestServer } from '../support/server.js';
+
+const ADMIN = 'admin-token-for-tests-0123456789';
+let s: TestServer;
+
+const admin = (pk: number, body: unknown, token = ADMIN) =>
+  s.api('PUT', `/api/admin/users/${pk}/subscription/`, { body, headers: token ? { authorization: `Bearer ${token}` } : {} });
+
+beforeAll(async () => {
+  s = await startTestServer({ ADMIN_TOKEN: ADMIN });
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+describe('subscription', () => {
+  it('a new account is on free, active, with no phone and the email limits', async () => {
+    const u = await s.signUp();
+    const res = await s.api('GET', '/api/subscription/', { token: u.access });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ plan: 'free', status: 'active', phone_limit: 0, phones_used: 0, phones_available: 0, email_limit_hour: 60, email_limit_day: 500 });
+  });
+
+  it('401 without a credential', async () => {
+    expect((await s.api('GET', '/api/subscription/')).status).toBe(401);
+  });
+});
+
+describe('admin API', () => {
+  it('PUT sets plan and status (200 with the subscription); every change is a SubscriptionChanged event', async () => {
+    const u = await s.signUp();
+    const res = await admin(u.user.pk, { plan: 'team', status: 'past_due' });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual(expect.objectContaining({ plan: 'team', status: 'past_due', phone_limit: 25, phones_available: 0 }));
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body.plan).toBe('team');
+    const events = await s.runtime.events.readStream(`subscription-${u.user.pk}`);
+    expect(events.map((e) => [e.type, e.data.plan, e.data.status, e.data.previousPlan])).toEqual([['SubscriptionChanged', 'team', 'past_due', 'free']]);
+  });
+
+  it('401 without the admin token, 403 with a wrong one, also for a user token', async () => {
+    const u = await s.signUp();
+    expect((await admin(u.user.pk, { plan: 'team' }, '')).status).toBe(401);
+    expect((await admin(u.user.pk, { plan: 'team' }, 'wrong')).status).toBe(403);
+    expect((await admin(u.user.pk, { plan: 'team' }, u.access)).status).toBe(403);
+  });
+
+  it('404 for an unknown user; 400 for an unknown plan or status', async () => {
+    const u = await s.signUp();
+    expect((await admin(999999, { plan: 'team' })).status).toBe(404);
+    expect((await admin(u.user.pk, { plan: 'platinum' })).body.plan).toEqual(expect.any(Array));
+    expect((await admin(u.user.pk, { plan: 'team', status: 'paused' })).body.status).toEqual(expect.any(Array));
+  });
+});
+
+describe('admin API disabled', () => {
+  it('answers 404 for every /api/admin/ path when ADMIN_TOKEN is unset', async () => {
+    const off = await startTestServer();
+    try {
+      const u = await off.signUp();
+      const put = await off.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { body: { plan: 'team' }, headers: { authorization: 'Bearer anything' } });
+      expect(put.status).toBe(404);
+      expect((await off.api('GET', `/api/admin/users/${u.user.pk}/subscription/`)).status).toBe(404);
+      expect((await off.api('POST', '/api/admin/anything/')).status).toBe(404);
+    } finally {
+      await off.close();
+    }
+  });
+});
+
+describe('phone provisioning', () => {
+  it('plan upgrade, then provision_phone succeeds: the identity shows an E.164 number', async () => {
+    const u = await s.signUp();
+    expect((await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'early', provision_phone: true } })).status).toBe(402);
+    expect((await admin(u.user.pk, { plan: 'developer', status: 'active' })).status).toBe(200);
+    const res = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'Caller', provision_phone: 'true' } });
+    expect(res.status).toBe(201);
+    expect(res.body.phone).toMatch(/^\+1[2-9]\d{2}55501\d{2}$/);
+    expect((await s.api('GET', `/api/identities/${res.body.uuid}/`, { token: u.access })).body.phone).toBe(res.body.phone);
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body).toEqual(expect.objectContaining({ phones_used: 1, phones_available: 2 }));
+  });
+
+  it('3 phones max on developer: the 4th is 402 naming team; PUT provision_phone counts too', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    const phones = new Set<string>();
+    for (let i = 0; i < 3; i++) {
+      const res = await s.api('POST', '/api/identities/', { token: u.access, body: { name: `p${i}`, provision_phone: true } });
+      expect(res.status).toBe(201);
+      phones.add(res.body.phone);
+    }
+    expect(phones.size).toBe(3);
+    const fourth = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'p3', provision_phone: true } });
+    expect(fourth.status).toBe(402);
+    expect(fourth.body).toEqual({ detail: expect.any(String), code: 'payment_required', plan_required: 'team' });
+    const plain = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'p3' } });
+    expect(plain.status).toBe(201);
+    expect((await s.api('PATCH', `/api/identities/${plain.body.uuid}/`, { token: u.access, body: { provision_phone: true } })).status).toBe(402);
+  });
+
+  it('concurrent provisioning never exceeds the plan', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => s.api('POST', '/api/identities/', { token: u.access, body: { name: `race${i}`, provision_phone: true } })));
+    expect(results.filter((r) => r.status === 201)).toHaveLength(3);
+    expect(results.filter((r) => r.status === 402)).toHaveLength(5);
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body.phones_used).toBe(3);
+  });
+
+  it('a subscription that is not active → 402 even with room in the plan', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'team', status: 'past_due' });
+    const res = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'late payer', provision_phone: true } });
+    expect(res.status).toBe(402);
+    expect(res.body.code).toBe('payment_required');
+  });
+
+  it('deleting an identity releases its phone slot; PATCH provision_phone then works', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    const made = [];
+    for (let i = 0; i < 3; i++) made.push((await s.api('POST', '/api/identities/', { token: u.access, body: { name: `d${i}`, provision_phone: true } })).body);
+    expect((await s.api('DELETE', `/api/identities/${made[0].uuid}/`, { token: u.access })).status).toBe(204);
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body.phones_used).toBe(2);
+    const plain = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'later' } })).body;
+    const patched = await s.api('PATCH', `/api/identities/${plain.uuid}/`, { token: u.access, body: { provision_phone: true } });
+    expect(patched.status).toBe(200);
+    expect(patched.body.phone).toMatch(/^\+1\d{10}$/);
+    expect(patched.body.name).toBe('later');
+  });
+});

@@ -1,0 +1,267 @@
+/** Identities over HTTP (SPEC "Identities", "Authentication" 5 and 8; DECISIONS "Auth"). */
+import { startTestServer, type TestServer } from '../support/server.js';
+
+let s: TestServer;
+let owner: { access: string; user: { pk: number } };
+let other: { access: string; user: { pk: number } };
+
+const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+async function create(token: string, body: unknown) {
+  return s.api('POST', '/api/identities/', { token, body });
+}
+
+async function identityKey(token: string, identity: string): Promise<string> {
+  const res = await s.api('POST', '/api/auth/keys/identity/', { token, body: { label: 'agent', identity_uuid: identity } });
+  expect(res.status).toBe(201);
+  return res.body.key;
+}
+
+beforeAll(async () => {
+  s = await startTestServer();
+  owner = await s.signUp();
+  other = await s.signUp();
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+describe('create', () => {
+  it('answers 201 with the Identity: uuid, name, inbox at MAIL_DOMAIN, phone null, created_dt', async () => {
+    const res = await create(owner.access, { name: 'Sales Bot', email_identifier: 'Sales.Bot' });
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual({ uuid: expect.any(String), name: 'Sales Bot', inbox: 'sales.bot@agents.localhost', phone: null, created_dt: expect.stringMatching(ISO_MS) });
+    expect(res.body.uuid).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-/);
+    const got = await s.api('GET', `/api/identities/${res.body.uuid}/`, { token: owner.access });
+    expect(got.status).toBe(200);
+    expect(got.body).toEqual(res.body);
+  });
+
+  it('generates a readable unique email identifier when omitted', async () => {
+    const a = await create(owner.access, { name: 'Support Agent Ü' });
+    const b = await create(owner.access, { name: 'support agent u' });
+    expect(a.status).toBe(201);
+    expect(b.status).toBe(201);
+    expect(a.body.inbox).toMatch(/^support-agent-u-[a-z2-9]{4}@agents\.localhost$/);
+    expect(a.body.inbox).not.toBe(b.body.inbox);
+  });
+
+  it('accepts provision_phone false in every spelling', async () => {
+    for (const [i, provision_phone] of [false, 'false', null].entries()) {
+      const res = await create(owner.access, { name: `no phone ${i}`, provision_phone });
+      expect(res.status).toBe(201);
+      expect(res.body.phone).toBeNull();
+    }
+  });
+
+  it('400 when name is missing or blank', async () => {
+    const missing = await create(owner.access, {});
+    expect(missing.status).toBe(400);
+    expect(missing.body.name).toEqual(expect.any(Array));
+    const blank = await create(owner.access, { name: '   ' });
+    expect(blank.status).toBe(400);
+    expect(blank.body.name).toEqual(expect.any(Array));
+    const long = await create(owner.access, { name: 'x'.repeat(151) });
+    expect(long.status).toBe(400);
+  });
+
+  it('400 when email_identifier is not an RFC 5321 dot-atom of at most 64 characters', async () => {
+    for (const email_identifier of ['a..b', '.a', 'a.', 'has space', 'a@b', 'x'.repeat(65), '']) {
+      const res = await create(owner.access, { name: `bad ${email_identifier.slice(0, 20)}`, email_identifier });
+      expect(res.status).toBe(400);
+      expect(res.body.email_identifier).toEqual(expect.any(Array));
+    }
+  });
+
+  it('400 when provision_phone is not a boolean', async () => {
+    const res = await create(owner.access, { name: 'bad flag', provision_phone: 'maybe' });
+    expect(res.status).toBe(400);
+    expect(res.body.provision_phone).toEqual(expect.any(Array));
+  });
+
+  it('401 without credentials', async () => {
+    const res = await s.api('POST', '/api/identities/', { body: { name: 'anon' } });
+    expect(res.status).toBe(401);
+    expect(res.body.code).toBe('not_authenticated');
+  });
+});
+
+describe('conflicts (409)', () => {
+  it('409 when the name is taken within the account, case-insensitively', async () => {
+    expect((await create(owner.access, { name: 'Unique Name' })).status).toBe(201);
+    const dup = await create(owner.access, { name: 'unique NAME' });
+    expect(dup.status).toBe(409);
+    expect(dup.body).toEqual({ detail: expect.any(String), code: 'conflict' });
+  });
+
+  it('the same name in another account is fine', async () => {
+    expect((await create(owner.access, { name: 'Shared Name' })).status).toBe(201);
+    expect((await create(other.access, { name: 'Shared Name' })).status).toBe(201);
+  });
+
+  it('409 when the address is taken, by any account', async () => {
+    expect((await create(owner.access, { name: 'addr 1', email_identifier: 'taken-addr' })).status).toBe(201);
+    const dup = await create(other.access, { name: 'addr 2', email_identifier: 'TAKEN-addr' });
+    expect(dup.status).toBe(409);
+    expect(dup.body.code).toBe('conflict');
+  });
+
+  it('409 for the reserved operator mailboxes (postmaster, abuse)', async () => {
+    expect((await create(owner.access, { name: 'pm', email_identifier: 'postmaster' })).status).toBe(409);
+    expect((await create(owner.access, { name: 'ab', email_identifier: 'abuse' })).status).toBe(409);
+  });
+
+  it('200 concurrent creates of one name give exactly one 201 (the rest 409)', async () => {
+    const results = await Promise.all(Array.from({ length: 200 }, () => create(owner.access, { name: 'Race Condition' })));
+    const statuses = results.map((r) => r.status);
+    expect(statuses.filter((x) => x === 201)).toHaveLength(1);
+    expect(statuses.filter((x) => x === 409)).toHaveLength(199);
+    const list = await s.api('GET', '/api/identities/?limit=200', { token: owner.access });
+    expect(list.body.filter((i: { name: string }) => i.name === 'Race Condition')).toHaveLength(1);
+  }, 120_000);
+});
+
+describe('delete', () => {
+  it('204; then 404; its keys fail with 401 at once; the name is free again; the address is never reused', async () => {
+    const made = await create(owner.access, { name: 'Short Lived', email_identifier: 'short-lived' });
+    const key = await identityKey(owner.access, made.body.uuid);
+    expect((await s.api('GET', '/api/health/whoami/', { token: key })).status).toBe(200);
+
+    const del = await s.api('DELETE', `/api/identities/${made.body.uuid}/`, { token: owner.access });
+    expect(del.status).toBe(204);
+    expect(del.text).toBe('');
+    expect((await s.api('GET', `/api/identities/${made.body.uuid}/`, { token: owner.access })).status).toBe(404);
+    const withKey = await s.api('GET', '/api/health/whoami/', { token: key });
+    expect(withKey.status).toBe(401);
+    expect(withKey.body.code).toBe('token_not_valid');
+    const keys = await s.api('GET', '/api/auth/keys/identity/', { token: owner.access });
+    expect(keys.body.some((k: { identity: string }) => k.identity === made.body.uuid)).toBe(false);
+
+    expect((await s.api('DELETE', `/api/identities/${made.body.uuid}/`, { token: owner.access })).status).toBe(404);
+    const again = await create(owner.access, { name: 'Short Lived' });
+    expect(again.status).toBe(201);
+    const reuse = await create(other.access, { name: 'hijack', email_identifier: 'short-lived' });
+    expect(reuse.status).toBe(409);
+  });
+
+  it("403 when deleting another account's identity", async () => {
+    const made = await create(other.access, { name: 'Not yours' });
+    expect((await s.api('DELETE', `/api/identities/${made.body.uuid}/`, { token: owner.access })).status).toBe(403);
+    expect((await s.api('GET', `/api/identities/${made.body.uuid}/`, { token: other.access })).status).toBe(200);
+  });
+});
+
+describe('read and update', () => {
+  it("GET: another account's identity 403, unknown 404, not a uuid 404", async () => {
+    const theirs = await create(other.access, { name: 'Private' });
+    const res = await s.api('GET', `/api/identities/${theirs.body.uuid}/`, { token: owner.access });
+    expect(res.status).toBe(403);
+    expect(res.body.code).toBe('permission_denied');
+    expect((await s.api('GET', '/api/identities/0190a6f0-0000-7000-8000-000000000000/', { token: owner.access })).status).toBe(404);
+    expect((await s.api('GET', '/api/identities/nope/', { token: owner.access })).status).toBe(404);
+  });
+
+  it('lists only the account\'s identities, paginated with limit, cursor and Link rel="next"', async () => {
+    const fresh = await s.signUp();
+    for (let i = 0; i < 3; i++) expect((await create(fresh.access, { name: `p${i}` })).status).toBe(201);
+    const first = await s.api('GET', '/api/identities/?limit=2', { token: fresh.access });
+    expect(first.status).toBe(200);
+    expect(first.body.map((i: { name: string }) => i.name)).toEqual(['p0', 'p1']);
+    const link = first.headers.get('link')!;
+    expect(link).toMatch(/rel="next"/);
+    const next = new URL(/<([^>]+)>/.exec(link)![1]);
+    const second = await s.api('GET', next.pathname + next.search, { token: fresh.access });
+    expect(second.body.map((i: { name: string }) => i.name)).toEqual(['p2']);
+    expect(second.headers.get('link')).toBeNull();
+    expect((await s.api('GET', '/api/identities/?limit=0', { token: fresh.access })).status).toBe(400);
+  });
+
+  it('PUT renames (409 when taken; the old name is freed); PATCH changes only what it names', async () => {
+    const a = await create(owner.access, { name: 'Rename Me', email_identifier: 'rename-me' });
+    await create(owner.access, { name: 'Occupied' });
+    expect((await s.api('PUT', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: { name: 'occupied' } })).status).toBe(409);
+    const put = await s.api('PUT', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: { name: 'Renamed' } });
+    expect(put.status).toBe(200);
+    expect(put.body).toEqual({ ...a.body, name: 'Renamed' });
+    expect((await create(owner.access, { name: 'Rename Me' })).status).toBe(201);
+    expect((await s.api('PUT', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: {} })).status).toBe(400);
+    const patch = await s.api('PATCH', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: {} });
+    expect(patch.status).toBe(200);
+    expect(patch.body.name).toBe('Renamed');
+    const caseOnly = await s.api('PATCH', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: { name: 'RENAMED' } });
+    expect(caseOnly.status).toBe(200);
+    expect(caseOnly.body.name).toBe('RENAMED');
+  });
+});
+
+describe('fences and scoping', () => {
+  let mine: string;
+  let second: string;
+  let key: string;
+  beforeAll(async () => {
+    mine = (await create(owner.access, { name: 'Fenced One' })).body.uuid;
+    second = (await create(owner.access, { name: 'Fenced Two' })).body.uuid;
+    key = await identityKey(owner.access, mine);
+  });
+
+  it('an identity key cannot create identities (403)', async () => {
+    const res = await create(key, { name: 'from key' });
+    expect(res.status).toBe(403);
+  });
+
+  it('an identity key cannot update or delete identities (403), even its own', async () => {
+    expect((await s.api('PUT', `/api/identities/${mine}/`, { token: key, body: { name: 'x' } })).status).toBe(403);
+    expect((await s.api('DELETE', `/api/identities/${mine}/`, { token: key })).status).toBe(403);
+  });
+
+  it('an identity key sees only its identity: list has one item, another identity is 403', async () => {
+    const list = await s.api('GET', '/api/identities/', { token: key });
+    expect(list.status).toBe(200);
+    expect(list.body.map((i: { uuid: string }) => i.uuid)).toEqual([mine]);
+    expect((await s.api('GET', `/api/identities/${mine}/`, { token: key })).status).toBe(200);
+    expect((await s.api('GET', `/api/identities/${second}/`, { token: key })).status).toBe(403);
+  });
+
+  it('identity key on another identity via X-Service-Identity or ?identity= → 403', async () => {
+    expect((await s.api('GET', '/api/identities/current/', { token: key, identity: second })).status).toBe(403);
+    expect((await s.api('GET', `/api/identities/current/?identity=${second}`, { token: key })).status).toBe(403);
+    const own = await s.api('GET', '/api/identities/current/', { token: key });
+    expect(own.status).toBe(200);
+    expect(own.body.uuid).toBe(mine);
+  });
+
+  it('identity-scoped endpoint without an identity → 400 identity_required', async () => {
+    const res = await s.api('GET', '/api/identities/current/', { token: owner.access });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('identity_required');
+  });
+
+  it('X-Service-Identity and the identity query select the identity; the header wins', async () => {
+    expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: second })).body.uuid).toBe(second);
+    expect((await s.api('GET', `/api/identities/current/?identity=${second}`, { token: owner.access })).body.uuid).toBe(second);
+    expect((await s.api('GET', `/api/identities/current/?identity=${second}`, { token: owner.access, identity: mine })).body.uuid).toBe(mine);
+  });
+
+  it("another account's identity → 403; unknown → 404", async () => {
+    const theirs = (await create(other.access, { name: 'Theirs' })).body.uuid;
+    expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: theirs })).status).toBe(403);
+    expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: '0190a6f0-0000-7000-8000-000000000001' })).status).toBe(404);
+  });
+
+  it('a token from bind-identity selects its identity', async () => {
+    const bound = await s.api('POST', '/api/auth/bind-identity/', { token: owner.access, body: { identity: second } });
+    expect(bound.status).toBe(200);
+    const res = await s.api('GET', '/api/identities/current/', { token: bound.body.access });
+    expect(res.status).toBe(200);
+    expect(res.body.uuid).toBe(second);
+  });
+});
+
+describe('phone (plan)', () => {
+  it('provision_phone on the free plan → 402 payment_required naming the plan needed; nothing is created', async () => {
+    const res = await create(owner.access, { name: 'Wants Phone', provision_phone: true });
+    expect(res.status).toBe(402);
+    expect(res.body).toEqual({ detail: expect.any(String), code: 'payment_required', plan_required: 'developer' });
+    expect((await create(owner.access, { name: 'Wants Phone', provision_phone: 'false' })).status).toBe(201);
+  });
+});

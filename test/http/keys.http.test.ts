@@ -1,0 +1,226 @@
+/** API keys and whoami over HTTP (SPEC "API keys", "Key kinds", "Authentication"; DECISIONS "Auth"). */
+import { startTestServer, type TestServer } from '../support/server.js';
+
+let s: TestServer;
+let owner: Awaited<ReturnType<TestServer['signUp']>>;
+let other: Awaited<ReturnType<TestServer['signUp']>>;
+let identity: string;
+
+const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+async function mgmtKey(token: string, label = 'ci') {
+  const res = await s.api('POST', '/api/auth/keys/management/', { token, body: { label } });
+  expect(res.status).toBe(201);
+  return res.body as { uuid: string; key: string; masked_key: string; label: string; created_dt: string };
+}
+
+async function idKey(token: string, id: string, label = 'agent') {
+  const res = await s.api('POST', '/api/auth/keys/identity/', { token, body: { label, identity_uuid: id } });
+  expect(res.status).toBe(201);
+  return res.body as { uuid: string; key: string; masked_key: string; identity_uuid: string };
+}
+
+beforeAll(async () => {
+  s = await startTestServer();
+  owner = await s.signUp();
+  other = await s.signUp();
+  identity = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Key Holder' } })).body.uuid;
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+describe('management keys', () => {
+  it('create answers 201 {uuid, label, key, masked_key, created_dt}; the key is svc_mgmt_ + ≥160 random bits', async () => {
+    const k = await mgmtKey(owner.access, 'laptop');
+    expect(Object.keys(k).sort()).toEqual(['created_dt', 'key', 'label', 'masked_key', 'uuid']);
+    expect(k.label).toBe('laptop');
+    expect(k.key).toMatch(/^svc_mgmt_[0-9A-Za-z]{40}$/); // 40 × log2(62) ≈ 238 bits
+    expect(k.masked_key).toBe(`svc_mgmt_…${k.key.slice(-4)}`);
+    expect(k.created_dt).toMatch(ISO_MS);
+  });
+
+  it('the full key is shown once: the list carries masked_key only', async () => {
+    const k = await mgmtKey(owner.access, 'listed');
+    const list = await s.api('GET', '/api/auth/keys/management/', { token: owner.access });
+    expect(list.status).toBe(200);
+    const item = list.body.find((x: { uuid: string }) => x.uuid === k.uuid);
+    expect(item).toEqual({ uuid: k.uuid, masked_key: k.masked_key, label: 'listed', last_used_at: null, created_dt: k.created_dt });
+    expect(list.text).not.toContain(k.key);
+  });
+
+  it('a management key authenticates, can create identities and mint keys', async () => {
+    const k = await mgmtKey(owner.access);
+    const made = await s.api('POST', '/api/identities/', { token: k.key, body: { name: 'made by key' } });
+    expect(made.status).toBe(201);
+    expect((await s.api('POST', '/api/auth/keys/management/', { token: k.key, body: { label: 'child' } })).status).toBe(201);
+  });
+
+  it('400 when label is missing, blank or longer than 100', async () => {
+    for (const body of [{}, { label: '' }, { label: '   ' }, { label: 'x'.repeat(101) }]) {
+      const res = await s.api('POST', '/api/auth/keys/management/', { token: owner.access, body });
+      expect(res.status).toBe(400);
+      expect(res.body.label).toEqual(expect.any(Array));
+    }
+    expect((await s.api('POST', '/api/auth/keys/management/', { token: owner.access, body: { label: 'x'.repeat(100) } })).status).toBe(201);
+  });
+
+  it('revocation: 204, then the key fails with 401 token_not_valid at once; a second revoke is 404', async () => {
+    const k = await mgmtKey(owner.access);
+    expect((await s.api('GET', '/api/identities/', { token: k.key })).status).toBe(200);
+    const del = await s.api('DELETE', `/api/auth/keys/management/${k.uuid}/`, { token: owner.access });
+    expect(del.status).toBe(204);
+    expect(del.text).toBe('');
+    const after = await s.api('GET', '/api/identities/', { token: k.key });
+    expect(after.status).toBe(401);
+    expect(after.body.code).toBe('token_not_valid');
+    expect((await s.api('DELETE', `/api/auth/keys/management/${k.uuid}/`, { token: owner.access })).status).toBe(404);
+    const list = await s.api('GET', '/api/auth/keys/management/', { token: owner.access });
+    expect(list.body.some((x: { uuid: string }) => x.uuid === k.uuid)).toBe(false);
+  });
+
+  it("a key of another account → 404 on delete", async () => {
+    const theirs = await mgmtKey(other.access);
+    expect((await s.api('DELETE', `/api/auth/keys/management/${theirs.uuid}/`, { token: owner.access })).status).toBe(404);
+    expect((await s.api('GET', '/api/identities/', { token: theirs.key })).status).toBe(200);
+    expect((await s.api('DELETE', '/api/auth/keys/management/not-a-uuid/', { token: owner.access })).status).toBe(404);
+  });
+
+  it('an unknown or malformed key → 401 token_not_valid', async () => {
+    for (const token of ['svc_mgmt_' + 'A'.repeat(40), 'svc_id_nope']) {
+      const res = await s.api('GET', '/api/identities/', { token });
+      expect(res.status).toBe(401);
+      expect(res.body.code).toBe('token_not_valid');
+    }
+  });
+
+  it('last_used_at is recorded after a use', async () => {
+    const k = await mgmtKey(owner.access, 'used');
+    expect((await s.api('GET', '/api/identities/', { token: k.key })).status).toBe(200);
+    let item: { last_used_at: string | null } | undefined;
+    for (let i = 0; i < 50 && !item?.last_used_at; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      item = (await s.api('GET', '/api/auth/keys/management/', { token: owner.access })).body.find((x: { uuid: string }) => x.uuid === k.uuid);
+    }
+    expect(item?.last_used_at).toMatch(ISO_MS);
+  });
+});
+
+describe('identity keys', () => {
+  it('create with identity_uuid answers 201 {uuid, label, identity_uuid, key, masked_key, created_dt}', async () => {
+    const res = await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'runtime', identity_uuid: identity } });
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual({ uuid: expect.any(String), label: 'runtime', identity_uuid: identity, key: expect.stringMatching(/^svc_id_[0-9A-Za-z]{40}$/), masked_key: expect.any(String), created_dt: expect.stringMatching(ISO_MS) });
+    expect(res.body.masked_key).toBe(`svc_id_…${res.body.key.slice(-4)}`);
+  });
+
+  it('create also accepts `identity` (DECISIONS "Auth")', async () => {
+    const res = await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'example', identity } });
+    expect(res.status).toBe(201);
+    expect(res.body.identity_uuid).toBe(identity);
+  });
+
+  it('400 without an identity, with a malformed one, or with a bad label', async () => {
+    expect((await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'x' } })).body.identity_uuid).toEqual(expect.any(Array));
+    expect((await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'x', identity_uuid: 'nope' } })).status).toBe(400);
+    expect((await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: '', identity_uuid: identity } })).status).toBe(400);
+  });
+
+  it("404 for an unknown identity, 403 for another account's", async () => {
+    const unknown = await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'x', identity_uuid: '0190a6f0-0000-7000-8000-000000000002' } });
+    expect(unknown.status).toBe(404);
+    const theirs = (await s.api('POST', '/api/identities/', { token: other.access, body: { name: 'Other Holder' } })).body.uuid;
+    expect((await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'x', identity_uuid: theirs } })).status).toBe(403);
+  });
+
+  it('the list shows {uuid, masked_key, label, identity, last_used_at, created_dt}, never the full key', async () => {
+    const k = await idKey(owner.access, identity, 'listed');
+    const list = await s.api('GET', '/api/auth/keys/identity/', { token: owner.access });
+    expect(list.status).toBe(200);
+    const item = list.body.find((x: { uuid: string }) => x.uuid === k.uuid);
+    expect(Object.keys(item).sort()).toEqual(['created_dt', 'identity', 'label', 'last_used_at', 'masked_key', 'uuid']);
+    expect(item.identity).toBe(identity);
+    expect(list.text).not.toContain(k.key);
+    const filtered = await s.api('GET', `/api/auth/keys/identity/?identity=${identity}`, { token: owner.access });
+    expect(filtered.body.every((x: { identity: string }) => x.identity === identity)).toBe(true);
+  });
+
+  it('an identity key cannot mint or list keys (403)', async () => {
+    const k = await idKey(owner.access, identity);
+    expect((await s.api('POST', '/api/auth/keys/identity/', { token: k.key, body: { label: 'x', identity_uuid: identity } })).status).toBe(403);
+    expect((await s.api('POST', '/api/auth/keys/management/', { token: k.key, body: { label: 'x' } })).status).toBe(403);
+    expect((await s.api('GET', '/api/auth/keys/identity/', { token: k.key })).status).toBe(403);
+    expect((await s.api('GET', '/api/auth/keys/management/', { token: k.key })).status).toBe(403);
+    expect((await s.api('DELETE', `/api/auth/keys/identity/${k.uuid}/`, { token: k.key })).status).toBe(403);
+  });
+
+  it('revocation makes the identity key fail with 401 immediately; the management path does not revoke it', async () => {
+    const k = await idKey(owner.access, identity);
+    expect((await s.api('DELETE', `/api/auth/keys/management/${k.uuid}/`, { token: owner.access })).status).toBe(404);
+    expect((await s.api('GET', '/api/health/whoami/', { token: k.key })).status).toBe(200);
+    expect((await s.api('DELETE', `/api/auth/keys/identity/${k.uuid}/`, { token: owner.access })).status).toBe(204);
+    const res = await s.api('GET', '/api/health/whoami/', { token: k.key });
+    expect(res.status).toBe(401);
+    expect(res.body.code).toBe('token_not_valid');
+  });
+});
+
+describe('whoami', () => {
+  it('jwt: {kind, user, identity: null, key: null}', async () => {
+    const res = await s.api('GET', '/api/health/whoami/', { token: owner.access });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ kind: 'jwt', user: { pk: owner.user.pk, username: owner.user.username, email: owner.user.email }, identity: null, key: null });
+  });
+
+  it('management_key: reports the key; the identity selected by header or query', async () => {
+    const k = await mgmtKey(owner.access, 'who');
+    const res = await s.api('GET', '/api/health/whoami/', { token: k.key });
+    expect(res.body).toEqual({ kind: 'management_key', user: expect.objectContaining({ pk: owner.user.pk }), identity: null, key: { uuid: k.uuid, label: 'who', masked_key: k.masked_key } });
+    expect((await s.api('GET', '/api/health/whoami/', { token: k.key, identity })).body.identity).toBe(identity);
+    expect((await s.api('GET', `/api/health/whoami/?identity=${identity}`, { token: k.key })).body.identity).toBe(identity);
+  });
+
+  it('identity_key: reports its fenced identity; another identity named → 403', async () => {
+    const k = await idKey(owner.access, identity, 'fenced');
+    const res = await s.api('GET', '/api/health/whoami/', { token: k.key });
+    expect(res.body).toEqual({ kind: 'identity_key', user: expect.objectContaining({ pk: owner.user.pk }), identity, key: { uuid: k.uuid, label: 'fenced', masked_key: k.masked_key } });
+    const second = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Second' } })).body.uuid;
+    expect((await s.api('GET', '/api/health/whoami/', { token: k.key, identity: second })).status).toBe(403);
+  });
+
+  it('basic: the account username and password', async () => {
+    const basic = Buffer.from(`${owner.user.username}:${owner.password}`).toString('base64');
+    const res = await s.api('GET', '/api/health/whoami/', { headers: { authorization: `Basic ${basic}` } });
+    expect(res.status).toBe(200);
+    expect(res.body.kind).toBe('basic');
+    expect(res.body.user.pk).toBe(owner.user.pk);
+  });
+
+  it('session: the dashboard cookie', async () => {
+    const user = await s.runtime.shared.accounts.getUser(owner.user.pk);
+    const session = await s.runtime.shared.accounts.startSession(user, { via: 'test', kind: 'cookie' });
+    const res = await s.api('GET', '/api/health/whoami/', { headers: { cookie: `ais_session=${session.refresh}` } });
+    expect(res.status).toBe(200);
+    expect(res.body.kind).toBe('session');
+  });
+
+  it('bind-identity: the bound token reports its identity', async () => {
+    const bound = await s.api('POST', '/api/auth/bind-identity/', { token: owner.access, body: { identity } });
+    expect(bound.status).toBe(200);
+    const res = await s.api('GET', '/api/health/whoami/', { token: bound.body.access });
+    expect(res.body).toEqual(expect.objectContaining({ kind: 'jwt', identity }));
+  });
+
+  it("an identity of another account named → 403; an unknown one → 404; none needed (no identity_required)", async () => {
+    const theirs = (await s.api('POST', '/api/identities/', { token: other.access, body: { name: 'Foreign' } })).body.uuid;
+    expect((await s.api('GET', '/api/health/whoami/', { token: owner.access, identity: theirs })).status).toBe(403);
+    expect((await s.api('GET', '/api/health/whoami/', { token: owner.access, identity: '0190a6f0-0000-7000-8000-000000000003' })).status).toBe(404);
+    expect((await s.api('GET', '/api/health/whoami/', { token: owner.access })).status).toBe(200);
+  });
+
+  it('401 without a credential', async () => {
+    const res = await s.api('GET', '/api/health/whoami/');
+    expect(res.status).toBe(401);
+    expect(res.body.code).toBe('not_authenticated');
+  });
+});

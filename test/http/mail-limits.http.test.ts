@@ -1,0 +1,116 @@
+/**
+ * Send limits (EMAIL_LIMIT_HOUR / EMAIL_LIMIT_DAY, rolling windows counted from the event
+ * log) and delivery retries against a relay that answers 4xx, then 5xx.
+ */
+import net from 'node:net';
+import { SMTPServer } from 'smtp-server';
+import { startTestServer, type TestServer } from '../support/server.js';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function eventually<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** A relay that refuses recipients by rule: `tempfail-once@` gets one 451, `reject@` always 550. */
+let attempts: Record<string, number> = {};
+const relay = new SMTPServer({
+  authOptional: true,
+  disabledCommands: ['AUTH', 'STARTTLS'],
+  logger: false,
+  onRcptTo(address, _session, callback) {
+    const a = address.address;
+    attempts[a] = (attempts[a] ?? 0) + 1;
+    if (a.startsWith('tempfail-once@') && attempts[a] === 1) return callback(Object.assign(new Error('4.3.2 try later'), { responseCode: 451 }));
+    if (a.startsWith('reject@')) return callback(Object.assign(new Error('5.1.1 no such user'), { responseCode: 550 }));
+    callback();
+  },
+  onData(stream, _session, callback) {
+    stream.resume();
+    stream.on('end', () => callback());
+  },
+});
+
+let server: TestServer;
+let token: string;
+let identity: { uuid: string; inbox: string };
+let other: { uuid: string };
+
+beforeAll(async () => {
+  const relayPort = await freePort();
+  await new Promise<void>((resolve) => relay.listen(relayPort, '127.0.0.1', () => resolve()));
+  server = await startTestServer({ EMAIL_LIMIT_HOUR: '2', EMAIL_LIMIT_DAY: '3', SMTP_RELAY_URL: `smtp://127.0.0.1:${relayPort}` });
+  const user = await server.signUp();
+  token = user.access;
+  const create = (name: string) => server.api('POST', '/api/identities/', { token, body: { name } }).then((r) => r.body);
+  identity = await create('Sender');
+  other = await create('Other sender');
+}, 60_000);
+
+afterAll(async () => {
+  await server?.close();
+  await new Promise<void>((resolve) => relay.close(() => resolve()));
+});
+
+const compose = (id: string, to: string, subject = 'hi') =>
+  server.api('POST', '/api/email-messages/compose/', { token, identity: id, body: { to, subject, body: '<p>hi</p>' } });
+
+describe('send limits', () => {
+  test('the third email within an hour answers 429 with Retry-After and a clear detail; other identities are not affected', async () => {
+    expect((await compose(identity.uuid, 'a@example.com')).status).toBe(201);
+    expect((await compose(identity.uuid, 'b@example.com')).status).toBe(201);
+    const third = await compose(identity.uuid, 'c@example.com');
+    expect(third.status).toBe(429);
+    expect(third.body.detail).toMatch(/2 emails per hour/);
+    const retryAfter = Number(third.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(3500);
+    expect(retryAfter).toBeLessThanOrEqual(3600);
+    // Replies count too.
+    const list = await server.api('GET', '/api/email-messages/', { token, identity: identity.uuid });
+    const reply = await server.api('POST', `/api/email-messages/${list.body[0].uuid}/reply/`, { token, identity: identity.uuid, body: { body: 'x' } });
+    expect(reply.status).toBe(429);
+    expect((await compose(other.uuid, 'd@example.com')).status).toBe(201);
+  });
+
+  test('concurrent composes never exceed the limit (the append is checked against the stream revision)', async () => {
+    const results = await Promise.all([1, 2, 3, 4].map((i) => compose(other.uuid, `p${i}@example.com`)));
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1); // one was used above
+    expect(results.filter((r) => r.status === 429)).toHaveLength(3);
+  });
+});
+
+describe('delivery reactor', () => {
+  test('a temporary (4xx) relay failure is retried with backoff, then sent', async () => {
+    const third = await server.api('POST', '/api/identities/', { token, body: { name: 'Retrier' } });
+    const res = await compose(third.body.uuid, 'tempfail-once@example.com', 'retry me');
+    expect(res.status).toBe(201);
+    const sent = await eventually(async () => {
+      const m = await server.api('GET', `/api/email-messages/${res.body.uuid}/`, { token, identity: third.body.uuid });
+      return m.body.status === 'sent' && m.body;
+    });
+    expect(attempts['tempfail-once@example.com']).toBe(2);
+    expect(sent.status).toBe('sent');
+    const reject = await compose(third.body.uuid, 'reject@example.com', 'bounce');
+    const failed = await eventually(async () => {
+      const m = await server.api('GET', `/api/email-messages/${reject.body.uuid}/`, { token, identity: third.body.uuid });
+      return m.body.status === 'failed' && m.body;
+    });
+    expect(failed.error).toMatch(/550|5\.1\.1/);
+    expect(attempts['reject@example.com']).toBe(1);
+  }, 30_000);
+});

@@ -1,0 +1,408 @@
+/**
+ * Email end to end over real SMTP both ways: nodemailer as an outside sender into the MX
+ * listener, smtp-server as the relay sink (parsed with mailparser), the API in between.
+ */
+import net from 'node:net';
+import nodemailer from 'nodemailer';
+import { SMTPServer } from 'smtp-server';
+import { simpleParser, type ParsedMail } from 'mailparser';
+import { startTestServer, type TestServer } from '../support/server.js';
+
+const DOMAIN = 'agents.localhost';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** An SMTP relay sink: records envelope and parsed message of everything relayed to it. */
+async function startSink() {
+  const received: { envelope: { from: string; to: string[] }; mail: ParsedMail }[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['AUTH', 'STARTTLS'],
+    logger: false,
+    onData(stream, session, callback) {
+      simpleParser(stream)
+        .then((mail) => {
+          received.push({
+            envelope: { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: session.envelope.rcptTo.map((r) => r.address) },
+            mail,
+          });
+          callback();
+        })
+        .catch(callback);
+    },
+  });
+  const port = await freePort();
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', () => resolve()));
+  return { port, received, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+async function eventually<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+let server: TestServer;
+let sink: Awaited<ReturnType<typeof startSink>>;
+let smtpPort: number;
+let token: string;
+let alice: { uuid: string; inbox: string };
+let bob: { uuid: string; inbox: string };
+let mallory: { token: string; identity: { uuid: string; inbox: string } };
+
+async function createIdentity(tok: string, name: string, local: string) {
+  const res = await server.api('POST', '/api/identities/', { token: tok, body: { name, email_identifier: local } });
+  if (res.status !== 201) throw new Error(`identity create failed: ${res.status} ${res.text}`);
+  return res.body as { uuid: string; inbox: string };
+}
+
+function outsideSender() {
+  return nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true, tls: { rejectUnauthorized: false } });
+}
+
+const suffix = `${process.pid}${Date.now() % 100000}`;
+
+beforeAll(async () => {
+  sink = await startSink();
+  smtpPort = await freePort();
+  server = await startTestServer({ SMTP_PORT: String(smtpPort), SMTP_RELAY_URL: `smtp://127.0.0.1:${sink.port}`, MAIL_DOMAIN: DOMAIN });
+  const user = await server.signUp();
+  token = user.access;
+  alice = await createIdentity(token, 'Alice Agent', `alice${suffix}`);
+  bob = await createIdentity(token, 'Bob Agent', `bob${suffix}`);
+  const other = await server.signUp();
+  mallory = { token: other.access, identity: await createIdentity(other.access, 'Mallory', `mallory${suffix}`) };
+}, 60_000);
+
+afterAll(async () => {
+  await server?.close();
+  await sink?.close();
+});
+
+const api = (method: string, path: string, identity: string, body?: unknown, tok = token) => server.api(method, path, { token: tok, identity, body });
+
+describe('inbound SMTP (smtp-server + mailparser)', () => {
+  let firstId: string;
+
+  test('a mail from outside is accepted with 250 and readable as an unread thread', async () => {
+    const info = await outsideSender().sendMail({
+      from: 'Carol <carol@example.com>',
+      to: alice.inbox,
+      subject: 'Project kickoff',
+      text: 'Hello Alice,\n\nlet us   start on Monday.',
+      html: '<p>Hello Alice,</p><p>let us start on Monday.</p>',
+      messageId: `<kickoff-${suffix}@example.com>`,
+      attachments: [{ filename: 'plan.txt', content: 'step 1\nstep 2\n' }],
+    });
+    expect(info.response).toMatch(/^250/);
+    expect(info.accepted).toEqual([alice.inbox]);
+
+    const inbox = await api('GET', '/api/email-inbox/', alice.uuid);
+    expect(inbox.status).toBe(200);
+    const thread = inbox.body.find((t: { subject: string }) => t.subject === 'Project kickoff');
+    expect(thread).toMatchObject({ message_count: 1, unread_count: 1, preview: 'Hello Alice, let us start on Monday.' });
+    expect(thread.participants).toEqual(expect.arrayContaining(['carol@example.com', alice.inbox]));
+
+    const unread = await api('GET', '/api/email-messages/?unread=true', alice.uuid);
+    const message = unread.body.find((m: { subject: string }) => m.subject === 'Project kickoff');
+    expect(message).toMatchObject({ direction: 'inbound', from_email: 'carol@example.com', from_name: 'Carol', to: [alice.inbox], read: false, thread_id: thread.thread_id });
+    firstId = message.uuid;
+
+    // The other account cannot see it, and Bob's inbox is untouched.
+    expect((await api('GET', `/api/email-messages/${firstId}/`, mallory.identity.uuid, undefined, mallory.token)).status).toBe(404);
+    expect((await api('GET', `/api/email-messages/${firstId}/`, bob.uuid)).status).toBe(404);
+  });
+
+  test('opening a message marks it read; PATCH sets it explicitly; attachments download by uuid', async () => {
+    const opened = await api('GET', `/api/email-messages/${firstId}/`, alice.uuid);
+    expect(opened.status).toBe(200);
+    expect(opened.body).toMatchObject({ read: true, text: expect.stringContaining('start on Monday'), html: expect.stringContaining('<p>Hello Alice,</p>') });
+    expect(opened.body.attachments).toHaveLength(1);
+    const att = opened.body.attachments[0];
+    expect(att).toMatchObject({ filename: 'plan.txt', content_type: 'text/plain', size: 14 });
+
+    const dl = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid } });
+    expect(dl.status).toBe(200);
+    expect(await dl.text()).toBe('step 1\nstep 2\n');
+    const foreign = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': bob.uuid } });
+    expect(foreign.status).toBe(404);
+
+    let threads = await api('GET', '/api/email-inbox/?unread=true', alice.uuid);
+    expect(threads.body.find((t: { subject: string }) => t.subject === 'Project kickoff')).toBeUndefined();
+
+    const patched = await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: false });
+    expect(patched.status).toBe(200);
+    expect(patched.body.read).toBe(false);
+    threads = await api('GET', '/api/email-inbox/?unread=true', alice.uuid);
+    expect(threads.body.find((t: { subject: string }) => t.subject === 'Project kickoff')).toMatchObject({ unread_count: 1 });
+    expect((await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: 'maybe' })).status).toBe(400);
+  });
+
+  test('RFC 5322 §3.6.4: a reply carrying In-Reply-To joins the thread; opening the thread marks all read', async () => {
+    await outsideSender().sendMail({
+      from: 'Carol <carol@example.com>',
+      to: alice.inbox,
+      subject: 'Re: Project kickoff',
+      text: 'One more thing.',
+      inReplyTo: `<kickoff-${suffix}@example.com>`,
+      references: [`<kickoff-${suffix}@example.com>`],
+    });
+    const inbox = await api('GET', '/api/email-inbox/', alice.uuid);
+    const thread = inbox.body.find((t: { subject: string }) => t.subject === 'Project kickoff');
+    expect(thread).toMatchObject({ message_count: 2, unread_count: 2, preview: 'One more thing.' });
+    expect(inbox.body[0].thread_id).toBe(thread.thread_id); // newest first
+
+    const detail = await api('GET', `/api/email-inbox/${thread.thread_id}/`, alice.uuid);
+    expect(detail.status).toBe(200);
+    expect(detail.body.messages.map((m: { subject: string }) => m.subject)).toEqual(['Project kickoff', 'Re: Project kickoff']);
+    expect(detail.body.messages.every((m: { read: boolean }) => m.read)).toBe(true);
+    expect(detail.body.unread_count).toBe(0);
+    expect((await api('GET', `/api/email-inbox/${thread.thread_id}/`, bob.uuid)).status).toBe(404);
+  });
+
+  test('fallback threading: "Re:" + same subject + same participants without headers joins the thread', async () => {
+    await outsideSender().sendMail({ from: 'carol@example.com', to: alice.inbox, subject: 'RE: project kickoff', text: 'Forgot the headers.' });
+    const inbox = await api('GET', '/api/email-inbox/', alice.uuid);
+    expect(inbox.body.filter((t: { subject: string }) => /kickoff/i.test(t.subject))).toHaveLength(1);
+    expect(inbox.body[0]).toMatchObject({ message_count: 3 });
+  });
+
+  test('RCPT for an unknown inbox is refused with 550 5.1.1', async () => {
+    await expect(outsideSender().sendMail({ from: 'carol@example.com', to: `nobody${suffix}@${DOMAIN}`, subject: 'x', text: 'x' })).rejects.toMatchObject({
+      responseCode: 550,
+      response: expect.stringContaining('5.1.1'),
+    });
+    await expect(outsideSender().sendMail({ from: 'carol@example.com', to: 'someone@elsewhere.example', subject: 'x', text: 'x' })).rejects.toMatchObject({
+      responseCode: 550,
+    });
+  });
+
+  test('a message over 25 MiB is refused with 552', async () => {
+    const big = Buffer.alloc(26 * 1024 * 1024, 0x61);
+    await expect(
+      outsideSender().sendMail({ from: 'carol@example.com', to: alice.inbox, subject: 'too big', text: 'x', attachments: [{ filename: 'big.bin', content: big }] }),
+    ).rejects.toMatchObject({ responseCode: 552 });
+    const msgs = await api('GET', '/api/email-messages/', alice.uuid);
+    expect(msgs.body.find((m: { subject: string }) => m.subject === 'too big')).toBeUndefined();
+  }, 60_000);
+});
+
+describe('sending through the relay', () => {
+  test('compose: From is the inbox, Message-ID at MAIL_DOMAIN, To/Cc/Subject/HTML reach the relay; Bcc only in the envelope', async () => {
+    sink.received.length = 0;
+    const res = await api('POST', '/api/email-messages/compose/', alice.uuid, {
+      to: 'Dave <dave@example.org>, erin@example.org',
+      cc: 'frank@example.org',
+      bcc: 'grace@example.org',
+      subject: 'Quarterly report',
+      body: '<h1>Report</h1><p>All good &amp; on track.</p>',
+      attachment_uuids: [],
+    });
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ direction: 'outbound', status: 'queued', from_email: alice.inbox, to: ['dave@example.org', 'erin@example.org'], cc: ['frank@example.org'], bcc: ['grace@example.org'] });
+    expect(res.body.message_id).toMatch(new RegExp(`^<[0-9a-f-]{36}@${DOMAIN.replace('.', '\\.')}>$`));
+
+    const relayed = await eventually(async () => sink.received.find((r) => r.mail.subject === 'Quarterly report'));
+    expect(relayed.mail.from?.value[0]).toEqual({ address: alice.inbox, name: 'Alice Agent' });
+    expect((relayed.mail.to as { value: { address: string }[] }).value.map((a) => a.address)).toEqual(['dave@example.org', 'erin@example.org']);
+    expect((relayed.mail.cc as { value: { address: string }[] }).value.map((a) => a.address)).toEqual(['frank@example.org']);
+    expect(relayed.mail.bcc).toBeUndefined();
+    expect(relayed.mail.html).toContain('<h1>Report</h1>');
+    expect(relayed.mail.text).toContain('All good & on track.');
+    expect(relayed.mail.messageId).toBe(res.body.message_id);
+    expect(relayed.envelope.to.sort()).toEqual(['dave@example.org', 'erin@example.org', 'frank@example.org', 'grace@example.org']);
+
+    const sent = await eventually(async () => {
+      const m = await api('GET', `/api/email-messages/${res.body.uuid}/`, alice.uuid);
+      return m.body.status === 'sent' && m.body;
+    });
+    expect(sent.sent_at).toBeTruthy();
+    const threads = await api('GET', '/api/email-inbox/', alice.uuid);
+    expect(threads.body.find((t: { subject: string }) => t.subject === 'Quarterly report')).toMatchObject({ message_count: 1, unread_count: 0 });
+  });
+
+  test('bad addresses answer 400 with field errors; `to` is required', async () => {
+    const bad = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'ok@example.org, not-an-address', cc: 'also bad@', subject: 's', body: 'b' });
+    expect(bad.status).toBe(400);
+    expect(bad.body.to[0]).toContain('not-an-address');
+    expect(bad.body.cc).toHaveLength(1);
+    const missing = await api('POST', '/api/email-messages/compose/', alice.uuid, { subject: 's', body: 'b' });
+    expect(missing.status).toBe(400);
+    expect(missing.body.to).toEqual(['This field is required.']);
+    expect((await api('POST', '/api/email-messages/compose/', alice.uuid, { to: '', body: 'b' })).status).toBe(400);
+  });
+
+  test('reply and reply-all: "Re: " once, In-Reply-To and References, recipients from the original', async () => {
+    const inboundId = `<standup-${suffix}@example.com>`;
+    await outsideSender().sendMail({
+      from: 'Heidi <heidi@example.com>',
+      to: [alice.inbox, 'ivan@example.com'],
+      cc: ['judy@example.com', alice.inbox],
+      subject: 'Re: Standup notes',
+      text: 'See notes.',
+      messageId: inboundId,
+      references: [`<root-${suffix}@example.com>`],
+      inReplyTo: `<root-${suffix}@example.com>`,
+    });
+    const list = await api('GET', '/api/email-messages/', alice.uuid);
+    const original = list.body.find((m: { message_id: string }) => m.message_id === inboundId);
+    expect(original).toBeTruthy();
+
+    sink.received.length = 0;
+    const reply = await api('POST', `/api/email-messages/${original.uuid}/reply/`, alice.uuid, { body: '<p>Thanks!</p>' });
+    expect(reply.status).toBe(201);
+    expect(reply.body).toMatchObject({ subject: 'Re: Standup notes', to: ['heidi@example.com'], cc: [], in_reply_to: inboundId, thread_id: original.thread_id });
+    const r1 = await eventually(async () => sink.received.find((r) => r.mail.messageId === reply.body.message_id));
+    expect(r1.mail.subject).toBe('Re: Standup notes');
+    expect(r1.mail.inReplyTo).toBe(inboundId);
+    expect(r1.mail.references).toEqual([`<root-${suffix}@example.com>`, inboundId]);
+    expect(r1.envelope.to).toEqual(['heidi@example.com']);
+
+    const all = await api('POST', `/api/email-messages/${original.uuid}/reply-all/`, alice.uuid, { body: '<p>Thanks all</p>', cc: 'judy@example.com, ken@example.com' });
+    expect(all.status).toBe(201);
+    expect(all.body.to).toEqual(['heidi@example.com', 'ivan@example.com']);
+    expect(all.body.cc).toEqual(['judy@example.com', 'ken@example.com']);
+    const r2 = await eventually(async () => sink.received.find((r) => r.mail.messageId === all.body.message_id));
+    expect(r2.envelope.to.sort()).toEqual(['heidi@example.com', 'ivan@example.com', 'judy@example.com', 'ken@example.com']);
+    expect(r2.mail.subject).toBe('Re: Standup notes');
+
+    const thread = await api('GET', `/api/email-inbox/${original.thread_id}/`, alice.uuid);
+    expect(thread.body.message_count).toBe(3);
+    expect((await api('POST', `/api/email-messages/${original.uuid}/reply/`, bob.uuid, { body: 'x' })).status).toBe(404);
+    expect((await api('POST', `/api/email-messages/${original.uuid}/reply/`, alice.uuid, {})).status).toBe(400);
+  });
+});
+
+describe('attachments (presign → PUT → compose)', () => {
+  const bytes = Buffer.from(Array.from({ length: 3000 }, (_, i) => i % 251));
+
+  async function presign(identity: string, size = bytes.length, tok = token, contentType = 'application/pdf') {
+    const res = await api('POST', '/api/email-attachments/presign/', identity, { filename: 'report.pdf', content_type: contentType, size }, tok);
+    expect(res.status).toBe(201);
+    return res.body as { uuid: string; upload_url: string; method: string; headers: Record<string, string>; expires_at: string };
+  }
+  const put = (uploadUrl: string, body: Buffer, contentType = 'application/pdf') => {
+    const u = new URL(uploadUrl);
+    return fetch(`${server.url}${u.pathname}${u.search}`, { method: 'PUT', headers: { 'content-type': contentType }, body });
+  };
+
+  test('the uploaded bytes reach the relay as an attachment', async () => {
+    const p = await presign(alice.uuid);
+    expect(p).toMatchObject({ method: 'PUT', headers: { 'Content-Type': 'application/pdf' } });
+    expect(Date.parse(p.expires_at)).toBeGreaterThan(Date.now());
+    const up = await put(p.upload_url, bytes);
+    expect(up.status).toBe(200);
+
+    sink.received.length = 0;
+    const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'lena@example.net', subject: 'With attachment', body: '<p>see attached</p>', attachment_uuids: [p.uuid] });
+    expect(res.status).toBe(201);
+    expect(res.body.attachments).toEqual([expect.objectContaining({ uuid: p.uuid, filename: 'report.pdf', size: bytes.length })]);
+    const relayed = await eventually(async () => sink.received.find((r) => r.mail.subject === 'With attachment'));
+    expect(relayed.mail.attachments).toHaveLength(1);
+    expect(relayed.mail.attachments[0].filename).toBe('report.pdf');
+    expect(relayed.mail.attachments[0].contentType).toBe('application/pdf');
+    expect(Buffer.compare(relayed.mail.attachments[0].content, bytes)).toBe(0);
+  });
+
+  test('upload URL: signature, size and content type are checked; no second upload', async () => {
+    const p = await presign(alice.uuid);
+    const tampered = p.upload_url.replace(/signature=([^&]+)/, (_m, s: string) => `signature=${s.slice(0, -2)}xx`);
+    expect((await put(tampered, bytes)).status).toBe(403);
+    expect((await put(p.upload_url, bytes.subarray(0, 10))).status).toBe(400);
+    expect((await put(p.upload_url, bytes, 'image/png')).status).toBe(400);
+    expect((await put(p.upload_url, bytes)).status).toBe(200);
+    expect((await put(p.upload_url, bytes)).status).toBe(409);
+    const tooBig = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'x', content_type: 'text/plain', size: 26 * 1024 * 1024 });
+    expect(tooBig.status).toBe(400);
+    expect(tooBig.body.size).toBeDefined();
+  });
+
+  test('attachment_uuids must be uploaded and belong to the same identity, else 400', async () => {
+    const foreign = await presign(mallory.identity.uuid, bytes.length, mallory.token);
+    expect((await put(foreign.upload_url, bytes)).status).toBe(200);
+    const notUploaded = await presign(alice.uuid);
+    const res = await api('POST', '/api/email-messages/compose/', alice.uuid, {
+      to: 'lena@example.net',
+      subject: 'nope',
+      body: 'x',
+      attachment_uuids: [foreign.uuid, notUploaded.uuid, 'not-a-uuid'],
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.attachment_uuids).toHaveLength(3);
+    // Bob (same account, other identity) cannot use Alice's upload either.
+    const mine = await presign(alice.uuid);
+    await put(mine.upload_url, bytes);
+    const bobTry = await api('POST', '/api/email-messages/compose/', bob.uuid, { to: 'lena@example.net', body: 'x', attachment_uuids: [mine.uuid] });
+    expect(bobTry.status).toBe(400);
+    expect(Object.keys(bobTry.body)).toEqual(['attachment_uuids']);
+  });
+});
+
+describe('internal delivery between inboxes of MAIL_DOMAIN', () => {
+  test('mail from Alice to Bob lands in Bob\'s inbox; his reply lands in Alice\'s thread', async () => {
+    sink.received.length = 0;
+    const sent = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: bob.inbox, subject: `Lunch ${suffix}`, body: '<p>Lunch at noon?</p>' });
+    expect(sent.status).toBe(201);
+    const inBob = await eventually(async () => {
+      const l = await api('GET', '/api/email-messages/?unread=true', bob.uuid);
+      return l.body.find((m: { subject: string }) => m.subject === `Lunch ${suffix}`);
+    });
+    expect(inBob).toMatchObject({ direction: 'inbound', from_email: alice.inbox, from_name: 'Alice Agent', message_id: sent.body.message_id, text: 'Lunch at noon?' });
+    await eventually(async () => (await api('GET', `/api/email-messages/${sent.body.uuid}/`, alice.uuid)).body.status === 'sent');
+
+    const reply = await api('POST', `/api/email-messages/${inBob.uuid}/reply/`, bob.uuid, { body: 'Sure!' });
+    expect(reply.status).toBe(201);
+    expect(reply.body.to).toEqual([alice.inbox]);
+    const inAlice = await eventually(async () => {
+      const l = await api('GET', '/api/email-messages/', alice.uuid);
+      return l.body.find((m: { message_id: string }) => m.message_id === reply.body.message_id);
+    });
+    expect(inAlice.thread_id).toBe(sent.body.thread_id);
+    const thread = await api('GET', `/api/email-inbox/${sent.body.thread_id}/`, alice.uuid);
+    expect(thread.body.message_count).toBe(2);
+    expect(sink.received.filter((r) => r.mail.subject?.includes(`Lunch ${suffix}`))).toHaveLength(0);
+  });
+
+  test('an unknown inbox of MAIL_DOMAIN makes the message fail', async () => {
+    const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: `ghost${suffix}@${DOMAIN}`, subject: 'ghost', body: 'x' });
+    expect(res.status).toBe(201);
+    const failed = await eventually(async () => {
+      const m = await api('GET', `/api/email-messages/${res.body.uuid}/`, alice.uuid);
+      return m.body.status === 'failed' && m.body;
+    });
+    expect(failed.error).toContain('5.1.1');
+  });
+});
+
+describe('lists', () => {
+  test('limit and cursor paginate with a Link rel="next" header', async () => {
+    const first = await api('GET', '/api/email-messages/?limit=2', alice.uuid);
+    expect(first.status).toBe(200);
+    expect(first.body).toHaveLength(2);
+    const link = first.headers.get('link');
+    expect(link).toMatch(/rel="next"/);
+    const next = new URL(link!.match(/<([^>]+)>/)![1]);
+    const second = await api('GET', `${next.pathname}${next.search}`, alice.uuid);
+    expect(second.body[0].uuid).not.toBe(first.body[1].uuid);
+    expect(Date.parse(second.body[0].created_dt)).toBeLessThanOrEqual(Date.parse(first.body[1].created_dt));
+  });
+
+  test('an identity-scoped endpoint without an identity answers 400 identity_required', async () => {
+    const res = await server.api('GET', '/api/email-inbox/', { token });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('identity_required');
+  });
+});

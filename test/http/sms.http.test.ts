@@ -1,0 +1,278 @@
+/**
+ * SPEC "SMS"; DECISIONS "Mail, SMS, events": the inbound webhook (Twilio's form fields;
+ * `local` guarded by X-Webhook-Secret, `twilio` by X-Twilio-Signature), conversations per
+ * identity and peer, read marking, messages, phone numbers, and the SSE `sms` event.
+ */
+import { startTestServer, type TestServer } from '../support/server.js';
+import { openSse, type SseReader } from '../support/sse-client.js';
+import { twilioSignature } from '../../services/sms/providers.js';
+import { newId, nowIso } from '../../services/kernel/ids.js';
+
+const SECRET = 'local-webhook-secret-123';
+const ADMIN = 'admin-token-sms-test';
+const TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>';
+
+let s: TestServer;
+let owner: { access: string; user: { pk: number } };
+let stranger: { access: string };
+let idA: string;
+let phoneA: string;
+let idB: string;
+let phoneB: string;
+const readers: SseReader[] = [];
+
+beforeAll(async () => {
+  s = await startTestServer({ SMS_WEBHOOK_SECRET: SECRET, ADMIN_TOKEN: ADMIN, SSE_KEEPALIVE_MS: '1000' });
+  owner = await s.signUp();
+  stranger = await s.signUp();
+  // Phones are a paid add-on: the admin API moves the account to a plan that has them.
+  const upgrade = await s.api('PUT', `/api/admin/users/${owner.user.pk}/subscription/`, { token: ADMIN, body: { plan: 'developer', status: 'active' } });
+  expect(upgrade.status).toBe(200);
+  ({ id: idA, phone: phoneA } = await identityWithPhone('sms-a'));
+  ({ id: idB, phone: phoneB } = await identityWithPhone('sms-b'));
+});
+afterEach(() => {
+  for (const r of readers.splice(0)) r.close();
+});
+afterAll(async () => s?.close());
+
+async function identityWithPhone(name: string): Promise<{ id: string; phone: string }> {
+  const res = await s.api('POST', '/api/identities/', { token: owner.access, body: { name, provision_phone: true } });
+  if (res.status !== 201 || !res.body.phone) throw new Error(`identity with phone: ${res.status} ${res.text}`);
+  return { id: res.body.uuid, phone: res.body.phone };
+}
+
+let sid = 0;
+const nextSid = () => `SM${String(++sid).padStart(32, '0')}`;
+
+function webhook(fields: Record<string, string>, headers: Record<string, string> = { 'x-webhook-secret': SECRET }) {
+  return s.api('POST', '/api/webhooks/sms/', { form: fields, headers });
+}
+
+const get = (path: string, identity: string, token = owner.access) => s.api('GET', path, { token, identity });
+
+describe('POST /api/webhooks/sms/ (local provider)', () => {
+  it('records the message and answers an empty TwiML response', async () => {
+    const res = await webhook({ From: '+15557770001', To: phoneA, Body: 'hello there', MessageSid: nextSid(), NumMedia: '0' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/xml/);
+    expect(res.text).toBe(TWIML);
+    const list = await get('/api/messages/', idA);
+    expect(list.status).toBe(200);
+    expect(list.body[0]).toMatchObject({ from_number: '+15557770001', to_number: phoneA, body: 'hello there', direction: 'inbound', read: false });
+  });
+
+  it('403 with a wrong or missing X-Webhook-Secret; nothing is recorded', async () => {
+    const before = (await get('/api/messages/', idA)).body.length;
+    const wrong = await webhook({ From: '+15557770002', To: phoneA, Body: 'x', MessageSid: nextSid() }, { 'x-webhook-secret': `${SECRET}x` });
+    expect(wrong.status).toBe(403);
+    expect(wrong.body).toMatchObject({ code: 'invalid_webhook_secret' });
+    const missing = await webhook({ From: '+15557770002', To: phoneA, Body: 'x', MessageSid: nextSid() }, {});
+    expect(missing.status).toBe(403);
+    expect((await get('/api/messages/', idA)).body.length).toBe(before);
+  });
+
+  it('the same MessageSid twice records one message', async () => {
+    const fields = { From: '+15557770003', To: phoneA, Body: 'only once', MessageSid: nextSid() };
+    expect((await webhook(fields)).status).toBe(200);
+    expect((await webhook(fields)).status).toBe(200);
+    const all = (await get('/api/messages/?limit=200', idA)).body as { message_sid: string }[];
+    expect(all.filter((m) => m.message_sid === fields.MessageSid)).toHaveLength(1);
+    const conv = (await get('/api/sms-inbox/', idA)).body.find((c: { peer: string }) => c.peer === '+15557770003');
+    expect(conv.message_count).toBe(1);
+  });
+
+  it('a number no identity holds: 404 unknown_number, never a 500', async () => {
+    const res = await webhook({ From: '+15557770004', To: '+19990000000', Body: 'lost', MessageSid: nextSid() });
+    expect(res.status).toBe(404);
+    expect(res.body).toMatchObject({ code: 'unknown_number' });
+  });
+
+  it('missing fields: 400 naming them', async () => {
+    const res = await webhook({ Body: 'no addressing' });
+    expect(res.status).toBe(400);
+    expect(res.body).toHaveProperty('From');
+    expect(res.body).toHaveProperty('To');
+    expect(res.body).toHaveProperty('MessageSid');
+  });
+
+  it('a "+" sent unencoded (decoded as a space) still finds the number', async () => {
+    const raw = `From=${encodeURIComponent('+15557770005')}&To=${phoneA}&Body=plus&MessageSid=${nextSid()}`; // To's "+" becomes " "
+    const res = await fetch(`${s.url}/api/webhooks/sms/`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-webhook-secret': SECRET }, body: raw });
+    expect(res.status).toBe(200);
+  });
+});
+
+describe('conversations and messages', () => {
+  let peer: string;
+  beforeAll(async () => {
+    peer = '+15558880001';
+    for (const body of ['first', 'second', 'third']) expect((await webhook({ From: peer, To: phoneB, Body: body, MessageSid: nextSid() })).status).toBe(200);
+    expect((await webhook({ From: '+15558880002', To: phoneB, Body: 'other peer', MessageSid: nextSid() })).status).toBe(200);
+  });
+
+  it('one conversation per peer, newest first, with counts and preview', async () => {
+    const res = await get('/api/sms-inbox/', idB);
+    expect(res.status).toBe(200);
+    expect(res.body.map((c: { peer: string }) => c.peer)).toEqual(['+15558880002', peer]);
+    expect(res.body[1]).toMatchObject({ from_number: peer, to_number: phoneB, preview: 'third', message_count: 3, unread_count: 3 });
+    expect(res.body[1].conversation_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(new Date(res.body[1].last_message_at).toISOString()).toBe(res.body[1].last_message_at);
+  });
+
+  it('opening a conversation returns its messages in order and marks them read', async () => {
+    const conv = (await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === peer);
+    const detail = await get(`/api/sms-inbox/${conv.conversation_id}/`, idB);
+    expect(detail.status).toBe(200);
+    expect(detail.body.messages.map((m: { body: string }) => m.body)).toEqual(['first', 'second', 'third']);
+    expect(detail.body.unread_count).toBe(0);
+    expect(detail.body.messages.every((m: { read: boolean }) => m.read)).toBe(true);
+    const unread = await get('/api/sms-inbox/?unread=true', idB);
+    expect(unread.body.map((c: { peer: string }) => c.peer)).toEqual(['+15558880002']);
+    const unreadMessages = await get('/api/messages/?unread=true', idB);
+    expect(unreadMessages.body.map((m: { body: string }) => m.body)).toEqual(['other peer']);
+  });
+
+  it('a new message makes the conversation unread again, in the same conversation', async () => {
+    const before = (await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === peer);
+    expect((await webhook({ From: peer, To: phoneB, Body: 'fourth', MessageSid: nextSid() })).status).toBe(200);
+    const unread = (await get('/api/sms-inbox/?unread=true', idB)).body;
+    const again = unread.find((c: { peer: string }) => c.peer === peer);
+    expect(again).toMatchObject({ conversation_id: before.conversation_id, message_count: 4, unread_count: 1, preview: 'fourth' });
+  });
+
+  it('GET /api/messages/{id}/ answers the message and marks it read', async () => {
+    const [latest] = (await get('/api/messages/', idB)).body;
+    expect(latest.read).toBe(false);
+    const one = await get(`/api/messages/${latest.id}/`, idB);
+    expect(one.status).toBe(200);
+    expect(one.body).toMatchObject({ id: latest.id, body: 'fourth', read: true });
+    expect((await get('/api/messages/', idB)).body[0].read).toBe(true);
+  });
+
+  it('pages with limit and a Link rel="next"', async () => {
+    const first = await get('/api/messages/?limit=2', idB);
+    expect(first.body).toHaveLength(2);
+    const next = /<([^>]+)>; rel="next"/.exec(first.headers.get('link') ?? '')?.[1];
+    expect(next).toBeDefined();
+    const second = await get(new URL(next!).pathname + new URL(next!).search, idB);
+    expect(second.body[0].id).not.toBe(first.body[1].id);
+    expect(first.body.concat(second.body).map((m: { id: string }) => m.id)).toEqual((await get('/api/messages/?limit=4', idB)).body.map((m: { id: string }) => m.id));
+  });
+
+  it('another identity and another account see none of it', async () => {
+    const conv = (await get('/api/sms-inbox/', idB)).body[0];
+    const msg = (await get('/api/messages/', idB)).body[0];
+    expect((await get(`/api/sms-inbox/${conv.conversation_id}/`, idA)).status).toBe(404);
+    expect((await get(`/api/messages/${msg.id}/`, idA)).status).toBe(404);
+    expect((await get('/api/sms-inbox/', idA)).body.map((c: { peer: string }) => c.peer)).not.toContain('+15558880002');
+    expect((await get('/api/sms-inbox/', idB, stranger.access)).status).toBe(403);
+    expect((await s.api('GET', '/api/sms-inbox/', { token: owner.access })).status).toBe(400);
+    expect((await s.api('GET', '/api/sms-inbox/')).status).toBe(401);
+    expect((await get('/api/messages/not-a-uuid/', idB)).status).toBe(404);
+  });
+});
+
+describe('GET /api/phone/', () => {
+  it("lists the active identity's numbers", async () => {
+    const res = await get('/api/phone/', idA);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual([{ number: phoneA, provider: 'local', capabilities: ['sms'], created_dt: expect.any(String) }]);
+  });
+
+  it('is empty for an identity without a phone', async () => {
+    const res = await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'no-phone' } });
+    expect((await get('/api/phone/', res.body.uuid)).body).toEqual([]);
+  });
+});
+
+describe('the SSE `sms` event', () => {
+  it('reaches the streams of the right identity only', async () => {
+    const a = await openSse(`${s.url}/api/events/stream/`, { authorization: `Bearer ${owner.access}`, 'x-service-identity': idA });
+    const b = await openSse(`${s.url}/api/events/stream/`, { authorization: `Bearer ${owner.access}`, 'x-service-identity': idB });
+    readers.push(a, b);
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await webhook({ From: '+15559990001', To: phoneA, Body: 'Your code is 424242', MessageSid: nextSid() })).status).toBe(200);
+    const [frame] = await a.frames(1);
+    expect(frame.event).toBe('sms');
+    const data = JSON.parse(frame.data);
+    expect(data).toMatchObject({ from_number: '+15559990001', preview: 'Your code is 424242' });
+    const conv = (await get('/api/sms-inbox/', idA)).body.find((c: { peer: string }) => c.peer === '+15559990001');
+    expect(data.conversation_id).toBe(conv.conversation_id);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(b.log.filter((l) => l.kind === 'frame')).toHaveLength(0);
+  });
+});
+
+describe('twilio provider: X-Twilio-Signature', () => {
+  const TOKEN = 'twilio-auth-token-test';
+  const PUBLIC = 'https://agents.example.com';
+  let t: TestServer;
+  let identityId: string;
+  let tw: { access: string };
+  const number = '+15550109999';
+
+  beforeAll(async () => {
+    t = await startTestServer({ SMS_PROVIDER: 'twilio', TWILIO_ACCOUNT_SID: 'AC00000000000000000000000000000000', TWILIO_AUTH_TOKEN: TOKEN, PUBLIC_URL: PUBLIC });
+    tw = await t.signUp();
+    const res = await t.api('POST', '/api/identities/', { token: tw.access, body: { name: 'tw' } });
+    identityId = res.body.uuid;
+    // A number bought from Twilio (provisioning itself calls Twilio's API, out of scope here).
+    const append = await t.runtime.events.append(`identity-${identityId}`, [
+      { id: newId(), type: 'PhoneProvisioned', data: { identityId, phone: number, provider: 'twilio', providerRef: 'PN0000', at: nowIso() } },
+    ]);
+    await t.runtime.runner.waitFor(append.position);
+  });
+  afterAll(async () => t?.close());
+
+  const post = (fields: Record<string, string>, signature: string | null, path = '/api/webhooks/sms/') =>
+    fetch(`${t.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', ...(signature ? { 'x-twilio-signature': signature } : {}) },
+      body: new URLSearchParams(fields).toString(),
+    });
+
+  it('matches the example of Twilio\'s documentation', () => {
+    // https://www.twilio.com/docs/usage/security#validating-requests
+    const params = { CallSid: 'CA1234567890ABCDE', Caller: '+12349013030', Digits: '1234', From: '+12349013030', To: '+18005551212' };
+    expect(twilioSignature('12345', 'https://mycompany.com/myapp.php?foo=1&bar=2', params)).toBe('0/KCTR6DLpKmkAf8muzZqo1nDgQ=');
+  });
+
+  it('accepts a correctly signed request and answers TwiML', async () => {
+    const fields = { AccountSid: 'AC00000000000000000000000000000000', From: '+15551230000', To: number, Body: 'signed', MessageSid: nextSid(), NumMedia: '0' };
+    const res = await post(fields, twilioSignature(TOKEN, `${PUBLIC}/api/webhooks/sms/`, fields));
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(TWIML);
+    const list = await t.api('GET', '/api/messages/', { token: tw.access, identity: identityId });
+    expect(list.body).toMatchObject([{ body: 'signed', message_sid: fields.MessageSid, to_number: number }]);
+    expect((await t.api('GET', '/api/phone/', { token: tw.access, identity: identityId })).body).toMatchObject([{ number, provider: 'twilio' }]);
+  });
+
+  it('refuses a missing or wrong signature, or one over other parameters', async () => {
+    const fields = { From: '+15551230000', To: number, Body: 'forged', MessageSid: nextSid() };
+    expect((await post(fields, null)).status).toBe(403);
+    expect((await post(fields, twilioSignature('wrong-token', `${PUBLIC}/api/webhooks/sms/`, fields))).status).toBe(403);
+    const signedOther = twilioSignature(TOKEN, `${PUBLIC}/api/webhooks/sms/`, { ...fields, Body: 'original' });
+    expect((await post(fields, signedOther)).status).toBe(403);
+    expect((await post(fields, twilioSignature(TOKEN, `http://localhost/api/webhooks/sms/`, fields))).status).toBe(403);
+  });
+
+  it('X-Webhook-Secret does not open the twilio webhook', async () => {
+    const res = await fetch(`${t.url}/api/webhooks/sms/`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-webhook-secret': 'anything' }, body: 'From=1&To=2&MessageSid=x' });
+    expect(res.status).toBe(403);
+  });
+});
+
+describe('local provider without SMS_WEBHOOK_SECRET', () => {
+  it('the webhook is closed with a clear detail', async () => {
+    const t = await startTestServer();
+    try {
+      const res = await t.api('POST', '/api/webhooks/sms/', { form: { From: '+1555', To: '+1666', MessageSid: 'SM1' }, headers: { 'x-webhook-secret': '' } });
+      expect(res.status).toBe(403);
+      expect(res.body).toMatchObject({ code: 'webhook_not_configured' });
+      expect(res.body.detail).toMatch(/SMS_WEBHOOK_SECRET/);
+    } finally {
+      await t.close();
+    }
+  });
+});

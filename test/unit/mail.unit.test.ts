@@ -1,0 +1,198 @@
+/** Pure parts of mail: addresses, subjects, previews, threading rules, the projection, the blob store. */
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import type { Doc } from '../../infra/ports/read-store.js';
+import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
+import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
+import { decideThread, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
+import { htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject } from '../../services/mail/text.js';
+import type { EmailReceivedData } from '../../services/mail/events.js';
+
+describe('addresses', () => {
+  test('one address, a comma-separated list, display names and arrays are accepted; duplicates dropped', () => {
+    expect(parseAddressList('a@example.com').addresses).toEqual([{ address: 'a@example.com', name: '' }]);
+    expect(parseAddressList('Ann <Ann@Example.com>, b@example.com , a@example.com').addresses.map((a) => a.address)).toEqual([
+      'ann@example.com',
+      'b@example.com',
+      'a@example.com',
+    ]);
+    expect(parseAddressList(['x@example.com', 'x@example.com, y@example.com']).addresses).toHaveLength(2);
+    expect(parseAddressList('').addresses).toEqual([]);
+  });
+
+  test('invalid entries are reported, valid ones kept', () => {
+    const r = parseAddressList('ok@example.com, nope, bad@, @x.com, x@-bad-.com');
+    expect(r.addresses.map((a) => a.address)).toEqual(['ok@example.com']);
+    expect(r.invalid.length).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('subjects and bodies', () => {
+  test('RFC 5322 §3.6.5: "Re: " is added once', () => {
+    expect(replySubject('Hello')).toBe('Re: Hello');
+    expect(replySubject('Re: Hello')).toBe('Re: Hello');
+    expect(replySubject('RE:Hello')).toBe('RE:Hello');
+  });
+
+  test('the fallback key strips Re:/Fwd: chains, whitespace and case', () => {
+    expect(normaliseSubject('Re: Fwd: RE:  Project   Kickoff ')).toBe('project kickoff');
+    expect(normaliseSubject('AW: Sv: status')).toBe('status');
+  });
+
+  test('HTML becomes readable text; previews are collapsed and bounded', () => {
+    expect(htmlToText('<style>p{}</style><p>Hi &amp; bye</p><p>x&#33;<br>y</p>')).toBe('Hi & bye\nx!\ny');
+    expect(previewOf('a\n\n  b\tc')).toBe('a b c');
+    expect(previewOf(null, '<p>from html</p>')).toBe('from html');
+    const long = previewOf('word '.repeat(100));
+    expect(long.length).toBeLessThanOrEqual(200);
+    expect(long.endsWith('…')).toBe(true);
+  });
+
+  test('Message-IDs are extracted from header values and lists', () => {
+    expect(messageIds('<a@x> <b@y>')).toEqual(['<a@x>', '<b@y>']);
+    expect(messageIds(['<a@x>', '<a@x>'])).toEqual(['<a@x>']);
+    expect(messageIds('bare@id')).toEqual(['<bare@id>']);
+    expect(messageIds(undefined)).toEqual([]);
+  });
+
+  test('participants key ignores the own inbox, case and order', () => {
+    expect(participantsKey(['B@x.com', 'me@agents.localhost', 'a@x.com'], 'ME@agents.localhost')).toBe('a@x.com,b@x.com');
+  });
+});
+
+describe('threading (RFC 5322 §3.6.4, fallback)', () => {
+  const known = new Map<string, string>([['<root@x>', 'thread-root']]);
+  const subjects: { key: string; participants: string; threadId: string; lastMessageAt: string }[] = [
+    { key: 'budget', participants: 'carol@x.com', threadId: 'thread-budget', lastMessageAt: '2026-01-01T00:00:00.000Z' },
+  ];
+  const lookup: ThreadLookup = {
+    threadOfMessageId: async (_identity, id) => known.get(id) ?? null,
+    latestThreadBySubject: async (_identity, key, participants) => {
+      const t = subjects.find((s) => s.key === key && s.participants === participants);
+      return t ? { threadId: t.threadId, lastMessageAt: t.lastMessageAt } : null;
+    },
+  };
+  const base = { identityId: 'i', ownInbox: 'me@agents.localhost', internetMessageId: '<new@x>', inReplyTo: null, references: [] as string[], subject: 'Hello', participants: ['carol@x.com', 'me@agents.localhost'], at: '2026-01-02T00:00:00.000Z' };
+  const fresh = () => 'new-thread';
+
+  test('In-Reply-To names a known message: its thread', async () => {
+    expect(await decideThread(lookup, { ...base, inReplyTo: '<root@x>' }, fresh)).toBe('thread-root');
+  });
+  test('References are searched from the newest to the oldest', async () => {
+    expect(await decideThread(lookup, { ...base, inReplyTo: '<unknown@x>', references: ['<root@x>', '<unknown@x>'] }, fresh)).toBe('thread-root');
+  });
+  test('a redelivered Message-ID stays in its thread', async () => {
+    expect(await decideThread(lookup, { ...base, internetMessageId: '<root@x>' }, fresh)).toBe('thread-root');
+  });
+  test('fallback: a "Re:" with the same subject and participants within the window joins', async () => {
+    expect(await decideThread(lookup, { ...base, subject: 'Re: Budget' }, fresh)).toBe('thread-budget');
+  });
+  test('fallback needs a reply: the same subject without Re: or reply headers starts a thread', async () => {
+    expect(await decideThread(lookup, { ...base, subject: 'Budget' }, fresh)).toBe('new-thread');
+  });
+  test('fallback needs the same participants and the time window', async () => {
+    expect(await decideThread(lookup, { ...base, subject: 'Re: Budget', participants: ['dave@x.com'] }, fresh)).toBe('new-thread');
+    const late = new Date(Date.parse(subjects[0].lastMessageAt) + THREAD_FALLBACK_WINDOW_MS + 1).toISOString();
+    expect(await decideThread(lookup, { ...base, subject: 'Re: Budget', at: late }, fresh)).toBe('new-thread');
+  });
+});
+
+describe('mail projection', () => {
+  let position = 0;
+  const recorded = (type: string, data: unknown, stream: string): RecordedEvent => ({
+    id: `e${++position}`,
+    type,
+    stream,
+    revision: position,
+    position: String(position),
+    data,
+    metadata: {},
+    recordedAt: new Date().toISOString(),
+  });
+  const received = (messageId: string, threadId: string, at: string): EmailReceivedData => ({
+    identityId: 'id1',
+    inbox: 'me@agents.localhost',
+    messageId,
+    threadId,
+    internetMessageId: `<${messageId}@x>`,
+    inReplyTo: null,
+    references: [],
+    from: { address: 'carol@x.com', name: 'Carol' },
+    to: [{ address: 'me@agents.localhost', name: '' }],
+    cc: [],
+    replyTo: [],
+    subject: 'Hi',
+    text: 'hello',
+    html: null,
+    textBlob: null,
+    htmlBlob: null,
+    preview: `preview ${messageId}`,
+    attachments: [],
+    raw: null,
+    via: 'smtp',
+    sourceMessageId: null,
+    date: null,
+    at,
+  });
+
+  function applyAll(docs: Map<string, Doc>, e: RecordedEvent): void {
+    for (const u of mailProjection.apply(e)) {
+      const key = `${u.collection}/${u.id}`;
+      const next = u.evolve(docs.get(key) ?? null);
+      if (next) docs.set(key, next);
+      else docs.delete(key);
+    }
+  }
+
+  test('given two received messages, when one is marked read, then the thread counts follow', () => {
+    const docs = new Map<string, Doc>();
+    applyAll(docs, recorded('EmailReceived', received('m1', 't1', '2026-01-01T00:00:00.000Z'), 'mailbox-id1'));
+    applyAll(docs, recorded('EmailReceived', received('m2', 't1', '2026-01-01T00:01:00.000Z'), 'mailbox-id1'));
+    let thread = docs.get(`${EMAIL_THREADS}/t1`) as ThreadDoc;
+    expect(thread).toMatchObject({ messageCount: 2, unreadCount: 2, unread: true, preview: 'preview m2', lastMessageAt: '2026-01-01T00:01:00.000Z' });
+    applyAll(docs, recorded('EmailMarkedRead', { identityId: 'id1', messages: [{ messageId: 'm1', threadId: 't1' }], at: 'x' }, 'mailbox-id1'));
+    thread = docs.get(`${EMAIL_THREADS}/t1`) as ThreadDoc;
+    expect(thread).toMatchObject({ unreadCount: 1, unreadIds: ['m2'] });
+    expect((docs.get(`${EMAIL_MESSAGES}/m1`) as MessageDoc).read).toBe(true);
+  });
+
+  test('should be idempotent if run twice: the same event applied again changes nothing', () => {
+    const docs = new Map<string, Doc>();
+    const e = recorded('EmailReceived', received('m9', 't9', '2026-01-01T00:00:00.000Z'), 'mailbox-id1');
+    applyAll(docs, e);
+    const before = JSON.stringify([...docs]);
+    applyAll(docs, e);
+    expect(JSON.stringify([...docs])).toBe(before);
+    const read = recorded('EmailMarkedUnread', { identityId: 'id1', messages: [{ messageId: 'm9', threadId: 't9' }], at: 'x' }, 'mailbox-id1');
+    applyAll(docs, read);
+    const after = JSON.stringify([...docs]);
+    applyAll(docs, read);
+    expect(JSON.stringify([...docs])).toBe(after);
+  });
+});
+
+describe('file blob store', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobs-'));
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  test('content-addressed by sha256; put is idempotent; unknown or malformed keys are null', async () => {
+    const blobs = createFsBlobStore({ dir });
+    const content = Buffer.from('hello blob');
+    const ref = await blobs.put(content);
+    expect(ref).toEqual({ key: createHash('sha256').update(content).digest('hex'), size: content.length });
+    expect(await blobs.put(content)).toEqual(ref);
+    expect((await blobs.get(ref.key))?.toString()).toBe('hello blob');
+    expect(await blobs.has(ref.key)).toBe(true);
+    expect(await blobs.get('0'.repeat(64))).toBeNull();
+    expect(await blobs.get('../../etc/passwd')).toBeNull();
+    const opened = await blobs.open(ref.key);
+    expect(opened?.size).toBe(content.length);
+    const chunks: Buffer[] = [];
+    for await (const c of opened!.stream) chunks.push(c as Buffer);
+    expect(Buffer.concat(chunks).toString()).toBe('hello blob');
+    expect(fs.readdirSync(path.join(dir, 'tmp'))).toEqual([]);
+  });
+});

@@ -1,0 +1,206 @@
+/** SDK client behaviour (SPEC "Errors": retry 5xx with backoff; 401 token_expired: refresh and retry). */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser } from '../../services/sdk/index.js';
+
+type Handler = (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void;
+let server: http.Server;
+let url: string;
+let handler: Handler;
+const seen: { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }[] = [];
+
+beforeAll(async () => {
+  server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+      handler(req, body, res);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(() => new Promise<void>((r) => server.close(() => r())));
+beforeEach(() => (seen.length = 0));
+
+const json = (res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) => {
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(body === undefined ? undefined : JSON.stringify(body));
+};
+
+describe('retries', () => {
+  test('a GET answered 503 twice is retried with backoff and then succeeds', async () => {
+    let n = 0;
+    handler = (_q, _b, res) => (++n < 3 ? json(res, 503, { detail: 'busy' }) : json(res, 200, { kind: 'jwt' }));
+    const c = createClient({ baseUrl: url, token: 't', backoffMs: 5 });
+    await expect(c.whoami()).resolves.toMatchObject({ kind: 'jwt' });
+    expect(seen).toHaveLength(3);
+  });
+
+  test('a POST answered 500 is NOT retried (it may have been applied)', async () => {
+    handler = (_q, _b, res) => json(res, 500, { detail: 'Internal server error.' });
+    const c = createClient({ baseUrl: url, token: 't', backoffMs: 5 });
+    await expect(c.identities.create({ name: 'x' })).rejects.toMatchObject({ status: 500 });
+    expect(seen).toHaveLength(1);
+  });
+
+  test('gives up after `retries` attempts with the last error', async () => {
+    handler = (_q, _b, res) => json(res, 502, { detail: 'bad gateway' });
+    const c = createClient({ baseUrl: url, token: 't', backoffMs: 1, retries: 2 });
+    await expect(c.identities.list()).rejects.toBeInstanceOf(ApiRequestError);
+    expect(seen).toHaveLength(3);
+  });
+
+  test('429 waits for Retry-After, for a POST too', async () => {
+    let n = 0;
+    handler = (_q, _b, res) => (++n === 1 ? json(res, 429, { detail: 'slow down', code: 'throttled' }, { 'retry-after': '1' }) : json(res, 201, { id: 'm1' }));
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const t0 = Date.now();
+    await expect(c.email.compose({ to: 'a@b.c', subject: 's', body: 'b' })).resolves.toEqual({ id: 'm1' });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(950);
+    expect(seen).toHaveLength(2);
+  });
+
+  test('network errors on GET are retried', async () => {
+    let n = 0;
+    handler = (req, _b, res) => {
+      if (++n === 1) return req.socket.destroy();
+      json(res, 200, []);
+    };
+    const c = createClient({ baseUrl: url, token: 't', backoffMs: 1 });
+    await expect(c.identities.list()).resolves.toEqual([]);
+  });
+});
+
+describe('refresh on 401 token_expired', () => {
+  test('refreshes once, retries once with the new token and reports the new pair', async () => {
+    handler = (req, body, res) => {
+      if (req.url === '/api/auth/token/refresh/') {
+        expect(JSON.parse(body)).toEqual({ refresh: 'r1' });
+        return json(res, 200, { access: 'a2', refresh: 'r2' });
+      }
+      if (req.headers.authorization === 'Bearer a2') return json(res, 200, { username: 'u' });
+      json(res, 401, { detail: 'expired', code: 'token_expired' });
+    };
+    const saved: unknown[] = [];
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', onTokens: (t) => void saved.push(t) });
+    await expect(c.auth.user()).resolves.toEqual({ username: 'u' });
+    expect(saved).toEqual([{ access: 'a2', refresh: 'r2' }]);
+    expect(seen.map((s) => s.url)).toEqual(['/api/auth/user/', '/api/auth/token/refresh/', '/api/auth/user/']);
+  });
+
+  test('concurrent 401s share ONE refresh (refresh tokens rotate)', async () => {
+    handler = (req, _b, res) => {
+      if (req.url === '/api/auth/token/refresh/') return setTimeout(() => json(res, 200, { access: 'a2', refresh: 'r2' }), 20);
+      if (req.headers.authorization === 'Bearer a2') return json(res, 200, []);
+      json(res, 401, { detail: 'expired', code: 'token_expired' });
+    };
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' });
+    await Promise.all([c.identities.list(), c.keys.management.list(), c.keys.identity.list()]);
+    expect(seen.filter((s) => s.url === '/api/auth/token/refresh/')).toHaveLength(1);
+  });
+
+  test('a refused refresh surfaces as token_expired and is not retried again', async () => {
+    handler = (req, _b, res) =>
+      req.url === '/api/auth/token/refresh/' ? json(res, 401, { detail: 'Token is invalid or expired', code: 'token_expired' }) : json(res, 401, { detail: 'expired', code: 'token_expired' });
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' });
+    await expect(c.whoami()).rejects.toMatchObject({ status: 401, code: 'token_expired' });
+    expect(seen).toHaveLength(2);
+  });
+
+  test('401 with another code is not refreshed', async () => {
+    handler = (_q, _b, res) => json(res, 401, { detail: 'bad', code: 'token_not_valid' });
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' });
+    await expect(c.whoami()).rejects.toMatchObject({ code: 'token_not_valid' });
+    expect(seen).toHaveLength(1);
+  });
+});
+
+describe('errors and identity', () => {
+  test('validation errors carry fields', async () => {
+    handler = (_q, _b, res) => json(res, 400, { name: ['This field is required.'] });
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x' });
+    const err = await c.identities.create({ name: '' }).catch((e) => e);
+    expect(err).toBeInstanceOf(ApiRequestError);
+    expect(err).toMatchObject({ status: 400, fields: { name: ['This field is required.'] } });
+  });
+
+  test('withIdentity sends X-Service-Identity; account calls send none', async () => {
+    handler = (_q, _b, res) => json(res, 200, []);
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x' });
+    await c.withIdentity('id-1').sms.inbox({ unread: true });
+    await c.withIdentity('id-1').identities.list();
+    expect(seen[0].headers['x-service-identity']).toBe('id-1');
+    expect(seen[0].url).toBe('/api/sms-inbox/?unread=true');
+    expect(seen[0].headers.authorization).toBe('Bearer svc_mgmt_x');
+    expect(seen[1].headers['x-service-identity']).toBeUndefined();
+  });
+
+  test('lists follow Link rel="next"', async () => {
+    handler = (req, _b, res) =>
+      req.url === '/api/identities/' ? json(res, 200, [{ uuid: 'a' }], { link: `<${url}/api/identities/?cursor=c2>; rel="next"` }) : json(res, 200, [{ uuid: 'b' }]);
+    const c = createClient({ baseUrl: url, token: 't' });
+    expect((await c.identities.list()).map((i) => i.uuid)).toEqual(['a', 'b']);
+  });
+
+  test('device polling: pending is an answer, expired_token is device_code_expired', async () => {
+    let n = 0;
+    handler = (_q, _b, res) => (++n === 1 ? json(res, 400, { error: 'authorization_pending' }) : json(res, 400, { error: 'expired_token', code: 'device_code_expired', detail: 'expired' }));
+    const c = createClient({ baseUrl: url });
+    await expect(c.auth.devicePoll('dc', { wait: true })).resolves.toEqual({ error: 'authorization_pending' });
+    expect(JSON.parse(seen[0].body)).toEqual({ device_code: 'dc', wait: true });
+    await expect(c.auth.devicePoll('dc')).rejects.toMatchObject({ code: 'device_code_expired' });
+  });
+});
+
+describe('helpers', () => {
+  test('Retry-After: seconds and HTTP-date (RFC 9110 §10.2.3)', () => {
+    expect(retryAfterMs('3')).toBe(3000);
+    expect(retryAfterMs(new Date(Date.now() + 5000).toUTCString())).toBeGreaterThan(3000);
+    expect(retryAfterMs('soon')).toBeNull();
+  });
+  test('nextLink picks rel=next among several', () => {
+    expect(nextLink('<http://x/a>; rel="prev", <http://x/b>; rel="next"')).toBe('http://x/b');
+    expect(nextLink(null)).toBeNull();
+  });
+  test('SSE parser: WHATWG fields, CRLF split across chunks, comments, multi-line data, id persistence', () => {
+    const got: unknown[] = [];
+    let retry = 0;
+    const p = new SseParser((e) => got.push(e), (ms) => (retry = ms));
+    p.push('\uFEFFretry: 1500\r');
+    p.push('\n\r\n: keepalive\n\nid: 7\nevent: email\ndata: {"a":1}\n\ndata: x\ndata:y\n');
+    p.push('\n');
+    expect(retry).toBe(1500);
+    expect(got).toEqual([
+      { id: '7', event: 'email', data: '{"a":1}' },
+      { id: '7', event: 'message', data: 'x\ny' },
+    ]);
+  });
+});
+
+describe('event stream', () => {
+  test('resumes with Last-Event-ID after a disconnect', async () => {
+    let n = 0;
+    handler = (req, _b, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (++n === 1) {
+        res.write('retry: 10\n\nid: 1\nevent: email\ndata: {"thread_id":"t1"}\n\n');
+        setTimeout(() => res.destroy(), 10);
+      } else {
+        expect(req.headers['last-event-id']).toBe('1');
+        res.write('id: 2\nevent: email\ndata: {"thread_id":"t2"}\n\n');
+      }
+    };
+    const ac = new AbortController();
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const ids: string[] = [];
+    for await (const e of c.events({ signal: ac.signal, maxBackoffMs: 50 })) {
+      ids.push((e.data as { thread_id: string }).thread_id);
+      if (ids.length === 2) break;
+    }
+    ac.abort();
+    expect(ids).toEqual(['t1', 't2']);
+    expect(seen[1].headers['x-service-identity']).toBe('i1');
+  });
+});
