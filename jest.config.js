@@ -3,7 +3,7 @@ export default {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
   transform: {
-    '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true, diagnostics: false }],
+    '^.+\\.ts$': ['ts-jest', { useESM: true, diagnostics: false }],
   },
   // Sources import siblings with the `.js` extension (NodeNext); map them back to .ts.
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },

@@ -4,6 +4,8 @@
  * Only services/main.ts passes `process.env` here; everything else receives the typed object.
  */
 import path from 'node:path';
+import { readFileSync } from 'node:fs';
+import { createPrivateKey } from 'node:crypto';
 
 export interface Config {
   port: number;
@@ -33,6 +35,8 @@ export interface Config {
   /** Argon2id cost for account passwords (m in KiB); lowered only by tests. */
   passwordHashMemoryKiB: number;
   tls: { certFile: string; keyFile: string } | null;
+  /** DKIM signing of outgoing mail (DKIM_SELECTOR + DKIM_PRIVATE_KEY_FILE; DKIM_DOMAIN defaults to MAIL_DOMAIN). */
+  dkim: { domainName: string; keySelector: string; privateKey: string } | null;
 }
 
 export class ConfigError extends Error {
@@ -134,6 +138,20 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const keyFile = opt('SMTP_TLS_KEY');
   if (Boolean(certFile) !== Boolean(keyFile)) problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
 
+  let dkim: Config['dkim'] = null;
+  const dkimSelector = opt('DKIM_SELECTOR');
+  const dkimKeyFile = opt('DKIM_PRIVATE_KEY_FILE');
+  if (Boolean(dkimSelector) !== Boolean(dkimKeyFile)) problems.push('DKIM_SELECTOR and DKIM_PRIVATE_KEY_FILE must be set together');
+  else if (dkimSelector && dkimKeyFile) {
+    try {
+      const privateKey = readFileSync(path.resolve(cwd, dkimKeyFile), 'utf8');
+      createPrivateKey(privateKey); // fails early on a file that is not a PEM private key
+      dkim = { domainName: str('DKIM_DOMAIN', mailDomain).toLowerCase(), keySelector: dkimSelector, privateKey };
+    } catch (err) {
+      problems.push(`DKIM_PRIVATE_KEY_FILE must be a readable PEM private key (${(err as Error).message})`);
+    }
+  }
+
   const config: Config = {
     port,
     host,
@@ -161,6 +179,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     logLevel: oneOf('LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     passwordHashMemoryKiB: int('PASSWORD_HASH_MEMORY_KIB', 19_456, 1024, 4_194_304),
     tls: certFile && keyFile ? { certFile, keyFile } : null,
+    dkim,
   };
   if (problems.length) throw new ConfigError(problems);
   return config;

@@ -39,6 +39,8 @@ export function createMailer(options: MailerOptions): Mailer {
   const transport = options.relayUrl
     ? nodemailer.createTransport(options.relayUrl, options.dkim ? { dkim: options.dkim } : undefined)
     : null;
+  // Without a relay the message is built (and DKIM-signed, when configured) the same way, then filed.
+  const fileTransport = nodemailer.createTransport({ streamTransport: true, buffer: true, ...(options.dkim ? { dkim: options.dkim } : {}) });
 
   async function compile(mail: OutboundMail): Promise<Buffer> {
     const composer = new MailComposer(toNodemailer(mail, options.domain));
@@ -59,7 +61,7 @@ export function createMailer(options: MailerOptions): Mailer {
       }
     }
     await mkdir(options.outboxDir, { recursive: true });
-    const raw = await new MailComposer(message).compile().build();
+    const raw = (await fileTransport.sendMail(message)).message as Buffer;
     const name = `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID()}.eml`;
     const file = path.join(options.outboxDir, name);
     // Write then rename: a reader never sees a half-written message.
