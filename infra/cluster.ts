@@ -1,6 +1,6 @@
 /**
- * The cluster mode's ports (STORE=cluster): events on EventStoreDB, read models on MongoDB,
- * the event stream relayed to Kafka. infra/runtime.ts calls openClusterPorts instead of
+ * The cluster mode's ports (STORE=cluster): events on EventStoreDB, read models and shared
+ * rate-limit windows on MongoDB, the event stream relayed to Kafka. infra/runtime.ts calls openClusterPorts instead of
  * opening the SQLite files; everything above the ports is the same code as embedded.
  *
  * Processes (docs/DEPLOYMENT.md):
@@ -15,6 +15,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
 import type { ReadStore } from './ports/read-store.js';
+import type { RateLimiter } from './ports/rate-limiter.js';
 // The drivers load only in cluster mode (embedded start-up does not pay for them).
 import type { KafkaRelay } from './kafka/relay.js';
 
@@ -46,6 +47,8 @@ export const RELAY_CHECKPOINT = 'kafka-relay';
 export interface ClusterPorts {
   events: EventStore;
   reads: ReadStore;
+  /** Rate-limit windows shared by every gateway (MongoDB collection `rate_limits`). */
+  limiter: RateLimiter;
   /** The Kafka relay (worker only). */
   relay: KafkaRelay | null;
   /** Closes everything (the runtime closes `events` and `reads` itself; either is fine). */
@@ -63,21 +66,29 @@ export async function openClusterPorts(config: Config, logger: Logger): Promise<
   const cluster = config.cluster;
   if (!cluster) throw new Error('STORE=cluster needs EVENTSTORE_URL, MONGO_URL and KAFKA_BROKERS');
   const current = role;
-  const [{ openEventStoreDb }, { openMongoReadStore }, { startKafkaRelay }, { DEFAULT_TOPIC }] = await Promise.all([
+  const [{ openEventStoreDb }, { openMongoReadStore }, { createMongoRateLimiter }, { startKafkaRelay }, { DEFAULT_TOPIC }] = await Promise.all([
     import('./eventstoredb/event-store.js'),
     import('./mongodb/read-store.js'),
+    import('./mongodb/rate-limiter.js'),
     import('./kafka/relay.js'),
     import('./kafka/messages.js'),
   ]);
   const events = await openEventStoreDb({ url: cluster.eventStoreUrl, logger });
   let reads: ReadStore;
+  let limiter: RateLimiter;
   try {
-    reads = await openMongoReadStore({
+    const mongo = await openMongoReadStore({
       url: cluster.mongoUrl,
       database: mongoDatabaseName(cluster.mongoUrl),
       mode: current.kind === 'worker' ? 'writer' : 'follower',
       ...(current.kind === 'worker' ? { lease: current.lease } : {}),
       logger,
+    });
+    reads = mongo;
+    // Same client and database as the read models (its own reserved collection).
+    limiter = await createMongoRateLimiter(mongo.db).catch(async (err: unknown) => {
+      await mongo.close();
+      throw err;
     });
   } catch (err) {
     await events.close();
@@ -125,6 +136,7 @@ export async function openClusterPorts(config: Config, logger: Logger): Promise<
   return {
     events: wrappedEvents,
     reads,
+    limiter,
     relay,
     async close() {
       await stopRelay();

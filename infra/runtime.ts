@@ -15,7 +15,8 @@ import type { ReadStore } from './ports/read-store.js';
 import { loadKeyRing, type KeyRing } from './keyring.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
 import { openSqliteReadStore } from './sqlite/read-store.js';
-import { openClusterPorts } from './cluster.js';
+import type { RateLimiter } from './ports/rate-limiter.js';
+import { clusterRole, openClusterPorts } from './cluster.js';
 import { createMemoryRateLimiter } from './memory/rate-limiter.js';
 import { createMailer } from './mail/mailer.js';
 import { createProjectionRunner, type ProjectionRunner } from '../projections/runner.js';
@@ -39,6 +40,23 @@ import { vaultContext } from '../services/vault/index.js';
 import { deviceContext } from '../services/device/index.js';
 import { dashboardContext } from '../services/dashboard/index.js';
 
+/**
+ * What a process is for, passed to every context's `start(role)`:
+ * - `all`: the one embedded process (STORE=embedded): everything runs, as always.
+ * - `gateway`: a cluster gateway (any number of copies): per-process work only, i.e. what
+ *   serves this process's clients (SMTP listener, SSE fan-out hub, device long-poll waiters).
+ * - `worker`: the cluster worker holding the `projections` lease (one active copy):
+ *   reactors whose effects must happen once (outbound mail delivery), no listeners.
+ * A context starts a reactor with `role !== 'gateway'` and a listener with `role !== 'worker'`.
+ */
+export type ProcessRole = 'all' | 'gateway' | 'worker';
+
+/** The role of this process for `config`: embedded → all; cluster → gateway or worker. */
+export function processRole(config: Pick<Config, 'store'>): ProcessRole {
+  if (config.store !== 'cluster') return 'all';
+  return clusterRole().kind === 'worker' ? 'worker' : 'gateway';
+}
+
 /** What a bounded context hands to the composition root. */
 export interface ContextParts {
   name: string;
@@ -46,8 +64,11 @@ export interface ContextParts {
   module?: HttpModule;
   /** Credential resolvers this context owns (keys, identities, sessions). */
   resolvers?: Partial<CredentialResolvers>;
-  /** Background work started after the projections caught up (listeners, reactors). */
-  start?(): Promise<void>;
+  /**
+   * Background work started after the projections caught up (listeners, reactors), for
+   * this process's {@link ProcessRole}. Contexts that ignore the role run it everywhere.
+   */
+  start?(role: ProcessRole): Promise<void>;
   stop?(): Promise<void>;
 }
 
@@ -89,6 +110,8 @@ export interface Runtime {
   url: string;
   shared: Shared;
   parts: ContextParts[];
+  /** What this process runs (the role its contexts were, or will be, started with). */
+  role: ProcessRole;
   /** Every route the gateway serves. */
   routes: RouteTable;
   close(): Promise<void>;
@@ -98,7 +121,10 @@ export interface StartOptions {
   logger?: Logger;
   /** Extra contexts (tests use it to add probes). */
   extraContexts?: ContextFactory[];
-  /** false: no HTTP server and no background workers (maintenance commands such as rebuild). */
+  /**
+   * false: no HTTP server and no background work (maintenance commands such as rebuild; the
+   * cluster worker, which then calls `part.start(runtime.role)` itself).
+   */
   serve?: boolean;
 }
 
@@ -107,12 +133,21 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   mkdirSync(config.dataDir, { recursive: true });
   const keys = loadKeyRing(config.dataDir);
 
-  const { events, reads }: { events: EventStore; reads: ReadStore } =
+  const role = processRole(config);
+  // Embedded: in-memory windows (one process). Cluster: windows shared in MongoDB.
+  const { events, reads, limiter, closeLimiter }: { events: EventStore; reads: ReadStore; limiter: RateLimiter; closeLimiter: () => void } =
     config.store === 'cluster'
-      ? await openClusterPorts(config, logger)
-      : { events: await openSqliteEventStore({ file: path.join(config.dataDir, 'events.sqlite'), logger }), reads: openSqliteReadStore({ file: path.join(config.dataDir, 'read-models.sqlite') }) };
-  const limiter = createMemoryRateLimiter();
-  const mailer = createMailer({ relayUrl: config.smtpRelayUrl, outboxDir: path.join(config.dataDir, 'outbox'), domain: config.mailDomain });
+      ? { ...(await openClusterPorts(config, logger)), closeLimiter: () => {} }
+      : await (async () => {
+          const memory = createMemoryRateLimiter();
+          return {
+            events: await openSqliteEventStore({ file: path.join(config.dataDir, 'events.sqlite'), logger }),
+            reads: openSqliteReadStore({ file: path.join(config.dataDir, 'read-models.sqlite') }),
+            limiter: memory,
+            closeLimiter: () => memory.close(),
+          };
+        })();
+  const mailer = createMailer({ relayUrl: config.smtpRelayUrl, outboxDir: path.join(config.dataDir, 'outbox'), domain: config.mailDomain, dkim: config.dkim ?? undefined });
 
   // The runner is created after the projections are known; progress forwards to it.
   let runner: ProjectionRunner | null = null;
@@ -168,15 +203,15 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   const server = http.createServer(app.callback());
   if (options.serve === false) {
-    return { config, logger, events, reads, runner, server, url: '', shared, parts, routes: app.routeTable, close: async () => {
+    return { config, logger, events, reads, runner, server, url: '', shared, parts, role, routes: app.routeTable, close: async () => {
       await runner!.stop();
       await events.close();
       await reads.close();
       await mailer.close();
-      limiter.close();
+      closeLimiter();
     } };
   }
-  for (const p of parts) await p.start?.();
+  for (const p of parts) await p.start?.(role);
 
   server.requestTimeout = 120_000; // receiving a request; long-lived responses (SSE) are not limited by it
   server.headersTimeout = 20_000;
@@ -187,7 +222,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   });
   const address = server.address() as AddressInfo;
   const url = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
-  logger.info({ url, dataDir: config.dataDir }, 'gateway listening');
+  logger.info({ url, dataDir: config.dataDir, role }, 'gateway listening');
 
   let closing: Promise<void> | null = null;
   async function close(): Promise<void> {
@@ -204,10 +239,10 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       await events.close();
       await reads.close();
       await mailer.close();
-      limiter.close();
+      closeLimiter();
     })();
     return closing;
   }
 
-  return { config, logger, events, reads, runner, server, url, shared, parts, routes: app.routeTable, close };
+  return { config, logger, events, reads, runner, server, url, shared, parts, role, routes: app.routeTable, close };
 }

@@ -5,8 +5,9 @@
  * active, the others stand by and take over within the lease ttl), then starts the runtime
  * without the HTTP gateway: the projection runner with the MongoDB read store in writer mode
  * (every commit fenced by the lease), the Kafka relay, and the contexts' background work
- * (their `start()` hooks: mail delivery, key revocation, device-flow settling, SSE hub),
- * with the SMTP listener off (inbound SMTP is the gateways' job).
+ * started with role 'worker' (`start('worker')`): the reactors whose effects must happen
+ * once (outbound mail delivery runs ONLY here), never the listeners (inbound SMTP is the
+ * gateways' job; SMTP_PORT is forced to 0 as well).
  *
  * It exits with status 1 when it loses the lease, when a projection fails or when the relay
  * fails: its supervisor (compose `restart: unless-stopped`) restarts it, and it resumes from
@@ -49,7 +50,8 @@ useWorkerRole({ name: PROJECTIONS_LEASE, owner });
 let runtime: Runtime;
 try {
   runtime = await startRuntime(config, { logger, serve: false });
-  for (const part of runtime.parts) await part.start?.();
+  // runtime.role is 'worker' here (useWorkerRole above): reactors that must run once start.
+  for (const part of runtime.parts) await part.start?.(runtime.role);
 } catch (err) {
   logger.fatal({ err }, 'worker failed to start');
   await lease.release();

@@ -1,7 +1,8 @@
 import type { RateDecision, RateLimiter } from '../ports/rate-limiter.js';
 
 /**
- * In-process sliding-window log. Memory is bounded: each key keeps at most `limit`
+ * In-process sliding-window log (one process: embedded mode). The decision is taken
+ * synchronously, so concurrent callers never race between reading and counting. Memory is bounded: each key keeps at most `limit`
  * timestamps, and idle keys are swept.
  */
 export function createMemoryRateLimiter(now: () => number = Date.now): RateLimiter & { close(): void } {
@@ -27,9 +28,9 @@ export function createMemoryRateLimiter(now: () => number = Date.now): RateLimit
   }
 
   return {
-    hit: (key, limit, windowSeconds) => evaluate(key, limit, windowSeconds, true),
-    peek: (key, limit, windowSeconds) => evaluate(key, limit, windowSeconds, false),
-    reset: (key) => void hits.delete(key),
+    hit: async (key, limit, windowSeconds) => evaluate(key, limit, windowSeconds, true),
+    peek: async (key, limit, windowSeconds) => evaluate(key, limit, windowSeconds, false),
+    reset: async (key) => void hits.delete(key),
     close: () => clearInterval(sweep),
   };
 }

@@ -1,21 +1,12 @@
 /**
- * A rate limiter shared by every gateway, on MongoDB (collection `rate_limits`): the same
- * sliding-window log as the in-memory adapter (infra/memory/rate-limiter.ts), one document
- * per key, updated atomically by one findOneAndUpdate with an aggregation pipeline.
- *
- * It is ASYNC, so it does not implement the synchronous RateLimiter port
- * (infra/ports/rate-limiter.ts). Until the port grows an async variant (see
- * docs/DEPLOYMENT.md, "Cross-gateway state"), the cluster mode keeps the in-memory limiter
- * per gateway and this adapter is not wired in.
+ * The RateLimiter port shared by every gateway, on MongoDB (collection `rate_limits`): the
+ * same sliding-window log as the in-memory adapter (infra/memory/rate-limiter.ts), one
+ * document per key, updated atomically by one findOneAndUpdate with an aggregation
+ * pipeline, so concurrent hits from several gateways never over-count or under-count.
+ * Wired by infra/cluster.ts when STORE=cluster. Idle keys expire by a TTL index.
  */
 import type { Db } from 'mongodb';
-import type { RateDecision } from '../ports/rate-limiter.js';
-
-export interface AsyncRateLimiter {
-  hit(key: string, limit: number, windowSeconds: number): Promise<RateDecision>;
-  peek(key: string, limit: number, windowSeconds: number): Promise<RateDecision>;
-  reset(key: string): Promise<void>;
-}
+import type { RateDecision, RateLimiter } from '../ports/rate-limiter.js';
 
 /**
  * The decision for a log of hit times (ms) BEFORE this request, exactly as the memory
@@ -47,7 +38,7 @@ export function hitPipeline(now: number, limit: number, windowSeconds: number): 
   ];
 }
 
-export async function createMongoRateLimiter(db: Db, now: () => number = Date.now): Promise<AsyncRateLimiter> {
+export async function createMongoRateLimiter(db: Db, now: () => number = Date.now): Promise<RateLimiter> {
   const coll = db.collection<{ _id: string; hits: number[]; expiresAt: Date }>('rate_limits');
   await coll.createIndex({ expiresAt: 1 }, { expireAfterSeconds: 0 });
   return {

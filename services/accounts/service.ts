@@ -154,14 +154,16 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const accountKey = `login:acct:${login.trim().toLowerCase()}`;
     const ipKey = `login:ip:${ip}`;
     for (const [key, limit] of [[accountKey, LOGIN_FAILURES_PER_ACCOUNT], [ipKey, LOGIN_FAILURES_PER_IP]] as const) {
-      const d = limiter.peek(key, limit, LOGIN_WINDOW_S);
+      const d = await limiter.peek(key, limit, LOGIN_WINDOW_S);
       if (!d.allowed) throw throttled(d.retryAfter, `Too many failed sign-in attempts. Try again in ${d.retryAfter} seconds.`);
     }
     const user = await findByLogin(login);
     const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
     if (!user || !user.passwordHash || !ok) {
-      limiter.hit(accountKey, LOGIN_FAILURES_PER_ACCOUNT, LOGIN_WINDOW_S);
-      limiter.hit(ipKey, LOGIN_FAILURES_PER_IP, LOGIN_WINDOW_S);
+      await Promise.all([
+        limiter.hit(accountKey, LOGIN_FAILURES_PER_ACCOUNT, LOGIN_WINDOW_S),
+        limiter.hit(ipKey, LOGIN_FAILURES_PER_IP, LOGIN_WINDOW_S),
+      ]);
       return null;
     }
     return user;
@@ -309,7 +311,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const user = await users.findOne({ emailKey: email.trim().toLowerCase() });
     // Same answer whether or not the address is known: no account enumeration.
     if (!user || user.emailVerified) return;
-    const d = limiter.hit(`verify-mail:${user.pk}`, 5, 3600);
+    const d = await limiter.hit(`verify-mail:${user.pk}`, 5, 3600);
     if (!d.allowed) return;
     await sendVerification(user.pk, user.email);
   }
@@ -342,7 +344,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   async function requestPasswordReset(email: string): Promise<void> {
     const user = await users.findOne({ emailKey: email.trim().toLowerCase() });
     if (!user) return; // same answer either way
-    const d = limiter.hit(`reset-mail:${user.pk}`, 5, 3600);
+    const d = await limiter.hit(`reset-mail:${user.pk}`, 5, 3600);
     if (!d.allowed) return;
     const uid = Buffer.from(String(user.pk)).toString('base64url');
     const token = resetToken(user, Math.floor(Date.now() / 1000) + RESET_LINK_TTL_S);

@@ -5,11 +5,12 @@
  * `{"error": {"code": "token_expired", "message": ...}}` on stderr.
  */
 import { readFileSync } from 'node:fs';
+import QRCode from 'qrcode';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, createClient, NetworkError, type AisClient, type Attachment, type DeviceAuthorization } from '../sdk/client.js';
-import { changePin, CryptoError, fileLockStore, recover, setupEncryption, unlock, type EncryptionMetadata } from '../sdk/crypto.js';
+import { changePin, CryptoError, fileLockStore, parseKdf, recover, setupEncryption, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
 import { UnlockedVault } from '../sdk/unlocked.js';
 import { configDir, configFile, loadConfig, removeConfig, saveConfig, type CliConfig } from './config.js';
 
@@ -46,6 +47,7 @@ const GLOBAL: NonNullable<ParseArgsConfig['options']> = {
   help: { type: 'boolean', short: 'h' },
   'base-url': { type: 'string' },
   identity: { type: 'string' },
+  'no-input': { type: 'boolean' },
 };
 
 interface Ctx {
@@ -54,9 +56,32 @@ interface Ctx {
   config: CliConfig;
   baseUrl: string;
   identityFlag?: string;
+  outTTY: boolean;
+  /** Never prompt (--no-input or AIS_NO_INPUT=1): a missing secret is a usage error. */
+  noInput: boolean;
   out: (s: string) => void;
   err: (s: string) => void;
+  /** Whether stderr is a terminal (live progress, QR code). */
+  errTTY: boolean;
+  /** Raw stderr write, no newline (progress line redraws). */
+  errWrite: (s: string) => void;
 }
+
+export interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+  errTTY?: boolean;
+  outTTY?: boolean;
+  errWrite?: (s: string) => void;
+}
+
+const processIo: Io = {
+  out: (s) => process.stdout.write(s + '\n'),
+  err: (s) => process.stderr.write(s + '\n'),
+  errTTY: !!process.stderr.isTTY,
+  outTTY: !!process.stdout.isTTY,
+  errWrite: (s) => process.stderr.write(s),
+};
 
 // ---------------------------------------------------------------------------------------------
 // Output
@@ -146,9 +171,15 @@ async function translate(ctx: Ctx, err: unknown, c?: AisClient): Promise<unknown
 // Secrets input (never an argument: env var, stdin for agents, or a prompt)
 
 let stdinLines: string[] | null = null;
+/**
+ * A secret, in this order: the env var; the next line of stdin when stdin is not a terminal
+ * (agents pipe values in, one per line); else a prompt on the terminal with echo off.
+ * With --no-input (AIS_NO_INPUT=1) it never prompts.
+ */
 async function readSecret(ctx: Ctx, envName: string, prompt: string): Promise<string> {
   const fromEnv = ctx.env[envName];
   if (fromEnv) return fromEnv.trim();
+  const missing = () => new CliError('usage', `${prompt} needed: set ${envName} or give it on stdin (one value per line).`, EXIT.usage);
   if (!process.stdin.isTTY) {
     if (stdinLines === null) {
       const chunks: Buffer[] = [];
@@ -156,14 +187,25 @@ async function readSecret(ctx: Ctx, envName: string, prompt: string): Promise<st
       stdinLines = Buffer.concat(chunks).toString('utf8').split(/\r?\n/);
     }
     const line = stdinLines.shift();
-    if (line === undefined || line === '') throw new CliError('usage', `${prompt}: set ${envName} or give it on stdin.`, EXIT.usage);
+    if (line === undefined || line === '') throw missing();
     return line.trim();
   }
+  if (ctx.noInput) throw missing();
   const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
+  // Echo off: readline writes typed characters through _writeToOutput; keep only the prompt.
+  const muted = rl as unknown as { _writeToOutput: (s: string) => void; output: NodeJS.WritableStream };
+  let prompted = false;
+  muted._writeToOutput = (s: string) => {
+    if (!prompted) {
+      prompted = true;
+      muted.output.write(s);
+    }
+  };
   try {
     return (await new Promise<string>((r) => rl.question(`${prompt}: `, r))).trim();
   } finally {
     rl.close();
+    process.stderr.write('\n');
   }
 }
 
@@ -175,6 +217,8 @@ interface Command {
   usage: string;
   summary: string;
   options?: NonNullable<ParseArgsConfig['options']>;
+  /** Environment variables the command reads instead of prompting (shown by --help). */
+  env?: Record<string, string>;
   run: (ctx: Ctx, positionals: string[], values: Record<string, any>) => Promise<void>;
 }
 
@@ -196,9 +240,16 @@ async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: C
 
 const commands: Record<string, Command> = {
   login: {
-    usage: 'ais login [--username U | --email E] [--no-wait]',
+    usage: 'ais login [--username U | --email E] [--no-wait] [--qr | --no-qr]',
     summary: 'Sign in with the device flow (default), or with a local password (AIS_PASSWORD or stdin).',
-    options: { username: { type: 'string' }, email: { type: 'string' }, 'no-wait': { type: 'boolean' } },
+    options: {
+      username: { type: 'string' },
+      email: { type: 'string' },
+      'no-wait': { type: 'boolean' },
+      qr: { type: 'boolean' },
+      'no-qr': { type: 'boolean' },
+    },
+    env: { AIS_PASSWORD: 'the password, with --username/--email (else the next stdin line, else a prompt)' },
     async run(ctx, _p, v) {
       const c = createClient({ baseUrl: ctx.baseUrl });
       if (v.username || v.email) {
@@ -212,10 +263,15 @@ const commands: Record<string, Command> = {
       const lines = [
         `To sign in, open ${auth.verification_uri} and enter the code: ${auth.user_code}`,
         ...(auth.verification_uri_complete ? [`Or open directly: ${auth.verification_uri_complete}`] : []),
-        `Waiting for approval (the code expires in ${Math.round(auth.expires_in / 60)} min)...`,
       ];
       if (ctx.json) ctx.err(JSON.stringify({ verification_uri: auth.verification_uri, user_code: auth.user_code, verification_uri_complete: auth.verification_uri_complete, expires_in: auth.expires_in }));
       else ctx.err(lines.join('\n'));
+      // A QR code of the complete URI for a phone: on a terminal, or when asked for.
+      const qr = v.qr || (!v['no-qr'] && !ctx.json && (ctx.errTTY || ctx.outTTY));
+      if (qr && auth.verification_uri_complete) {
+        ctx.err(`${ctx.json ? '' : 'Or scan:\n'}${await QRCode.toString(auth.verification_uri_complete, { type: 'terminal', small: true })}`);
+      }
+      if (!ctx.json) ctx.err(`Waiting for approval (the code expires in ${formatDuration(auth.expires_in)})...`);
       const t = await c.auth.deviceWait(auth, { wait: !v['no-wait'] });
       await saveLogin(ctx, t);
       show(ctx, { user: t.user, management_key_saved: true, config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
@@ -328,7 +384,7 @@ const commands: Record<string, Command> = {
     options: { unread: { type: 'boolean' } },
     async run(ctx, _p, v) {
       const list = await client(ctx, { identity: true }).email.inbox({ unread: !!v.unread });
-      show(ctx, list, () => table(list as any, ['thread_id', 'subject', 'preview']));
+      show(ctx, list, () => table(list as any, ['thread_id', 'from_email', 'subject', 'unread_count', 'last_message_at']));
     },
   },
   'inbox show': {
@@ -337,7 +393,17 @@ const commands: Record<string, Command> = {
     async run(ctx, p) {
       if (!p[0]) throw usage('ais inbox show <thread_id>');
       const t = await client(ctx, { identity: true }).email.thread(p[0]);
-      show(ctx, t, () => [kv(t as any, ['thread_id', 'subject']), ...(t.messages ?? []).map((m: any) => `\n--- ${m.id} from ${m.from?.address ?? m.from_email ?? m.from ?? ''} ${m.created_dt ?? ''}\n${m.text ?? m.body ?? m.preview ?? ''}`)].join('\n'));
+      const message = (m: any) =>
+        [
+          `\n--- ${m.id}  ${m.created_dt ?? ''}`,
+          `From: ${m.from_email ?? m.from ?? ''}`,
+          `To: ${[].concat(m.to ?? []).join(', ')}`,
+          ...(m.cc?.length ? [`Cc: ${m.cc.join(', ')}`] : []),
+          ...(m.attachments ?? []).map((a: any) => `Attachment: ${a.filename} (${a.content_type}, ${formatBytes(a.size)})`),
+          '',
+          m.text ?? m.preview ?? '',
+        ].join('\n');
+      show(ctx, t, () => [kv(t as any, ['thread_id', 'subject']), ...(t.messages ?? []).map(message)].join('\n'));
     },
   },
   'inbox watch': {
@@ -353,7 +419,7 @@ const commands: Record<string, Command> = {
     async run(ctx, _p, v) {
       if (!v.to) throw usage('ais send --to ADDR --subject S --body TEXT');
       const c = client(ctx, { identity: true });
-      const m = await c.email.sendWithAttachments({ to: v.to, subject: v.subject ?? '', body: bodyOf(v), cc: v.cc ?? '', bcc: v.bcc ?? '' }, files(v.attach), progress(ctx));
+      const m = await c.email.sendWithAttachments({ to: v.to, subject: v.subject ?? '', body: bodyOf(v), cc: v.cc ?? '', bcc: v.bcc ?? '' }, files(v.attach), progressReporter(ctx));
       show(ctx, m, () => `Sent (${m.status ?? 'queued'}): ${m.id}`);
     },
   },
@@ -394,12 +460,13 @@ const commands: Record<string, Command> = {
   'pin setup': {
     usage: 'ais pin setup   (PIN: AIS_PIN or stdin)',
     summary: 'First-time vault encryption: derive keys from a 6-digit PIN; prints the recovery key ONCE.',
+    env: { AIS_PIN: 'the new 6-digit PIN (else stdin, else a prompt)', AIS_PIN_KDF: 'Argon2id parameters for tests or small devices, e.g. argon2id:m=19456,t=2,p=1 (never below that floor; default m=65536,t=3,p=1)' },
     async run(ctx) {
       const c = client(ctx);
       const meta = await c.encryption.get();
       if (meta.public_key) throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
       const pin = await readSecret(ctx, 'AIS_PIN', 'New 6-digit PIN');
-      const s = await setupEncryption({ pin, salt: meta.salt, deviceSecret: ctx.config.device_secret });
+      const s = await setupEncryption({ pin, salt: meta.salt, deviceSecret: ctx.config.device_secret, kdf: kdfOverride(ctx) });
       await c.encryption.setup(s.upload);
       ctx.config.device_secret = s.deviceSecret;
       saveConfig(ctx.config, ctx.env);
@@ -412,6 +479,7 @@ const commands: Record<string, Command> = {
   'pin change': {
     usage: 'ais pin change   (AIS_PIN = current, AIS_NEW_PIN = new; or two stdin lines)',
     summary: 'Change the PIN (the vault key is re-wrapped; entries stay as they are).',
+    env: { AIS_PIN: 'the current PIN', AIS_NEW_PIN: 'the new PIN (else two stdin lines: current, new)' },
     async run(ctx) {
       const c = client(ctx);
       const metadata = await metadataFor(c);
@@ -425,6 +493,7 @@ const commands: Record<string, Command> = {
   'pin recover': {
     usage: 'ais pin recover   (AIS_RECOVERY_KEY, AIS_NEW_PIN; or two stdin lines)',
     summary: 'Set a new PIN with the recovery key (also clears a pin_locked vault).',
+    env: { AIS_RECOVERY_KEY: 'the recovery key (RK1-...)', AIS_NEW_PIN: 'the new PIN (else two stdin lines: key, PIN)' },
     async run(ctx) {
       const c = client(ctx);
       const metadata = await metadataFor(c);
@@ -440,6 +509,7 @@ const commands: Record<string, Command> = {
   'passwords list': {
     usage: 'ais passwords list',
     summary: 'Password entries, decrypted locally (needs the PIN).',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
     async run(ctx) {
       const v = await unlocked(ctx);
       const list = await v.listPasswords();
@@ -449,6 +519,7 @@ const commands: Record<string, Command> = {
   'passwords add': {
     usage: 'ais passwords add <domain> --username U [--password P | --generate] [--notes N]',
     summary: 'Store a password entry, encrypted on this machine.',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_ENTRY_PASSWORD: 'the password to store, when neither --password nor --generate' },
     options: { username: { type: 'string' }, password: { type: 'string' }, generate: { type: 'boolean' }, notes: { type: 'string' } },
     async run(ctx, p, o) {
       if (!p[0] || !o.username) throw usage('ais passwords add <domain> --username U --password P');
@@ -461,6 +532,7 @@ const commands: Record<string, Command> = {
   'passwords get': {
     usage: 'ais passwords get <uuid|domain>',
     summary: 'Show one entry, decrypted.',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
     async run(ctx, p) {
       if (!p[0]) throw usage('ais passwords get <uuid|domain>');
       const v = await unlocked(ctx);
@@ -497,6 +569,7 @@ const commands: Record<string, Command> = {
   'secrets set': {
     usage: 'ais secrets set <key> [value]   (value from AIS_SECRET_VALUE or stdin when omitted)',
     summary: 'Create or update a secret, encrypted on this machine.',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_SECRET_VALUE: 'the value, when not given as an argument' },
     async run(ctx, p) {
       if (!p[0]) throw usage('ais secrets set <key> [value]');
       const v = await unlocked(ctx);
@@ -508,6 +581,7 @@ const commands: Record<string, Command> = {
   'secrets get': {
     usage: 'ais secrets get <key|uuid>',
     summary: 'Print a secret, decrypted.',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
     async run(ctx, p) {
       if (!p[0]) throw usage('ais secrets get <key|uuid>');
       const v = await unlocked(ctx);
@@ -540,7 +614,7 @@ function replyCommand(all: boolean): Command {
     async run(ctx, p, v) {
       if (!p[0]) throw usage(this.usage);
       const c = client(ctx, { identity: true });
-      const m = await c.email.sendWithAttachments({ replyTo: p[0], all, body: bodyOf(v), ...(v.cc ? { cc: v.cc } : {}), ...(v.bcc ? { bcc: v.bcc } : {}) }, files(v.attach), progress(ctx));
+      const m = await c.email.sendWithAttachments({ replyTo: p[0], all, body: bodyOf(v), ...(v.cc ? { cc: v.cc } : {}), ...(v.bcc ? { bcc: v.bcc } : {}) }, files(v.attach), progressReporter(ctx));
       show(ctx, m, () => `Sent (${m.status ?? 'queued'}): ${m.id}`);
     },
   };
@@ -578,13 +652,62 @@ function bodyOf(v: Record<string, any>): string {
 
 const TYPES: Record<string, string> = { '.txt': 'text/plain', '.pdf': 'application/pdf', '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.json': 'application/json', '.csv': 'text/csv', '.html': 'text/html', '.zip': 'application/zip' };
 function files(paths: string[] | undefined): Attachment[] {
-  return (paths ?? []).map((p) => ({ filename: path.basename(p), content_type: TYPES[path.extname(p).toLowerCase()] ?? 'application/octet-stream', data: readFileSync(p) }));
+  return (paths ?? []).map((p) => {
+    let data: Buffer;
+    try {
+      data = readFileSync(p);
+    } catch (err) {
+      throw new CliError('usage', `Cannot read attachment ${p}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+    }
+    return { filename: path.basename(p), content_type: TYPES[path.extname(p).toLowerCase()] ?? 'application/octet-stream', data };
+  });
 }
 
-function progress(ctx: Ctx) {
-  return (file: string, sent: number, total: number) => {
-    if (!ctx.json) ctx.err(`uploaded ${file} (${total} bytes)${sent === total ? '' : ` ${Math.round((100 * sent) / total)}%`}`);
+function formatBytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / (1024 * 1024)).toFixed(1)} MiB`;
+}
+
+function formatDuration(seconds: number): string {
+  return seconds >= 120 ? `${Math.round(seconds / 60)} min` : `${seconds} s`;
+}
+
+/**
+ * Upload progress on stderr. On a terminal: one line redrawn with bytes sent / total (at most
+ * every 100 ms), then the final line. Otherwise only the final line per file (JSON with
+ * --json), so logs of agents stay short.
+ */
+export function progressReporter(ctx: Pick<Ctx, 'json' | 'err' | 'errTTY' | 'errWrite'>): (file: string, sent: number, total: number) => void {
+  let last = 0;
+  return (file, sent, total) => {
+    const done = sent >= total;
+    if (ctx.json) {
+      if (done) ctx.err(JSON.stringify({ uploaded: file, bytes: total }));
+      return;
+    }
+    if (ctx.errTTY) {
+      const now = Date.now();
+      if (!done && now - last < 100) return;
+      last = now;
+      const pct = total ? Math.floor((100 * sent) / total) : 100;
+      ctx.errWrite(`\r\x1b[Kuploading ${file}: ${formatBytes(sent)} / ${formatBytes(total)} (${pct}%)`);
+      if (done) ctx.errWrite(`\r\x1b[Kuploaded ${file} (${formatBytes(total)})\n`);
+      return;
+    }
+    if (done) ctx.err(`uploaded ${file} (${total} bytes)`);
   };
+}
+
+/** AIS_PIN_KDF: lower Argon2id cost for tests (floored by parseKdf at 19 MiB, t=2). */
+function kdfOverride(ctx: Ctx): KdfParams | undefined {
+  const raw = ctx.env.AIS_PIN_KDF;
+  if (!raw) return undefined;
+  try {
+    return parseKdf(raw.trim());
+  } catch (err) {
+    throw new CliError('usage', `AIS_PIN_KDF: ${(err as Error).message} (format argon2id:m=KiB,t=N,p=N)`, EXIT.usage);
+  }
 }
 
 function lockStore(ctx: Ctx) {
@@ -652,7 +775,21 @@ function help(prefix?: string): string {
   if (names.length === 1) {
     const c = commands[names[0]];
     const opts = Object.entries(c.options ?? {}).map(([k, o]) => `  --${k}${o.type === 'string' ? ' VALUE' : ''}${o.multiple ? ' (repeatable)' : ''}`);
-    return [`Usage: ${c.usage}`, '', c.summary, '', 'Options:', ...opts, '  --json            machine-readable output', '  --identity UUID   identity for this command', '  --base-url URL    service address (AIS_BASE_URL)', '  -h, --help'].join('\n');
+    const env = Object.entries(c.env ?? {}).map(([k, d]) => `  ${k.padEnd(18)} ${d}`);
+    return [
+      `Usage: ${c.usage}`,
+      '',
+      c.summary,
+      '',
+      'Options:',
+      ...opts,
+      '  --json            machine-readable output (errors as {"error": {...}} on stderr)',
+      '  --identity UUID   identity for this command (AIS_IDENTITY)',
+      '  --base-url URL    service address (AIS_BASE_URL)',
+      '  --no-input        never prompt; missing values are an error (AIS_NO_INPUT=1)',
+      '  -h, --help',
+      ...(env.length ? ['', 'Environment (instead of prompts):', ...env] : []),
+    ].join('\n');
   }
   return [
     'ais: the Agent Identity Service command-line client',
@@ -661,14 +798,15 @@ function help(prefix?: string): string {
     '',
     ...names.map((n) => `  ${n.padEnd(20)} ${commands[n].summary}`),
     '',
-    'Global: --json, --base-url URL (AIS_BASE_URL), --identity UUID (AIS_IDENTITY), -h/--help',
-    `Config: $XDG_CONFIG_HOME/agent-identity/config.json (mode 0600). Env: AIS_API_KEY, AIS_TOKEN, AIS_PIN, AIS_NEW_PIN, AIS_RECOVERY_KEY.`,
+    'Global: --json, --base-url URL (AIS_BASE_URL), --identity UUID (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help',
+    `Config: $XDG_CONFIG_HOME/agent-identity/config.json (mode 0600). Env: AIS_API_KEY, AIS_TOKEN, AIS_PIN, AIS_NEW_PIN, AIS_RECOVERY_KEY, AIS_PASSWORD.`,
     `Exit codes: ${Object.entries(EXIT).map(([k, v]) => `${v} ${k}`).join(', ')}`,
   ].join('\n');
 }
 
-export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io = { out: (s: string) => process.stdout.write(s + '\n'), err: (s: string) => process.stderr.write(s + '\n') }): Promise<number> {
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io = processIo): Promise<number> {
   const json = argv.includes('--json');
+  if (argv[0] === 'help') argv = [...argv.slice(1), '--help'];
   let name = argv[0] && !argv[0].startsWith('-') ? argv[0] : undefined;
   let rest = argv.slice(name ? 1 : 0);
   if (name && GROUPS.includes(name)) {
@@ -707,8 +845,12 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       config,
       baseUrl: (v['base-url'] ?? env.AIS_BASE_URL ?? config.base_url ?? 'http://localhost:8000').replace(/\/+$/, ''),
       identityFlag: v.identity,
+      noInput: !!v['no-input'] || /^(1|true|yes)$/i.test(env.AIS_NO_INPUT ?? ''),
       out: io.out,
       err: io.err,
+      errTTY: !!io.errTTY,
+      outTTY: !!io.outTTY,
+      errWrite: io.errWrite ?? ((s) => io.err(s.replace(/\n$/, ''))),
     };
     let c: AisClient | undefined;
     try {

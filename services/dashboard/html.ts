@@ -27,18 +27,25 @@ export function html(strings: TemplateStringsArray, ...values: Value[]): Safe {
   return new Safe(out);
 }
 
-/** Page CSP: scripts and styles from our own origin only, no inline script, never framed. */
-export const PAGE_CSP = [
-  "default-src 'self'",
-  "script-src 'self'",
-  "style-src 'self'",
-  "img-src 'self' data:",
-  "frame-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-].join('; ');
+/**
+ * Page CSP: scripts and styles from our own origin only, no inline script, never framed.
+ * Forms post to this site only, plus the external identity provider's authorization origin
+ * on sign-in pages (browsers apply form-action to the redirect that follows the POST).
+ */
+export function pageCsp(extraFormTargets: string[] = []): string {
+  return [
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    "frame-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    `form-action ${["'self'", ...extraFormTargets].join(' ')}`,
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+export const PAGE_CSP = pageCsp();
 
 /** CSP inside a mail's sandboxed srcdoc frame: nothing loads, nothing runs (remote images neither). */
 export const MAIL_FRAME_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'";
@@ -48,7 +55,12 @@ export interface Nav {
   csrf: string;
 }
 
-export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kind: 'ok' | 'error'; text: string } | null): string {
+export interface LayoutOptions {
+  /** Include /static/dashboard.js (only pages with a copy button need it). Default true. */
+  script?: boolean;
+}
+
+export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kind: 'ok' | 'error'; text: string } | null, opts: LayoutOptions = {}): string {
   const page = html`<!doctype html>
 <html lang="en">
 <head>
@@ -57,7 +69,7 @@ export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kin
 <meta name="referrer" content="no-referrer">
 <title>${title} · Agent Identity Service</title>
 <link rel="stylesheet" href="/static/dashboard.css">
-<script src="/static/dashboard.js" defer></script>
+${opts.script === false ? '' : html`<script src="/static/dashboard.js" defer></script>`}
 </head>
 <body>
 <a class="skip" href="#main">Skip to content</a>
@@ -89,6 +101,11 @@ ${body}
 export function fieldErrors(errors: Record<string, string[]> | null | undefined, field: string): Safe {
   const list = errors?.[field];
   return list?.length ? html`<span class="field-error" id="${field}-error">${list.join(' ')}</span>` : html``;
+}
+
+/** ` aria-describedby="<field>-error"` when that field has an error to point at, else nothing. */
+export function describedBy(errors: Record<string, string[]> | null | undefined, field: string): Safe {
+  return errors?.[field]?.length ? html` aria-describedby="${field}-error" aria-invalid="true"` : html``;
 }
 
 export function fmtDate(iso: unknown): string {

@@ -20,10 +20,14 @@ import { ApiError } from '../gateway/errors.js';
 import { body as readForm } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { isUuid } from '../kernel/ids.js';
-import { html, layout, fieldErrors, fmtDate, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
-import { clearCookie, createCsrf, currentSession, setSessionCookie, PRESESSION_COOKIE, SESSION_COOKIE, type CookieOptions, type DashboardSession } from './session.js';
+import { streamName } from '../../infra/ports/event-store.js';
+import { OUTBOX } from '../mail/events.js';
+import { html, layout, fieldErrors, describedBy, fmtDate, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
+import { SESSION_COOKIE, resetCurrentSession, safeReturnPath, type WebSession } from '../gateway/web-session.js';
+import { webSignIn, type Flash } from './sign-in.js';
 
-export * from './session.js';
+export { webSignIn, type WebSignIn } from './sign-in.js';
+type DashboardSession = WebSession;
 
 const STATIC: Record<string, { type: string; body: Buffer }> = {
   '/static/dashboard.css': { type: 'text/css; charset=utf-8', body: readFileSync(new URL('./static/dashboard.css', import.meta.url)) },
@@ -35,10 +39,10 @@ const v = {
   passwordChange: validator<{ new_password1: string; new_password2: string }>('accounts.json#PasswordChange'),
   resetConfirm: validator<{ new_password1: string; new_password2: string; uid: string; token: string }>('accounts.json#PasswordResetConfirm'),
   emailOnly: validator<{ email: string }>('accounts.json#EmailOnly'),
+  profile: validator<{ username: string; first_name: string; last_name: string }>('accounts.json#UserPut'),
 };
 
 type Errors = Record<string, string[]>;
-type Flash = { kind: 'ok' | 'error'; text: string } | null;
 interface ApiAnswer {
   status: number;
   body: any;
@@ -59,9 +63,8 @@ export function errorText(answer: ApiAnswer): string {
 
 export const dashboardContext: ContextFactory = (shared: Shared) => {
   const { platform, accounts } = shared;
-  const cookieOpts: CookieOptions = { secure: platform.config.publicUrl.startsWith('https:') };
-  const csrf = createCsrf(shared.keys.hmacKey);
-  const auth = () => shared.auth;
+  const web = webSignIn(shared);
+  const csrf = web.csrf;
 
   // ---------- plumbing ----------
 
@@ -71,10 +74,10 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
     ctx.set('Cache-Control', 'no-store');
     ctx.type = 'text/html; charset=utf-8';
     const username = nav ? (ctx.state.dashboardUser?.username as string) ?? '' : '';
-    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav, cookieOpts) } : null, flash);
+    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav) } : null, flash);
   }
 
-  const token = (ctx: Context, s: DashboardSession | null) => csrf.token(ctx, s, cookieOpts);
+  const token = (ctx: Context, s: DashboardSession | null) => csrf.token(ctx, s);
   const hidden = (ctx: Context, s: DashboardSession | null) => html`<input type="hidden" name="csrf" value="${token(ctx, s)}">`;
 
   function redirect(ctx: Context, to: string): void {
@@ -83,7 +86,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
   }
 
   async function session(ctx: Context): Promise<DashboardSession | null> {
-    const s = await currentSession(ctx, auth);
+    const s = await web.session(ctx);
     if (s && !ctx.state.dashboardUser) {
       const user = await accounts.findUser(s.userPk);
       if (!user) return null;
@@ -95,7 +98,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
   /** The signed-in session, or a redirect to the sign-in page (null: already answered). */
   async function requireSession(ctx: Context): Promise<DashboardSession | null> {
     const s = await session(ctx);
-    if (!s) redirect(ctx, '/login');
+    if (!s) redirect(ctx, ctx.method === 'GET' && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
     return s;
   }
 
@@ -107,7 +110,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
     } catch {
       raw = {};
     }
-    if (!csrf.check(ctx, s, cookieOpts, raw.csrf)) {
+    if (!csrf.check(ctx, s, raw.csrf)) {
       send(ctx, 'Request refused', html`<p>The form expired or did not come from this site. <a href="/">Go back</a> and try again.</p>`, s, null, 403);
       return null;
     }
@@ -143,24 +146,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
 
   // ---------- account pages ----------
 
-  function loginPage(ctx: Context, login = '', flash: Flash = null, status = 200) {
-    send(
-      ctx,
-      'Sign in',
-      html`<form method="post" action="/login" class="card">
-  ${hidden(ctx, null)}
-  <label for="login">Username or email</label>
-  <input id="login" name="login" autocomplete="username" required value="${login}">
-  <label for="password">Password</label>
-  <input id="password" name="password" type="password" autocomplete="current-password" required>
-  <button type="submit">Sign in</button>
-</form>
-<p><a href="/register">Create an account</a> · <a href="/forgot-password">Forgot your password?</a></p>`,
-      null,
-      flash,
-      status,
-    );
-  }
+  const loginPage = (ctx: Context, login = '', flash: Flash = null, status = 200, next: string | null = null) => web.renderSignIn(ctx, { login, flash, status, next });
 
   function registerPage(ctx: Context, values: Record<string, string> = {}, errors: Errors | null = null) {
     send(
@@ -170,16 +156,16 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
   ${hidden(ctx, null)}
   ${fieldErrors(errors, 'non_field_errors')}
   <label for="username">Username</label>
-  <input id="username" name="username" autocomplete="username" required maxlength="150" value="${values.username ?? ''}" aria-describedby="username-error">
+  <input id="username" name="username" autocomplete="username" required maxlength="150" value="${values.username ?? ''}"${describedBy(errors, 'username')}>
   ${fieldErrors(errors, 'username')}
   <label for="email">Email</label>
-  <input id="email" name="email" type="email" autocomplete="email" required value="${values.email ?? ''}" aria-describedby="email-error">
+  <input id="email" name="email" type="email" autocomplete="email" required value="${values.email ?? ''}"${describedBy(errors, 'email')}>
   ${fieldErrors(errors, 'email')}
   <label for="password1">Password</label>
-  <input id="password1" name="password1" type="password" autocomplete="new-password" required aria-describedby="password1-error">
+  <input id="password1" name="password1" type="password" autocomplete="new-password" required${describedBy(errors, 'password1')}>
   ${fieldErrors(errors, 'password1')}
   <label for="password2">Password again</label>
-  <input id="password2" name="password2" type="password" autocomplete="new-password" required aria-describedby="password2-error">
+  <input id="password2" name="password2" type="password" autocomplete="new-password" required${describedBy(errors, 'password2')}>
   ${fieldErrors(errors, 'password2')}
   <button type="submit">Create account</button>
 </form>`,
@@ -189,11 +175,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
     );
   }
 
-  async function signIn(ctx: Context, user: Awaited<ReturnType<typeof accounts.getUser>>) {
-    const started = await accounts.startSession(user, { via: 'dashboard', kind: 'cookie' });
-    setSessionCookie(ctx, started.refresh, started.refreshExpiresAt, cookieOpts);
-    clearCookie(ctx, PRESESSION_COOKIE, cookieOpts);
-  }
+  const signIn = (ctx: Context, user: Awaited<ReturnType<typeof accounts.getUser>>) => web.startSession(ctx, user, 'dashboard');
 
   // ---------- identities ----------
 
@@ -223,10 +205,10 @@ ${ids.status !== 200
   ${hidden(ctx, s)}
   ${fieldErrors(errors, 'non_field_errors')}
   <label for="name">Name</label>
-  <input id="name" name="name" required maxlength="100" value="${values.name ?? ''}">
+  <input id="name" name="name" required maxlength="100" value="${values.name ?? ''}"${describedBy(errors, 'name')}>
   ${fieldErrors(errors, 'name')}
   <label for="email_identifier">Email identifier (optional: the part before @${platform.config.mailDomain})</label>
-  <input id="email_identifier" name="email_identifier" value="${values.email_identifier ?? ''}">
+  <input id="email_identifier" name="email_identifier" value="${values.email_identifier ?? ''}"${describedBy(errors, 'email_identifier')}>
   ${fieldErrors(errors, 'email_identifier')}
   <label class="check"><input type="checkbox" name="provision_phone" value="true"${values.provision_phone ? new Safe(' checked') : ''}> Provision a phone number (depends on your plan)</label>
   ${fieldErrors(errors, 'provision_phone')}
@@ -239,29 +221,47 @@ ${ids.status !== 200
     );
   }
 
+  /** GET /api/subscription/ (services/billing): plan, status, phones used of the plan's limit, mail limits. */
   function subscription(sub: ApiAnswer): Safe {
     if (sub.status !== 200 || !sub.body || typeof sub.body !== 'object') return html`<p>Subscription details are not available (${errorText(sub)}).</p>`;
-    const rows = Object.entries(sub.body as Record<string, unknown>).flatMap(([k, x]) => {
-      if (x !== null && typeof x === 'object') return Object.entries(x as Record<string, unknown>).map(([k2, y]) => [`${k} ${k2}`, y] as const);
-      return [[k, x] as const];
-    });
-    return html`<dl class="kv">${rows.map(([k, x]) => html`<dt>${k.replace(/_/g, ' ')}</dt><dd>${x === null ? '—' : typeof x === 'object' ? JSON.stringify(x) : String(x)}</dd>`)}</dl>`;
+    const b = sub.body as Record<string, unknown>;
+    const n = (x: unknown) => (typeof x === 'number' ? x : 0);
+    const limit = (x: unknown, per: string) => (n(x) > 0 ? `${n(x)} per ${per}` : 'no limit');
+    return html`<dl class="kv">
+<dt>Plan</dt><dd>${str(b.plan)}</dd>
+<dt>Status</dt><dd>${str(b.status)}</dd>
+<dt>Phone numbers</dt><dd>${String(n(b.phones_used))} of ${String(n(b.phone_limit))} used <meter min="0" max="${String(Math.max(1, n(b.phone_limit)))}" value="${String(n(b.phones_used))}" aria-label="Phone numbers used">${String(n(b.phones_used))}</meter> · ${String(n(b.phones_available))} available</dd>
+<dt>Outgoing email</dt><dd>${limit(b.email_limit_hour, 'hour')}, ${limit(b.email_limit_day, 'day')}, per identity</dd>
+</dl>`;
+  }
+
+  /** Emails an identity queued in the last hour and day (its outbox stream, newest first; counted up to a cap). */
+  async function emailUsage(identityId: string): Promise<{ hour: number; day: number; capped: boolean }> {
+    const CAP = 1000;
+    const recent = await platform.events.readStream(streamName(OUTBOX, identityId), { direction: 'backwards', maxCount: CAP }).catch(() => []);
+    const now = Date.now();
+    const ages = recent.map((e) => now - Date.parse(String((e.data as { at?: string }).at ?? '')));
+    return { hour: ages.filter((a) => a < 3_600_000).length, day: ages.filter((a) => a < 86_400_000).length, capped: recent.length >= CAP };
   }
 
   async function identityPage(ctx: Context, s: DashboardSession, id: string, flash: Flash = null, errors: Errors | null = null) {
     const ident = await api(ctx, s, 'GET', `/api/identities/${id}/`);
     if (ident.status !== 200) return send(ctx, 'Identity', html`<p class="flash error" role="alert">${errorText(ident)}</p>`, s, null, ident.status === 404 ? 404 : 400);
     const i = ident.body;
-    const [threads, convs] = await Promise.all([
+    const [threads, convs, usage] = await Promise.all([
       api(ctx, s, 'GET', '/api/email-inbox/?limit=50', { identity: id }),
       api(ctx, s, 'GET', '/api/sms-inbox/?limit=50', { identity: id }),
+      emailUsage(id),
     ]);
+    const { emailLimitHour, emailLimitDay } = platform.config;
+    const of = (used: number, limit: number) => `${used}${usage.capped ? '+' : ''}${limit > 0 ? ` of ${limit}` : ''}`;
     const threadList: any[] = Array.isArray(threads.body) ? threads.body : [];
     const convList: any[] = Array.isArray(convs.body) ? convs.body : [];
     send(
       ctx,
       `Identity ${str(i.name)}`,
-      html`<dl class="kv"><dt>Email</dt><dd>${str(i.inbox)}</dd><dt>Phone</dt><dd>${str(i.phone) || '—'}</dd><dt>Id</dt><dd><code>${str(i.uuid)}</code></dd><dt>Created</dt><dd>${fmtDate(i.created_dt)}</dd></dl>
+      html`<dl class="kv"><dt>Email</dt><dd>${str(i.inbox)}</dd><dt>Phone</dt><dd>${str(i.phone) || '—'}</dd><dt>Id</dt><dd><code>${str(i.uuid)}</code></dd><dt>Created</dt><dd>${fmtDate(i.created_dt)}</dd>
+<dt>Emails sent</dt><dd id="email-usage">${of(usage.hour, emailLimitHour)} in the last hour, ${of(usage.day, emailLimitDay)} in the last day</dd></dl>
 <section aria-labelledby="mail-h"><h2 id="mail-h">Email threads</h2>
 ${threads.status !== 200
   ? html`<p>Mail is not available (${errorText(threads)}).</p>`
@@ -276,15 +276,15 @@ ${convs.status !== 200
   ? html`<p>SMS is not available (${errorText(convs)}).</p>`
   : convList.length === 0
     ? html`<p>No SMS yet.</p>`
-    : html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">When</th></tr></thead><tbody>
-${convList.map((c) => html`<tr><td><a href="/identities/${id}/sms/${str(c.uuid ?? c.id ?? c.conversation_id)}">${str(c.participant ?? c.peer ?? c.with ?? c.from) || '—'}</a></td><td>${str(c.preview ?? c.last_message ?? '')}</td><td>${fmtDate(c.last_message_at ?? c.updated_dt ?? c.created_dt)}</td></tr>`)}
+    : html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
+${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
 </tbody></table>`}
 </section>
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
 <form method="post" action="/identities/${id}/rename" class="card">
   ${hidden(ctx, s)}
   <label for="name">New name</label>
-  <input id="name" name="name" required maxlength="100" value="${str(i.name)}">
+  <input id="name" name="name" required maxlength="100" value="${str(i.name)}"${describedBy(errors, 'name')}>
   ${fieldErrors(errors, 'name')}
   <button type="submit">Rename</button>
 </form></section>
@@ -293,7 +293,7 @@ ${convList.map((c) => html`<tr><td><a href="/identities/${id}/sms/${str(c.uuid ?
   ${hidden(ctx, s)}
   <p>Deleting the identity releases its address and phone number and revokes its keys. This cannot be undone.</p>
   <label for="confirm">Type the identity's name (<strong>${str(i.name)}</strong>) to confirm</label>
-  <input id="confirm" name="confirm" required autocomplete="off">
+  <input id="confirm" name="confirm" required autocomplete="off"${describedBy(errors, 'confirm')}>
   ${fieldErrors(errors, 'confirm')}
   <button type="submit" class="danger">Delete identity</button>
 </form></section>`,
@@ -385,14 +385,16 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
   }
 
   async function smsPage(ctx: Context, s: DashboardSession, id: string, conv: string) {
+    // GET /api/sms-inbox/{conversation_id}/ (services/sms): the conversation with its messages, oldest first.
     const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id });
     if (c.status !== 200) return send(ctx, 'SMS conversation', html`<p class="flash error" role="alert">${errorText(c)}</p><p><a href="/identities/${id}">Back</a></p>`, s, null, c.status === 404 ? 404 : 400);
     const messages: any[] = Array.isArray(c.body.messages) ? c.body.messages : [];
     send(
       ctx,
-      `SMS with ${str(c.body.participant ?? c.body.peer ?? c.body.with) || 'a number'}`,
+      `SMS with ${str(c.body.peer) || 'a number'}`,
       html`<p><a href="/identities/${id}">← Back to the identity</a></p>
-<ol class="sms">${messages.map((m) => html`<li class="${str(m.direction) === 'outbound' ? 'out' : 'in'}"><p class="meta">${str(m.from)} → ${str(m.to)} · ${fmtDate(m.created_dt ?? m.received_at ?? m.sent_at)}</p><p>${str(m.body)}</p></li>`)}</ol>`,
+<dl class="kv"><dt>With</dt><dd>${str(c.body.peer)}</dd><dt>Our number</dt><dd>${str(c.body.to_number)}</dd><dt>Messages</dt><dd>${String(c.body.message_count ?? messages.length)}</dd></dl>
+<ol class="sms" aria-label="Messages, oldest first">${messages.map((m) => html`<li class="${str(m.direction) === 'outbound' ? 'out' : 'in'}"><p class="meta">${str(m.from_number)} → ${str(m.to_number)} · <time datetime="${str(m.created_dt)}">${fmtDate(m.created_dt)}</time></p><p class="sms-body">${str(m.body)}</p>${Array.isArray(m.media_urls) && m.media_urls.length ? html`<p class="meta">${m.media_urls.length} media attachment(s)</p>` : ''}</li>`)}</ol>`,
       s,
     );
   }
@@ -414,24 +416,12 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     });
 
     r.get('/login', async (ctx) => {
-      if (await session(ctx)) return redirect(ctx, '/');
-      loginPage(ctx);
+      const next = safeReturnPath(ctx.query.next);
+      if (await session(ctx)) return redirect(ctx, next ?? '/');
+      await loginPage(ctx, '', null, 200, next);
     });
-    r.post('/login', async (ctx) => {
-      const f = await form(ctx, null);
-      if (!f) return;
-      const login = (f.login ?? '').trim();
-      let user;
-      try {
-        user = login && f.password ? await accounts.checkPassword(login, f.password, ctx.ip) : null;
-      } catch (err) {
-        if (err instanceof ApiError && err.status === 429) return loginPage(ctx, login, { kind: 'error', text: err.detail }, 429);
-        throw err;
-      }
-      if (!user) return loginPage(ctx, login, { kind: 'error', text: 'Wrong username/email or password.' }, 400);
-      await signIn(ctx, user);
-      redirect(ctx, '/');
-    });
+    r.post('/login', (ctx) => web.passwordLogin(ctx));
+    r.post('/login/oidc', (ctx) => web.oidcStart(ctx));
 
     r.get('/register', async (ctx) => {
       if (await session(ctx)) return redirect(ctx, '/');
@@ -456,23 +446,38 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
       const s = await session(ctx);
       const f = await form(ctx, s);
       if (!f) return;
-      if (s) await accounts.revokeSession(s.sessionId, 'logout');
-      clearCookie(ctx, SESSION_COOKIE, cookieOpts);
-      ctx.state.dashboardSession = null;
-      loginPage(ctx, '', { kind: 'ok', text: 'You are signed out.' });
+      await web.endSession(ctx, s, 'logout');
+      await loginPage(ctx, '', { kind: 'ok', text: 'You are signed out.' });
     });
 
-    const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null) => {
+    const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null) => {
       const u = ctx.state.dashboardUser;
+      const val = (k: string, fallback: unknown) => (values ? values[k] ?? '' : str(fallback));
       send(
         ctx,
         'Account',
-        html`<dl class="kv"><dt>Username</dt><dd>${u.username}</dd><dt>Email</dt><dd>${u.email} ${u.emailVerified ? '(verified)' : '(not verified)'}</dd><dt>Account number</dt><dd>${String(u.pk)}</dd></dl>
+        html`<dl class="kv"><dt>Username</dt><dd>${u.username}</dd><dt>Name</dt><dd>${[u.firstName, u.lastName].filter(Boolean).join(' ') || '—'}</dd><dt>Email</dt><dd>${u.email} ${u.emailVerified ? '(verified)' : '(not verified)'}</dd><dt>Account number</dt><dd>${String(u.pk)}</dd></dl>
+${u.emailVerified
+  ? ''
+  : html`<section aria-labelledby="verify-h"><h2 id="verify-h">Verify your email address</h2>
+<form method="post" action="/account/resend-verification" class="card">${hidden(ctx, s)}
+<p>We mailed a verification link to <strong>${u.email}</strong>. Not received?</p>
+<button type="submit">Resend verification email</button></form></section>`}
+<section aria-labelledby="profile-h"><h2 id="profile-h">Profile</h2>
+<form method="post" action="/account/profile" class="card" novalidate>${hidden(ctx, s)}
+${fieldErrors(errors, 'non_field_errors')}
+<label for="username">Username</label><input id="username" name="username" autocomplete="username" required maxlength="150" value="${val('username', u.username)}"${describedBy(errors, 'username')}>
+${fieldErrors(errors, 'username')}
+<label for="first_name">First name</label><input id="first_name" name="first_name" autocomplete="given-name" maxlength="150" value="${val('first_name', u.firstName)}"${describedBy(errors, 'first_name')}>
+${fieldErrors(errors, 'first_name')}
+<label for="last_name">Last name</label><input id="last_name" name="last_name" autocomplete="family-name" maxlength="150" value="${val('last_name', u.lastName)}"${describedBy(errors, 'last_name')}>
+${fieldErrors(errors, 'last_name')}
+<button type="submit">Save profile</button></form></section>
 <section aria-labelledby="pw-h"><h2 id="pw-h">Change password</h2>
 <form method="post" action="/account/password" class="card">${hidden(ctx, s)}
-<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required>
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password1')}>
 ${fieldErrors(errors, 'new_password1')}
-<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required>
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password2')}>
 ${fieldErrors(errors, 'new_password2')}
 <p class="note">Changing the password signs out every other session and invalidates refresh tokens.</p>
 <button type="submit">Change password</button></form></section>`,
@@ -483,7 +488,32 @@ ${fieldErrors(errors, 'new_password2')}
     };
     r.get('/account', async (ctx) => {
       const s = await requireSession(ctx);
-      if (s) accountPage(ctx, s);
+      if (!s) return;
+      const q = ctx.query;
+      accountPage(ctx, s, q.changed ? { kind: 'ok', text: 'Your password was changed.' } : q.saved ? { kind: 'ok', text: 'Profile saved.' } : q.sent ? { kind: 'ok', text: 'A new verification link is on its way.' } : null);
+    });
+    r.post('/account/profile', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (!s) return;
+      const f = await form(ctx, s);
+      if (!f) return;
+      const values = { username: (f.username ?? '').trim(), first_name: (f.first_name ?? '').trim(), last_name: (f.last_name ?? '').trim() };
+      try {
+        const b = v.profile(values);
+        await accounts.updateProfile(s.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name });
+      } catch (err) {
+        return accountPage(ctx, s, { kind: 'error', text: 'Please correct the errors below.' }, fieldsOf(err), values);
+      }
+      redirect(ctx, '/account?saved=1');
+    });
+    r.post('/account/resend-verification', async (ctx) => {
+      const s = await requireSession(ctx);
+      if (!s) return;
+      const f = await form(ctx, s);
+      if (!f) return;
+      // Same rules as POST /api/auth/social/resend-email/ (no-op once verified; throttled per account).
+      await accounts.resendVerification(str(ctx.state.dashboardUser.email));
+      redirect(ctx, '/account?sent=1');
     });
     r.post('/account/password', async (ctx) => {
       const s = await requireSession(ctx);
@@ -500,7 +530,7 @@ ${fieldErrors(errors, 'new_password2')}
       // The change revoked every session, this one included: start a fresh one.
       const user = await accounts.getUser(s.userPk);
       await signIn(ctx, user);
-      ctx.state.dashboardSession = undefined;
+      resetCurrentSession(ctx);
       redirect(ctx, '/account?changed=1');
     });
 
@@ -559,7 +589,7 @@ ${fieldErrors(errors, 'new_password2')}
         delete errors.uid;
         return resetPage(ctx, f.uid ?? '', f.token ?? '', null, errors);
       }
-      loginPage(ctx, '', { kind: 'ok', text: 'Your password was reset. Sign in with the new one.' });
+      await loginPage(ctx, '', { kind: 'ok', text: 'Your password was reset. Sign in with the new one.' });
     });
 
     r.get('/verify-email', async (ctx) => {

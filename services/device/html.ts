@@ -61,34 +61,6 @@ ${signedInFooter(opts.signedInAs ?? null, '', opts.csrf)}`,
   );
 }
 
-/** Not signed in: show the code back (RFC 8628 §3.3.1) and the ways to sign in. */
-export function signInPage(opts: { userCode: string; csrf: string; login?: string; notice?: Notice; oidcLabel: string | null }): string {
-  const oidc = opts.oidcLabel
-    ? `<form method="post" action="/device/oidc/start">
-  ${hidden('user_code', opts.userCode)}${hidden('csrf', opts.csrf)}
-  <button type="submit" class="secondary" id="oidc-continue">Continue with ${esc(opts.oidcLabel)}</button>
-</form>
-<div class="divider">or sign in with a password</div>`
-    : '';
-  return layout(
-    'Sign in to approve a device',
-    `<h1>Sign in to approve a device</h1>
-${notice(opts.notice)}
-<p>Check that this code matches the one shown on your device:</p>
-<p class="code" aria-label="Code ${esc(opts.userCode.split('').join(' '))}">${esc(opts.userCode)}</p>
-<p class="muted">Not the same code? <a href="/device">Enter a different code</a>. If you did not start this, close this page.</p>
-${oidc}
-<form method="post" action="/device/login">
-  ${hidden('user_code', opts.userCode)}${hidden('csrf', opts.csrf)}
-  <label for="login">Username or email</label>
-  <input id="login" type="text" name="login" value="${esc(opts.login ?? '')}" autocomplete="username" required>
-  <label for="password">Password</label>
-  <input id="password" type="password" name="password" autocomplete="current-password" required>
-  <button type="submit" id="sign-in">Sign in</button>
-</form>`,
-  );
-}
-
 /** Signed in: approve or deny (RFC 8628 §3.3), with the code shown to compare. */
 export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice }): string {
   return layout(

@@ -7,7 +7,7 @@
 import type { ContextFactory, ContextParts } from '../../infra/runtime.js';
 import { deviceProjection } from '../../projections/device/index.js';
 import { createKeys } from '../keys/index.js';
-import { createOidcClient } from './oidc.js';
+import { webSignIn } from '../dashboard/sign-in.js';
 import { devicePage } from './page.js';
 import { deviceRoutes } from './routes.js';
 import { createDeviceService, type DeviceService } from './service.js';
@@ -31,17 +31,8 @@ export const deviceContext: ContextFactory = (shared) => {
       revoke: ({ ownerPk, keyId }) => keys.revoke(ownerPk, 'management', keyId),
     },
   });
-  const oidc = config.oidc ? createOidcClient(config.oidc, `${config.publicUrl}/device/oidc/callback`) : null;
-  const page = devicePage({
-    service,
-    accounts,
-    reads: platform.reads,
-    auth: () => shared.auth,
-    hmacKey: shared.keys.hmacKey,
-    publicUrl: config.publicUrl,
-    oidc,
-    logger: platform.logger,
-  });
+  // Signing in (password or the external OIDC provider) is the dashboard's one web sign-in.
+  const page = devicePage({ service, accounts, web: webSignIn(shared) });
   const parts: ContextParts & { device: DeviceService } = {
     name: 'device',
     projections: [deviceProjection],

@@ -38,6 +38,9 @@ export class OidcLoginError extends Error {
 
 export function createOidcClient(settings: OidcSettings, redirectUri: string) {
   let discovered: Promise<oidc.Configuration> | null = null;
+  /** When discovery last failed: page renders do not wait on a provider that is down. */
+  let failedAt = 0;
+  const RETRY_AFTER_FAILURE_MS = 30_000;
   const insecure = new URL(settings.issuer).protocol === 'http:';
 
   async function discover(): Promise<oidc.Configuration> {
@@ -55,6 +58,7 @@ export function createOidcClient(settings: OidcSettings, redirectUri: string) {
   async function configuration(): Promise<oidc.Configuration> {
     discovered ??= discover().catch((err) => {
       discovered = null;
+      failedAt = Date.now();
       throw new OidcLoginError('The identity provider could not be reached.', { cause: err });
     });
     return discovered;
@@ -62,6 +66,7 @@ export function createOidcClient(settings: OidcSettings, redirectUri: string) {
 
   /** Origin of the authorization endpoint (the page's CSP form-action must allow the redirect). */
   async function authorizationOrigin(): Promise<string | null> {
+    if (!discovered && Date.now() - failedAt < RETRY_AFTER_FAILURE_MS) return null;
     try {
       const endpoint = (await configuration()).serverMetadata().authorization_endpoint;
       return endpoint ? new URL(endpoint).origin : null;

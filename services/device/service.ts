@@ -135,7 +135,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   // ---- request (RFC 8628 §3.1, §3.2) ----
 
   async function request(input: { clientId: string | null; ip: string }) {
-    const d = limiter.hit(`device:request:${input.ip}`, REQUESTS_PER_IP, REQUESTS_WINDOW_S);
+    const d = await limiter.hit(`device:request:${input.ip}`, REQUESTS_PER_IP, REQUESTS_WINDOW_S);
     if (!d.allowed) throw throttled(d.retryAfter, `Too many device authorization requests. Try again in ${d.retryAfter} seconds.`);
     const id = newId();
     const deviceCode = newDeviceCode();
@@ -324,16 +324,18 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   }
 
   /** Throws 429 when this account or address guessed wrong too often (RFC 8628 §5.1). */
-  function checkGuessBudget(userPk: number, ip: string): void {
+  async function checkGuessBudget(userPk: number, ip: string): Promise<void> {
     for (const [key, limit] of [[`device:guess:user:${userPk}`, WRONG_CODES_PER_USER], [`device:guess:ip:${ip}`, WRONG_CODES_PER_IP]] as const) {
-      const d = limiter.peek(key, limit, WRONG_CODES_WINDOW_S);
+      const d = await limiter.peek(key, limit, WRONG_CODES_WINDOW_S);
       if (!d.allowed) throw throttled(d.retryAfter, `Too many wrong codes. Try again in ${d.retryAfter} seconds.`);
     }
   }
 
-  function countWrongGuess(userPk: number, ip: string): void {
-    limiter.hit(`device:guess:user:${userPk}`, WRONG_CODES_PER_USER, WRONG_CODES_WINDOW_S);
-    limiter.hit(`device:guess:ip:${ip}`, WRONG_CODES_PER_IP, WRONG_CODES_WINDOW_S);
+  async function countWrongGuess(userPk: number, ip: string): Promise<void> {
+    await Promise.all([
+      limiter.hit(`device:guess:user:${userPk}`, WRONG_CODES_PER_USER, WRONG_CODES_WINDOW_S),
+      limiter.hit(`device:guess:ip:${ip}`, WRONG_CODES_PER_IP, WRONG_CODES_WINDOW_S),
+    ]);
   }
 
   /**
@@ -342,15 +344,15 @@ export function createDeviceService(deps: DeviceServiceDeps) {
    * settled code is a 409.
    */
   async function decide(input: { userPk: number; userCode: string; action: DecideAction; via: string; ip: string }): Promise<{ userCode: string; clientId: string | null }> {
-    checkGuessBudget(input.userPk, input.ip);
+    await checkGuessBudget(input.userPk, input.ip);
     const normalized = normalizeUserCode(input.userCode);
     if (!normalized) {
-      countWrongGuess(input.userPk, input.ip);
+      await countWrongGuess(input.userPk, input.ip);
       throw fieldError('user_code', 'Enter the 8-letter code shown on your device (XXXX-XXXX).');
     }
     const id = await holderOf(store, USER_CODE_RESERVATION, hashUserCode(hmacKey, normalized));
     if (!id) {
-      countWrongGuess(input.userPk, input.ip);
+      await countWrongGuess(input.userPk, input.ip);
       throw notFound('Unknown code. Check the code shown on your device.');
     }
     type Outcome = 'done' | 'expired' | 'conflict';

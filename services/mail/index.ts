@@ -39,9 +39,11 @@ export function createMailContext(options: { blobs?: BlobStore; delivery?: Deliv
       mail,
       blobs,
       smtpPort: () => smtp?.port() ?? null,
-      async start() {
-        await reactor.start();
-        await smtp?.start();
+      // Delivery hands messages to the relay: it must run in ONE process (the embedded one,
+      // or the cluster worker holding the lease). SMTP serves clients: every gateway listens.
+      async start(role) {
+        if (role !== 'gateway') await reactor.start();
+        if (role !== 'worker') await smtp?.start();
       },
       async stop() {
         await smtp?.stop();

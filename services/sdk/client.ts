@@ -430,6 +430,43 @@ export class AisClient {
     }
   }
 
+  async #upload(p: Presigned, data: Uint8Array, contentType: string, onProgress?: (sent: number, total: number) => void, signal?: AbortSignal): Promise<void> {
+    const sameOrigin = new URL(p.upload_url).origin === new URL(this.baseUrl).origin;
+    // A presigned URL carries its own authority; the Bearer goes only to our own gateway.
+    const headers: Record<string, string> = {
+      'content-type': contentType,
+      ...(p.headers ?? {}),
+      ...(sameOrigin && this.credential ? { authorization: `Bearer ${this.credential}` } : {}),
+    };
+    const method = p.method || 'PUT';
+    const retries = this.#options.retries ?? 3;
+    for (let attempt = 0; ; attempt++) {
+      let res: Response;
+      try {
+        res = this.#options.fetch
+          ? await this.#options.fetch(p.upload_url, { method, headers, body: data as RequestInit['body'], signal })
+          : await streamUpload(p.upload_url, method, headers, data, onProgress, signal);
+      } catch (err) {
+        if (signal?.aborted) throw err;
+        if (attempt < retries) {
+          await sleep(this.#backoff(attempt), signal);
+          continue;
+        }
+        throw new NetworkError(`Upload to ${new URL(p.upload_url).origin} failed: ${(err as Error).message}`, err);
+      }
+      if (res.ok) break;
+      const err = await toError(res);
+      // A retry of an upload whose answer was lost finds it done: that is success.
+      if (attempt > 0 && err.status === 409 && err.code === 'already_uploaded') break;
+      if (attempt < retries && (res.status >= 500 || res.status === 429)) {
+        await sleep(Math.min(retryAfterMs(res.headers.get('retry-after')) ?? this.#backoff(attempt), this.#options.maxDelayMs ?? 30_000), signal);
+        continue;
+      }
+      throw err;
+    }
+    onProgress?.(data.byteLength, data.byteLength);
+  }
+
   #backoff(attempt: number): number {
     const base = this.#options.backoffMs ?? 250;
     const cap = this.#options.maxDelayMs ?? 30_000;
@@ -587,20 +624,16 @@ export class AisClient {
     reply: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply/`, { body }),
     replyAll: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply-all/`, { body }),
     presign: (body: PresignRequest): Promise<Presigned> => this.request('POST', '/api/email-attachments/presign/', { body }),
-    /** Presign + PUT to the upload URL; returns the attachment uuid. */
-    upload: async (file: Attachment, onProgress?: (sent: number, total: number) => void): Promise<string> => {
+    /**
+     * Presign + PUT to the upload URL; returns the attachment uuid. The body is streamed in
+     * 64 KiB chunks with a Content-Length (presigned cloud URLs refuse chunked uploads), and
+     * `onProgress(sent, total)` is called as each chunk is handed to the socket, ending with
+     * `sent === total`. Network errors and 5xx are retried like any idempotent request.
+     */
+    upload: async (file: Attachment, onProgress?: (sent: number, total: number) => void, signal?: AbortSignal): Promise<string> => {
       const content_type = file.content_type ?? 'application/octet-stream';
       const p = await this.email.presign({ filename: file.filename, content_type, size: file.data.byteLength });
-      const sameOrigin = new URL(p.upload_url).origin === new URL(this.baseUrl).origin;
-      // A presigned URL carries its own authority; the Bearer goes only to our own gateway.
-      const res = await this.#fetch(p.upload_url, {
-        method: p.method || 'PUT',
-        headers: { 'content-type': content_type, ...(p.headers ?? {}), ...(sameOrigin && this.credential ? { authorization: `Bearer ${this.credential}` } : {}) },
-        body: file.data as RequestInit["body"],
-      });
-      if (!res.ok) throw await toError(res);
-      await res.body?.cancel().catch(() => undefined);
-      onProgress?.(file.data.byteLength, file.data.byteLength);
+      await this.#upload(p, file.data, content_type, onProgress, signal);
       return p.uuid;
     },
     /** Uploads every attachment, then composes (or replies when `replyTo` is given). */
@@ -697,5 +730,65 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
       reject(signal!.reason);
     };
     signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+
+const UPLOAD_CHUNK = 64 * 1024;
+
+/**
+ * PUT `data` with node:http(s), chunk by chunk, reporting bytes handed to the socket. Answers
+ * a WHATWG Response so errors go through the same parsing as every other call. Stops
+ * writing when the server answers early (e.g. 413) and returns that answer.
+ */
+async function streamUpload(
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  data: Uint8Array,
+  onProgress?: (sent: number, total: number) => void,
+  signal?: AbortSignal,
+): Promise<Response> {
+  const mod = url.startsWith('https:') ? await import('node:https') : await import('node:http');
+  const total = data.byteLength;
+  return new Promise<Response>((resolve, reject) => {
+    let answered = false;
+    const req = mod.request(url, { method, headers: { ...headers, 'content-length': String(total) }, signal });
+    req.on('error', (err) => {
+      if (!answered) reject(err);
+    });
+    req.on('response', (res) => {
+      answered = true;
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', reject);
+      res.on('end', () => {
+        const status = res.statusCode ?? 0;
+        const h = new Headers();
+        for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(', ') : v);
+        const nullBody = status === 204 || status === 304 || chunks.length === 0;
+        resolve(new Response(nullBody ? null : Buffer.concat(chunks), { status, statusText: res.statusMessage, headers: h }));
+        // Answered before the whole body went out: this socket cannot be reused.
+        if (offset < total) req.destroy();
+      });
+    });
+    let offset = 0;
+    const pump = (): void => {
+      while (offset < total && !answered) {
+        const end = Math.min(offset + UPLOAD_CHUNK, total);
+        const chunk = data.subarray(offset, end);
+        offset = end;
+        const sent = end;
+        const more = req.write(chunk, () => {
+          if (sent < total) onProgress?.(sent, total);
+        });
+        if (!more) {
+          req.once('drain', pump);
+          return;
+        }
+      }
+      if (!answered) req.end();
+    };
+    pump();
   });
 }

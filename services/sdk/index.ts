@@ -5,6 +5,9 @@ export * from './unlocked.js';
 export {
   CryptoError,
   type CryptoErrorCode,
+  DEFAULT_KDF,
+  type KdfParams,
+  parseKdf,
   type EncryptionMetadata,
   type LockStore,
   MAX_PIN_ATTEMPTS,

@@ -1,13 +1,18 @@
 /**
  * `ais` run as a subprocess against a real spawned service (issue 8): device login approved
- * through the API in parallel, identities and keys, whoami, and the conditions
- * not_authenticated, identity_not_found and token_expired provoked for real.
+ * through the API in parallel (with the QR code), identities and keys, whoami, the vault
+ * round trip (setup, secrets, passwords, pin change, pin_locked, recover), and every
+ * client-reported condition provoked for real: not_authenticated, encryption_missing,
+ * pin_locked, identity_not_found, token_expired, and device_code_expired (against a second
+ * service whose device codes live one second). `--help` is checked on every command.
+ * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
+import { main, progressReporter } from '../../services/cli/main.js';
 import { ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
 
 jest.setTimeout(120_000);
@@ -38,17 +43,21 @@ interface Run {
   error: any;
 }
 
-function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void } = {}): Promise<Run> {
+/** The vault's Argon2id at the OWASP floor instead of 64 MiB: the same code paths, faster. */
+const FAST_KDF = 'argon2id:m=19456,t=2,p=1';
+
+function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void; input?: string; url?: string } = {}): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [path.join(ROOT, 'services/cli/bin.js'), ...args], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: xdg, XDG_CONFIG_HOME: xdg, AIS_BASE_URL: svc.url, ...opts.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { PATH: process.env.PATH ?? '', HOME: xdg, XDG_CONFIG_HOME: xdg, AIS_BASE_URL: opts.url ?? svc.url, ...opts.env },
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
     });
+    if (opts.input !== undefined) child.stdin!.end(opts.input);
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => {
+    child.stdout!.on('data', (d) => (stdout += d));
+    child.stderr!.on('data', (d) => {
       stderr += d;
       opts.onStderr?.(stderr);
     });
@@ -85,6 +94,39 @@ test('--help works on the root and on every command', async () => {
   const sub = await ais(['keys', 'create', '--help']);
   expect(sub.code).toBe(0);
   expect(sub.stdout).toMatch(/Usage: ais keys create/);
+  // Every command the root help lists (in-process: the same `main` bin.js runs).
+  const names = [...root.stdout.matchAll(/^ {2}([a-z-]+(?: [a-z-]+)?) {2,}/gm)].map((m) => m[1]);
+  expect(names).toEqual(expect.arrayContaining(['login', 'send', 'reply-all', 'inbox watch', 'sms watch', 'phone', 'pin change', 'secrets rm']));
+  for (const name of names) {
+    for (const flag of ['--help', '-h']) {
+      const out: string[] = [];
+      const code = await main([...name.split(' '), flag], {}, { out: (s) => out.push(s), err: (s) => out.push(s) });
+      expect([name, flag, code]).toEqual([name, flag, 0]);
+      expect(out.join('\n')).toMatch(new RegExp(`^Usage: ais ${name}\\b`));
+    }
+  }
+  const viaHelp: string[] = [];
+  expect(await main(['help', 'pin', 'recover'], {}, { out: (s) => viaHelp.push(s), err: () => undefined })).toBe(0);
+  // Every prompt names its non-interactive variable.
+  expect(viaHelp.join('\n')).toMatch(/AIS_RECOVERY_KEY[\s\S]*AIS_NEW_PIN/);
+  const groups: string[] = [];
+  expect(await main(['inbox', '--help'], {}, { out: (s) => groups.push(s), err: () => undefined })).toBe(0);
+  expect(groups.join('\n')).toMatch(/inbox watch/);
+});
+
+test('upload progress: redrawn bytes sent / total on a terminal, one final line otherwise', () => {
+  const tty: string[] = [];
+  const onTty = progressReporter({ json: false, errTTY: true, errWrite: (s) => tty.push(s), err: (s) => tty.push(s + '\n') });
+  onTty('a.bin', 65536, 200000);
+  onTty('a.bin', 131072, 200000); // within 100 ms: not redrawn
+  onTty('a.bin', 200000, 200000);
+  expect(tty[0]).toBe('\r\x1b[Kuploading a.bin: 64.0 KiB / 195.3 KiB (32%)');
+  expect(tty.slice(1)).toEqual(['\r\x1b[Kuploading a.bin: 195.3 KiB / 195.3 KiB (100%)', '\r\x1b[Kuploaded a.bin (195.3 KiB)\n']);
+  const plain: string[] = [];
+  const onPlain = progressReporter({ json: false, errTTY: false, errWrite: (s) => plain.push(s), err: (s) => plain.push(s) });
+  onPlain('a.bin', 65536, 200000);
+  onPlain('a.bin', 200000, 200000);
+  expect(plain).toEqual(['uploaded a.bin (200000 bytes)']);
 });
 
 test('not_authenticated: no stored credential', async () => {
@@ -98,7 +140,7 @@ describe('a logged-in agent', () => {
 
   test('login: device flow approved through the API while the CLI long-polls', async () => {
     let approved: Promise<unknown> | undefined;
-    const run = ais(['login', '--json'], {
+    const run = ais(['login', '--json', '--qr'], {
       onStderr: (s) => {
         const m = /"user_code":"([A-Z-]+)"/.exec(s);
         if (!m || approved) return;
@@ -114,6 +156,8 @@ describe('a logged-in agent', () => {
     const r = await run;
     await approved;
     expect(r.stderr).toMatch(/verification_uri/);
+    // --qr: the complete verification URI as a terminal QR code (half-block characters).
+    expect(r.stderr).toMatch(/[▀▄█]{5,}/);
     expect(r.code).toBe(0);
     const file = path.join(xdg, 'agent-identity/config.json');
     expect(statSync(file).mode & 0o777).toBe(0o600);
@@ -164,9 +208,17 @@ describe('a logged-in agent', () => {
     const missing = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '123456' } });
     expect(missing.error?.code).toBe('encryption_missing');
     expect(missing.code).toBe(15);
-    const setup = await ais(['pin', 'setup', '--json'], { env: { AIS_PIN: '123456' } });
+    const setup = await ais(['pin', 'setup', '--json'], { env: { AIS_PIN: '123456', AIS_PIN_KDF: FAST_KDF } });
     expect(setup.code).toBe(0);
     expect(setup.json.recovery_key).toMatch(/^RK1-/);
+    expect((await api('GET', '/api/encryption/', undefined, config().management_key)).body.kdf).toBe(FAST_KDF);
+    // Below the floor is refused, not silently used.
+    const weak = await ais(['pin', 'setup', '--json'], { env: { AIS_PIN: '123456', AIS_PIN_KDF: 'argon2id:m=1024,t=1,p=1' } });
+    expect(weak.code).not.toBe(0);
+    // Agents without AIS_PIN and nothing on stdin get a usage error naming the variable.
+    const noPin = await ais(['secrets', 'get', 'api-token', '--no-input', '--json']);
+    expect(noPin.code).toBe(2);
+    expect(noPin.error.message).toMatch(/AIS_PIN/);
     const set = await ais(['secrets', 'set', 'api-token', 's3cr3t-value', '--json'], { env: { AIS_PIN: '123456' } });
     expect(set.code).toBe(0);
     const get = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '123456' } });
@@ -192,6 +244,17 @@ describe('a logged-in agent', () => {
     expect(rec.code).toBe(0);
     const again = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '654321' } });
     expect(again.json.value).toBe('s3cr3t-value');
+
+    // pin change, the agent way: current and new PIN as two stdin lines.
+    const changed = await ais(['pin', 'change', '--json'], { input: '654321\n111222\n' });
+    expect(changed.code).toBe(0);
+    expect(changed.json).toEqual({ changed: true });
+    // Entries written under the old PIN open under the new one (the vault key is re-wrapped) ...
+    expect((await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '111222' } })).json.value).toBe('s3cr3t-value');
+    const pw2 = await ais(['passwords', 'get', 'github.com', '--json'], { input: '111222\n' });
+    expect(pw2.json).toMatchObject({ username: 'bob', password: 'hunter2' });
+    // ... and the old PIN no longer does.
+    expect((await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '654321' } })).error.code).toBe('wrong_pin');
   });
 
   test('identity_not_found: the configured identity was deleted', async () => {
@@ -212,5 +275,33 @@ describe('a logged-in agent', () => {
     expect(r.code).toBe(11);
     expect(r.error.code).toBe('token_expired');
     expect(r.error.message).toMatch(/log ?in/i);
+  });
+});
+
+describe('device_code_expired, provoked for real', () => {
+  let short: ServiceProcess;
+  let shortData: string;
+
+  beforeAll(async () => {
+    shortData = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-dev-'));
+    short = await spawnService({ DATA_DIR: shortData, LOG_LEVEL: 'warn', DEVICE_CODE_TTL: '1', DEVICE_POLL_INTERVAL: '1' });
+  });
+  afterAll(async () => {
+    short?.child.kill('SIGTERM');
+    await short?.exited;
+    rmSync(shortData, { recursive: true, force: true });
+  });
+
+  test('nobody approves: long-polling and interval-polling logins both end with device_code_expired', async () => {
+    const [waiting, polling] = await Promise.all([
+      ais(['login', '--json'], { url: short.url }),
+      ais(['login', '--no-wait', '--no-qr'], { url: short.url }),
+    ]);
+    expect(waiting.code).toBe(13);
+    expect(waiting.error).toMatchObject({ code: 'device_code_expired', exit_code: 13 });
+    expect(waiting.error.message).toMatch(/ais login/);
+    expect(polling.code).toBe(13);
+    expect(polling.stderr).toMatch(/enter the code: [A-Z]{4}-[A-Z]{4}/);
+    expect(polling.stderr).toMatch(/error: The login code expired/);
   });
 });

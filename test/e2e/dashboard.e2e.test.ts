@@ -25,7 +25,7 @@ const shot = (name: string) => page.screenshot({ path: path.join(ARTIFACTS, `das
 
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
-  s = await startTestServer();
+  s = await startTestServer({ ADMIN_TOKEN: 'x', SMS_WEBHOOK_SECRET: 'y' });
   browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
   context = await browser.newContext();
   page = await context.newPage();
@@ -127,6 +127,58 @@ describe('dashboard', () => {
     expect(await page.textContent('.flash.error')).toContain('Your plan does not allow this');
     expect(await page.locator('tbody tr').count()).toBe(1);
     await shot('home-plan-402');
+  });
+
+  it('after a plan upgrade (admin API), creates an identity with a phone and shows its SMS conversation', async () => {
+    const me = await s.api('POST', '/api/auth/login/', { body: { username, password } });
+    expect(me.status).toBe(200);
+    const upgraded = await s.api('PUT', `/api/admin/users/${me.body.user.pk}/subscription/`, { headers: { authorization: 'Bearer x' }, body: { plan: 'developer', status: 'active' } });
+    expect(upgraded.status).toBe(200);
+
+    await page.goto(`${s.url}/`);
+    const usage = await page.textContent('#sub-h + dl');
+    expect(usage).toContain('developer');
+    expect(usage).toContain('0 of 3 used');
+    await page.getByLabel('Name', { exact: true }).fill('Phone agent');
+    await page.getByLabel(/Provision a phone number/).check();
+    await submit(page, 'Create identity');
+    expect(await page.textContent('main')).toContain('Identity created.');
+    const phoneId = new URL(page.url()).pathname.split('/')[2];
+    const phone = (await page.locator('dl.kv dd').nth(1).textContent())!.trim();
+    expect(phone).toMatch(/^\+\d{8,15}$/);
+
+    const hook = await fetch(`${s.url}/api/webhooks/sms/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-webhook-secret': 'y' },
+      body: new URLSearchParams({ From: '+15550199', To: phone, Body: 'Your code is 4711 <b>not bold</b>', MessageSid: `SM${Date.now()}` }),
+    });
+    expect(hook.status).toBe(200);
+
+    // The identity page lists the conversation (peer, preview, count)...
+    let link = page.getByRole('link', { name: '+15550199' });
+    for (let i = 0; i < 50; i++) {
+      await page.goto(`${s.url}/identities/${phoneId}`);
+      link = page.getByRole('link', { name: '+15550199' });
+      if (await link.count()) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const row = page.locator('#sms-h + table tbody tr').first();
+    expect(await row.textContent()).toContain('Your code is 4711');
+    await shot('identity-sms');
+    // ...and the conversation page shows the message, escaped, with its numbers.
+    await Promise.all([page.waitForLoadState('load'), link.click()]);
+    expect(await page.textContent('h1')).toBe('SMS with +15550199');
+    const message = page.locator('ol.sms li').first();
+    expect(await message.locator('.sms-body').textContent()).toBe('Your code is 4711 <b>not bold</b>');
+    expect(await message.locator('.meta').textContent()).toContain(`+15550199 → ${phone}`);
+    expect(await page.locator('ol.sms b').count()).toBe(0);
+    await shot('sms-conversation');
+
+    // The subscription now counts the phone.
+    await page.goto(`${s.url}/`);
+    expect(await page.textContent('#sub-h + dl')).toContain('1 of 3 used');
+    const del = await s.api('DELETE', `/api/identities/${phoneId}/`, { token: me.body.access });
+    expect(del.status).toBe(204);
   });
 
   it('renames an identity, and deletes one only after confirmation', async () => {
@@ -235,6 +287,40 @@ describe('dashboard', () => {
     await shot('mail-thread');
   });
 
+  it('edits the profile (username, first and last name) and resends the verification email', async () => {
+    await page.goto(`${s.url}/account`);
+    await page.getByLabel('Username').fill('bad name!');
+    await submit(page, 'Save profile');
+    expect(await page.locator('#username-error').textContent()).toContain('Enter a valid username');
+    expect(await page.getByLabel('Username').getAttribute('aria-describedby')).toBe('username-error');
+    await page.getByLabel('Username').fill(`${username}x`);
+    await page.getByLabel('First name').fill('Grace');
+    await page.getByLabel('Last name').fill('Hopper');
+    await submit(page, 'Save profile');
+    expect(await page.textContent('.flash.ok')).toContain('Profile saved.');
+    const me = await s.api('POST', '/api/auth/login/', { body: { username: `${username}x`, password } });
+    expect(me.status).toBe(200);
+    expect(me.body.user).toMatchObject({ username: `${username}x`, first_name: 'Grace', last_name: 'Hopper' });
+    // Back to the original name (later tests sign in with it).
+    await page.getByLabel('Username').fill(username);
+    await submit(page, 'Save profile');
+    expect(await page.textContent('main')).toContain(`${username}`);
+
+    const { readdirSync } = await import('node:fs');
+    const outbox = path.join(s.dataDir, 'outbox');
+    const count = () => (readdirSync(outbox, { recursive: true }) as string[]).filter((f) => f.endsWith('.eml')).length;
+    const before = count();
+    await submit(page, 'Resend verification email');
+    expect(await page.textContent('.flash.ok')).toContain('verification link is on its way');
+    let after = count();
+    for (let i = 0; i < 50 && after === before; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      after = count();
+    }
+    expect(after).toBe(before + 1);
+    await shot('account-profile');
+  });
+
   it('changes the password: the old one stops working, the dashboard stays signed in', async () => {
     await page.goto(`${s.url}/account`);
     await page.getByLabel('New password', { exact: true }).fill('another-Secret-42');
@@ -283,5 +369,84 @@ describe('dashboard', () => {
     await submit(p, 'Set password');
     expect(await p.textContent('main')).toContain('invalid or has expired');
     await fresh.close();
+  });
+  it('is usable with the keyboard only: Tab through the sign-in form in order, submit with Enter, land on the return path', async () => {
+    const kb = await browser.newContext();
+    const p = await kb.newPage();
+    const res = await p.goto(`${s.url}/keys`);
+    // Anonymous: sent to the sign-in page with a validated return path.
+    expect(new URL(p.url()).pathname).toBe('/login');
+    expect(new URL(p.url()).searchParams.get('next')).toBe('/keys');
+    expect(res!.status()).toBe(200);
+    expect(await p.getAttribute('html', 'lang')).toBe('en');
+    expect(await p.locator('h1').count()).toBe(1);
+
+    const order: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      await p.keyboard.press('Tab');
+      const focused = await p.evaluate(() => {
+        const el = (globalThis as unknown as { document: { activeElement: { id: string; tagName: string; textContent: string } | null } }).document.activeElement;
+        return el ? el.id || `${el.tagName.toLowerCase()}:${(el.textContent ?? '').trim()}` : '';
+      });
+      order.push(focused);
+      if (focused === 'sign-in') break;
+    }
+    expect(order[0]).toBe('a:Skip to content');
+    const [iLogin, iPassword, iSubmit] = ['login', 'password', 'sign-in'].map((id) => order.indexOf(id));
+    expect(iLogin).toBeGreaterThan(0);
+    expect(iPassword).toBe(iLogin + 1);
+    expect(iSubmit).toBe(iPassword + 1);
+    // Focus is visible (an outline on the focused control).
+    const outline = await p.locator('#sign-in').evaluate((el) => {
+      const g = globalThis as unknown as { getComputedStyle(e: unknown): { outlineStyle: string; outlineWidth: string } };
+      const st = g.getComputedStyle(el);
+      return `${st.outlineStyle} ${st.outlineWidth}`;
+    });
+    expect(outline).toMatch(/^solid [1-9]/);
+
+    // Back to the login field, type, and submit with Enter from the password field.
+    await p.keyboard.press('Shift+Tab');
+    await p.keyboard.press('Shift+Tab');
+    await p.keyboard.type(username);
+    await p.keyboard.press('Tab');
+    await p.keyboard.type('reset-Secret-77');
+    await Promise.all([p.waitForURL((u) => u.pathname === '/keys'), p.keyboard.press('Enter')]);
+    expect(await p.textContent('h1')).toBe('API keys');
+    await p.screenshot({ path: path.join(ARTIFACTS, 'dashboard-keyboard-keys.png'), fullPage: true });
+
+    // Every visible form control has an accessible label on the main pages.
+    for (const where of ['/', '/keys', '/account', `/identities/${identityId}`]) {
+      await p.goto(`${s.url}${where}`);
+      const unlabeled = await p.$$eval('input:not([type=hidden]), select, textarea', (els) =>
+        els.filter((el) => {
+          const e = el as unknown as { id: string; labels: { length: number } | null; getAttribute(n: string): string | null };
+          return !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.getAttribute('aria-labelledby');
+        }).map((el) => (el as unknown as { id: string; name: string }).name),
+      );
+      expect({ where, unlabeled }).toEqual({ where, unlabeled: [] });
+      expect(await p.locator('h1').count()).toBe(1);
+    }
+    await kb.close();
+  });
+
+  it('never follows a return path off the site', async () => {
+    const other = await browser.newContext();
+    const p = await other.newPage();
+    for (const next of ['//evil.example/x', 'https://evil.example/', '/\\evil.example', 'javascript:alert(1)']) {
+      await p.goto(`${s.url}/login?next=${encodeURIComponent(next)}`);
+      expect(await p.locator('input[name="next"]').count()).toBe(0);
+    }
+    // A forged next posted with the form is ignored too.
+    await p.goto(`${s.url}/login`);
+    await p.evaluate(() => {
+      const d = (globalThis as unknown as { document: { querySelector(s: string): { insertAdjacentHTML(w: string, h: string): void } } }).document;
+      d.querySelector('form[action="/login"]').insertAdjacentHTML('beforeend', '<input type="hidden" name="next" value="//evil.example/">');
+    });
+    await p.getByLabel('Username or email').fill(username);
+    await p.getByLabel('Password').fill('reset-Secret-77');
+    await submit(p, 'Sign in');
+    expect(new URL(p.url()).origin).toBe(s.url);
+    expect(new URL(p.url()).pathname).toBe('/');
+    await other.close();
   });
 });

@@ -152,6 +152,9 @@ describe('/device in a browser: local password sign-in', () => {
     await page.goto(a.verification_uri_complete);
     await expectText(page, '.code', a.user_code); // RFC 8628 §3.3.1: shown back to compare
     expect(await page.locator(`text=Continue with 127.0.0.1`).count()).toBe(1);
+    // The one sign-in of the service (the dashboard's), shown in place, coming back here afterwards.
+    expect(await page.getAttribute('form[action="/login"] input[name="next"]', 'value')).toBe(`/device?user_code=${a.user_code}`);
+    expect(await page.getAttribute('form[action="/login/oidc"] input[name="next"]', 'value')).toBe(`/device?user_code=${a.user_code}`);
     await shot(page, 'local-1-sign-in');
 
     await page.fill('#login', user.user.username);

@@ -368,8 +368,8 @@ describe('device requests are rate-limited per client address', () => {
     for (let i = 0; i < 130 && res.status === 200; i++) res = await s.api('POST', '/api/auth/device/');
     expect(res.status).toBe(429);
     expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
-    s.runtime.shared.platform.limiter.reset('device:request:127.0.0.1');
-    s.runtime.shared.platform.limiter.reset('device:request:::ffff:127.0.0.1');
+    await s.runtime.shared.platform.limiter.reset('device:request:127.0.0.1');
+    await s.runtime.shared.platform.limiter.reset('device:request:::ffff:127.0.0.1');
   });
 });
 
@@ -400,5 +400,33 @@ describe('expiry (DEVICE_CODE_TTL=1)', () => {
     const res = await e.api('POST', '/api/auth/device/token/', { body: { device_code: d.device_code, wait: true } });
     expect(res.body.error).toBe('expired_token');
     expect(Date.now() - t0).toBeLessThan(3000);
+  });
+});
+
+describe('an external provider that cannot be reached', () => {
+  let o: TestServer;
+  beforeAll(async () => {
+    const dead = await freePort(); // nothing listens there
+    o = await startOnKnownPort({ OIDC_ISSUER: `http://127.0.0.1:${dead}`, OIDC_CLIENT_ID: 'c', OIDC_CLIENT_SECRET: 's' });
+  });
+  afterAll(async () => o?.close());
+
+  it('leaves the page and the password sign-in working; "continue with" explains the failure', async () => {
+    const d = (await o.api('POST', '/api/auth/device/')).body;
+    const page = await fetch(`${o.url}/device?user_code=${d.user_code}`);
+    const html = await page.text();
+    expect(page.status).toBe(200);
+    expect(html).toContain('Continue with 127.0.0.1:');
+    expect(html).toContain('id="sign-in"');
+    const cookie = page.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+    const csrf = /name="csrf" value="([^"]+)"/.exec(html)![1];
+    const start = await fetch(`${o.url}/device/oidc/start`, {
+      method: 'POST',
+      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ user_code: d.user_code, csrf }),
+      redirect: 'manual',
+    });
+    expect(start.status).toBe(502);
+    expect(await start.text()).toContain('could not be reached');
   });
 });

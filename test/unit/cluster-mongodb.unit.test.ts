@@ -227,19 +227,19 @@ describe('MongoDB query translation: meaning (model of MongoDB rules, contract d
 });
 
 describe('MongoDB rate limiter decisions', () => {
-  it('decides exactly like the in-memory sliding window', () => {
+  it('decides exactly like the in-memory sliding window', async () => {
     let t = 1_000_000;
     const memory = createMemoryRateLimiter(() => t);
     let log: number[] = [];
     const steps = [0, 100, 200, 300, 59_000, 60_050, 60_150, 61_000, 200_000];
     for (const at of steps) {
       t = 1_000_000 + at;
-      const expected = memory.hit('k', 3, 60);
+      const expected = await memory.hit('k', 3, 60);
       const got = evaluateWindow(log, t, 3, 60, true);
       expect(got).toEqual(expected);
       log = log.filter((h) => t - h < 60_000);
       if (got.allowed) log.push(t);
-      expect(evaluateWindow(log, t, 3, 60, false)).toEqual(memory.peek('k', 3, 60));
+      expect(evaluateWindow(log, t, 3, 60, false)).toEqual(await memory.peek('k', 3, 60));
     }
     memory.close();
   });

@@ -7,14 +7,16 @@ type Handler = (req: http.IncomingMessage, body: string, res: http.ServerRespons
 let server: http.Server;
 let url: string;
 let handler: Handler;
-const seen: { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }[] = [];
+const seen: { method: string; url: string; headers: http.IncomingHttpHeaders; body: string; raw: Buffer }[] = [];
 
 beforeAll(async () => {
   server = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => (body += c));
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+      const raw = Buffer.concat(chunks);
+      const body = raw.toString('utf8');
+      seen.push({ method: req.method!, url: req.url!, headers: req.headers, body, raw });
       handler(req, body, res);
     });
   });
@@ -151,6 +153,56 @@ describe('errors and identity', () => {
     await expect(c.auth.devicePoll('dc', { wait: true })).resolves.toEqual({ error: 'authorization_pending' });
     expect(JSON.parse(seen[0].body)).toEqual({ device_code: 'dc', wait: true });
     await expect(c.auth.devicePoll('dc')).rejects.toMatchObject({ code: 'device_code_expired' });
+  });
+});
+
+describe('attachment upload', () => {
+  const presign = (res: http.ServerResponse, uploadUrl: string) =>
+    json(res, 201, { uuid: 'att-1', upload_url: uploadUrl, method: 'PUT', headers: { 'x-amz-meta': 'm' }, expires_at: new Date().toISOString() });
+
+  test('streams with Content-Length (not chunked), reports growing progress ending at the total', async () => {
+    const data = new Uint8Array(300 * 1024 + 3).map((_, i) => i % 251);
+    handler = (req, _b, res) => (req.url === '/api/email-attachments/presign/' ? presign(res, `${url}/upload/att-1/?sig=x`) : json(res, 200, { status: 'uploaded' }));
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const calls: [number, number][] = [];
+    await expect(c.email.upload({ filename: 'a.bin', data }, (s, t) => calls.push([s, t]))).resolves.toBe('att-1');
+    const put = seen[1];
+    expect(put.method).toBe('PUT');
+    expect(put.headers['content-length']).toBe(String(data.byteLength));
+    expect(put.headers['transfer-encoding']).toBeUndefined();
+    expect(put.headers['content-type']).toBe('application/octet-stream');
+    expect(put.headers['x-amz-meta']).toBe('m');
+    expect(Buffer.compare(put.raw, Buffer.from(data))).toBe(0);
+    expect(JSON.parse(seen[0].body)).toEqual({ filename: 'a.bin', content_type: 'application/octet-stream', size: data.byteLength });
+    expect(calls.length).toBeGreaterThan(2);
+    expect(calls.at(-1)).toEqual([data.byteLength, data.byteLength]);
+    for (let i = 1; i < calls.length; i++) expect(calls[i][0]).toBeGreaterThanOrEqual(calls[i - 1][0]);
+  });
+
+  test('the Bearer goes to our own origin only, never to a foreign presigned URL', async () => {
+    handler = (req, _b, res) => (req.url === '/api/email-attachments/presign/' ? presign(res, `http://localhost:${new URL(url).port}/up/`) : json(res, 200, {}));
+    const c = createClient({ baseUrl: url, token: 'secret-token', identity: 'i1' });
+    await c.email.upload({ filename: 'a.txt', content_type: 'text/plain', data: new TextEncoder().encode('hi') });
+    expect(seen[1].headers.authorization).toBeUndefined(); // localhost is another origin than 127.0.0.1
+    expect(seen[0].headers.authorization).toBe('Bearer secret-token');
+  });
+
+  test('a 503 is retried; a 409 already_uploaded on the retry means the first one landed', async () => {
+    let puts = 0;
+    handler = (req, _b, res) => {
+      if (req.url === '/api/email-attachments/presign/') return presign(res, `${url}/upload/`);
+      return ++puts === 1 ? json(res, 503, { detail: 'busy' }) : json(res, 409, { detail: 'done', code: 'already_uploaded' });
+    };
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1', backoffMs: 1 });
+    await expect(c.email.upload({ filename: 'a.txt', data: new Uint8Array(10) })).resolves.toBe('att-1');
+    expect(puts).toBe(2);
+  });
+
+  test('a refused upload surfaces the API error', async () => {
+    handler = (req, _b, res) =>
+      req.url === '/api/email-attachments/presign/' ? presign(res, `${url}/upload/`) : json(res, 400, { detail: 'Content-Type must be "text/plain"', code: 'content_type_mismatch' });
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    await expect(c.email.upload({ filename: 'a.txt', data: new Uint8Array(10) })).rejects.toMatchObject({ status: 400, code: 'content_type_mismatch' });
   });
 });
 

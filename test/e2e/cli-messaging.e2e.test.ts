@@ -1,0 +1,303 @@
+/**
+ * `ais` mail and SMS commands run as subprocesses against ONE real spawned service (issue 8):
+ * send / reply / reply-all with `--attach` (presign, streamed upload, compose) checked at the
+ * SMTP relay sink with mailparser; `inbox watch` receiving a mail sent into the service's own
+ * SMTP listener; `inbox list --unread` and `show`; `phone`, `sms list|show|watch` after a plan
+ * upgrade through the admin API and an inbound SMS posted to the webhook.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { jest } from '@jest/globals';
+import nodemailer from 'nodemailer';
+import { freePort, ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
+import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
+
+jest.setTimeout(120_000);
+
+const ADMIN_TOKEN = 'admin-' + randomBytes(12).toString('hex');
+const WEBHOOK_SECRET = 'hook-' + randomBytes(12).toString('hex');
+
+let svc: ServiceProcess;
+let sink: SmtpSink;
+let smtpPort: number;
+let dataDir: string;
+let xdg: string;
+let files: string;
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-clim-data-'));
+  xdg = mkdtempSync(path.join(os.tmpdir(), 'ais-clim-xdg-'));
+  files = mkdtempSync(path.join(os.tmpdir(), 'ais-clim-files-'));
+  sink = await startSmtpSink();
+  smtpPort = await freePort();
+  svc = await spawnService({
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'warn',
+    SMTP_PORT: String(smtpPort),
+    SMTP_RELAY_URL: sink.url,
+    ADMIN_TOKEN,
+    SMS_WEBHOOK_SECRET: WEBHOOK_SECRET,
+    PASSWORD_HASH_MEMORY_KIB: '19456',
+  });
+});
+
+afterAll(async () => {
+  svc?.child.kill('SIGTERM');
+  await svc?.exited;
+  await sink?.close();
+  for (const d of [dataDir, xdg, files]) if (d) rmSync(d, { recursive: true, force: true });
+});
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  json: any;
+  error: any;
+}
+
+/** Runs `ais` as users do; `onStderr` sees the stderr so far (to act while it runs). */
+function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void } = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(ROOT, 'services/cli/bin.js'), ...args], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: xdg, XDG_CONFIG_HOME: xdg, AIS_BASE_URL: svc.url, ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => {
+      stderr += d;
+      opts.onStderr?.(stderr);
+    });
+    child.on('exit', (code) => {
+      const parse = (s: string) => {
+        try {
+          return JSON.parse(s);
+        } catch {
+          return undefined;
+        }
+      };
+      const lastErr = stderr.trim().split('\n').pop() ?? '';
+      resolve({ code, stdout, stderr, json: parse(stdout), error: parse(lastErr)?.error });
+    });
+  });
+}
+
+/** Starts `ais ... watch --count 1 --json` and resolves once it is connected to the stream. */
+async function startWatch(args: string[]): Promise<{ done: Promise<Run> }> {
+  let connected!: () => void;
+  const ready = new Promise<void>((r) => (connected = r));
+  const done = ais([...args, '--count', '1', '--json'], { onStderr: (s) => /"watching"/.test(s) && connected() });
+  await Promise.race([ready, done.then((r) => Promise.reject(new Error(`watch ended early (${r.code}): ${r.stderr}`)))]);
+  return { done };
+}
+
+async function api(method: string, p: string, o: { body?: unknown; token?: string; form?: Record<string, string>; headers?: Record<string, string> } = {}) {
+  const res = await fetch(svc.url + p, {
+    method,
+    headers: {
+      ...(o.form ? { 'content-type': 'application/x-www-form-urlencoded' } : o.body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...(o.token ? { authorization: `Bearer ${o.token}` } : {}),
+      ...(o.headers ?? {}),
+    },
+    body: o.form ? new URLSearchParams(o.form).toString() : o.body === undefined ? undefined : JSON.stringify(o.body),
+  });
+  const text = await res.text();
+  let body: any = text;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    /* XML (TwiML) or empty */
+  }
+  return { status: res.status, body };
+}
+
+let user: { pk: number; username: string };
+let identity: { uuid: string; inbox: string; phone: string | null };
+
+test('setup: sign up through the API, `login --username` (AIS_PASSWORD), plan upgrade, identity with a phone', async () => {
+  const u = `msg${Date.now() % 1e7}`;
+  const password = 'Secret-pass-1';
+  const reg = await api('POST', '/api/auth/social/', { body: { username: u, email: `${u}@example.com`, password1: password, password2: password } });
+  expect(reg.status).toBe(201);
+  user = reg.body.user;
+
+  const login = await ais(['login', '--username', u, '--json'], { env: { AIS_PASSWORD: password } });
+  expect(login.code).toBe(0);
+  expect(login.json.user.username).toBe(u);
+
+  // Free plan: no phone (402), surfaced with the API's status.
+  const refused = await ais(['identities', 'create', 'nophone', '--phone', '--json']);
+  expect(refused.code).toBe(20);
+  expect(refused.error.status).toBe(402);
+
+  const up = await api('PUT', `/api/admin/users/${user.pk}/subscription/`, { token: ADMIN_TOKEN, body: { plan: 'developer', status: 'active' } });
+  expect(up.status).toBe(200);
+
+  const c = await ais(['identities', 'create', 'courier', '--phone', '--use', '--json']);
+  expect(c.code).toBe(0);
+  identity = c.json;
+  expect(identity.inbox).toMatch(/^courier[\w.-]*@agents\.localhost$/);
+  expect(identity.phone).toMatch(/^\+\d+$/);
+});
+
+describe('email', () => {
+  const small = Buffer.from('hello attachment\n');
+  const big = randomBytes(300 * 1024 + 7); // several 64 KiB upload chunks
+  let smallPath: string;
+  let bigPath: string;
+  let inboundId: string;
+  let threadId: string;
+
+  beforeAll(() => {
+    smallPath = path.join(files, 'notes.txt');
+    bigPath = path.join(files, 'blob.bin');
+    writeFileSync(smallPath, small);
+    writeFileSync(bigPath, big);
+  });
+
+  test('send --attach: presign, upload, compose; the relay sink gets From/To/Subject and the exact bytes', async () => {
+    const r = await ais(['send', '--to', 'bob@example.com', '--subject', 'Quarterly report', '--body', '<p>See attached.</p>', '--attach', smallPath, '--attach', bigPath]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Sent \((queued|sent)\): [0-9a-f-]{36}/);
+    // Not a terminal: one final progress line per file.
+    expect(r.stderr).toContain(`uploaded notes.txt (${small.length} bytes)`);
+    expect(r.stderr).toContain(`uploaded blob.bin (${big.length} bytes)`);
+
+    const m = await sink.waitFor((x) => x.parsed.subject === 'Quarterly report');
+    expect(m.parsed.from?.value[0].address).toBe(identity.inbox);
+    expect(m.envelope.to).toEqual(['bob@example.com']);
+    expect(m.parsed.text).toMatch(/See attached\./);
+    const byName = Object.fromEntries(m.parsed.attachments.map((a) => [a.filename, a]));
+    expect(byName['notes.txt'].contentType).toBe('text/plain');
+    expect(Buffer.compare(byName['notes.txt'].content, small)).toBe(0);
+    expect(byName['blob.bin'].contentType).toBe('application/octet-stream');
+    expect(Buffer.compare(byName['blob.bin'].content, big)).toBe(0);
+  });
+
+  test('send --json reports each upload as a JSON line and answers the message', async () => {
+    const r = await ais(['send', '--to', 'dora@example.com', '--subject', 'json mode', '--body', 'x', '--attach', smallPath, '--json']);
+    expect(r.code).toBe(0);
+    expect(r.json).toMatchObject({ subject: 'json mode', to: ['dora@example.com'] });
+    expect(r.json.attachments.map((a: any) => a.filename)).toEqual(['notes.txt']);
+    expect(JSON.parse(r.stderr.trim().split('\n')[0])).toEqual({ uploaded: 'notes.txt', bytes: small.length });
+    await sink.waitFor((x) => x.parsed.subject === 'json mode');
+  });
+
+  test('a missing attachment file is a usage error before anything is sent', async () => {
+    const r = await ais(['send', '--to', 'bob@example.com', '--subject', 's', '--body', 'b', '--attach', path.join(files, 'nope.pdf'), '--json']);
+    expect(r.code).toBe(2);
+    expect(r.error.message).toMatch(/nope\.pdf.*ENOENT/);
+  });
+
+  test('inbox watch prints a mail sent into the SMTP listener, live', async () => {
+    const watch = await startWatch(['inbox', 'watch']);
+    const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
+    await transport.sendMail({
+      from: 'Alice <alice@example.com>',
+      to: identity.inbox,
+      cc: 'carol@example.com',
+      subject: 'Lunch on Friday?',
+      text: 'Are you free on Friday at noon?',
+      messageId: '<lunch-1@example.com>',
+    });
+    transport.close();
+    const r = await watch.done;
+    expect(r.code).toBe(0);
+    const e = JSON.parse(r.stdout.trim());
+    expect(e).toMatchObject({ event: 'email', from_email: 'alice@example.com', subject: 'Lunch on Friday?' });
+    expect(e.preview).toMatch(/free on Friday/);
+    expect(typeof e.id).toBe('string');
+    threadId = e.thread_id;
+  });
+
+  test('inbox list --unread, show (marks read), then nothing unread', async () => {
+    const unread = await ais(['inbox', 'list', '--unread', '--json']);
+    expect(unread.code).toBe(0);
+    expect(unread.json.map((t: any) => t.thread_id)).toEqual([threadId]);
+    const human = await ais(['inbox', 'list', '--unread']);
+    expect(human.stdout).toMatch(/THREAD_ID\s+FROM_EMAIL\s+SUBJECT/);
+    expect(human.stdout).toContain('Lunch on Friday?');
+
+    const show = await ais(['inbox', 'show', threadId, '--json']);
+    expect(show.code).toBe(0);
+    expect(show.json.messages).toHaveLength(1);
+    inboundId = show.json.messages[0].id;
+    expect(show.json.messages[0]).toMatchObject({ from_email: 'alice@example.com', cc: ['carol@example.com'] });
+    const text = await ais(['inbox', 'show', threadId]);
+    expect(text.stdout).toContain('From: alice@example.com');
+    expect(text.stdout).toContain('Are you free on Friday at noon?');
+
+    const after = await ais(['inbox', 'list', '--unread', '--json']);
+    expect(after.json).toEqual([]);
+  });
+
+  test('reply --attach goes to the sender, in the thread, with the file', async () => {
+    const r = await ais(['reply', inboundId, '--body', 'Yes, noon works.', '--attach', smallPath, '--json']);
+    expect(r.code).toBe(0);
+    expect(r.json.thread_id).toBe(threadId);
+    const m = await sink.waitFor((x) => x.parsed.subject === 'Re: Lunch on Friday?' && x.parsed.text?.includes('noon works') === true);
+    expect(m.parsed.from?.value[0].address).toBe(identity.inbox);
+    expect(m.envelope.to).toEqual(['alice@example.com']);
+    expect(m.parsed.inReplyTo).toBe('<lunch-1@example.com>');
+    expect(m.parsed.attachments.map((a) => [a.filename, a.content.toString()])).toEqual([['notes.txt', small.toString()]]);
+  });
+
+  test('reply-all --attach goes to the sender and the other recipients', async () => {
+    const r = await ais(['reply-all', inboundId, '--body', 'Adding everyone.', '--attach', bigPath]);
+    expect(r.code).toBe(0);
+    const m = await sink.waitFor((x) => x.parsed.text?.includes('Adding everyone.') === true);
+    expect(m.parsed.subject).toBe('Re: Lunch on Friday?');
+    expect((m.parsed.to as any).value.map((a: any) => a.address)).toEqual(['alice@example.com']);
+    expect((m.parsed.cc as any).value.map((a: any) => a.address)).toEqual(['carol@example.com']);
+    expect([...m.envelope.to].sort()).toEqual(['alice@example.com', 'carol@example.com']);
+    expect(Buffer.compare(m.parsed.attachments[0].content, big)).toBe(0);
+  });
+});
+
+describe('sms and phone', () => {
+  let conversationId: string;
+
+  test('phone lists the provisioned number', async () => {
+    const r = await ais(['phone', '--json']);
+    expect(r.code).toBe(0);
+    expect(r.json).toEqual([expect.objectContaining({ number: identity.phone, capabilities: ['sms'] })]);
+    const human = await ais(['phone']);
+    expect(human.stdout).toContain(identity.phone);
+  });
+
+  test('sms watch prints an inbound SMS posted to the webhook, live', async () => {
+    const watch = await startWatch(['sms', 'watch']);
+    const hook = await api('POST', '/api/webhooks/sms/', {
+      headers: { 'x-webhook-secret': WEBHOOK_SECRET },
+      form: { From: '+15557654321', To: identity.phone!, Body: 'Your code is 424242', MessageSid: 'SM' + randomBytes(16).toString('hex') },
+    });
+    expect(hook.status).toBe(200);
+    const r = await watch.done;
+    expect(r.code).toBe(0);
+    const e = JSON.parse(r.stdout.trim());
+    expect(e).toMatchObject({ event: 'sms', from_number: '+15557654321', preview: 'Your code is 424242' });
+    conversationId = e.conversation_id;
+  });
+
+  test('sms list --unread, show (marks read), then nothing unread', async () => {
+    const unread = await ais(['sms', 'list', '--unread', '--json']);
+    expect(unread.code).toBe(0);
+    expect(unread.json).toEqual([expect.objectContaining({ conversation_id: conversationId, peer: '+15557654321', unread_count: 1 })]);
+    const human = await ais(['sms', 'list']);
+    expect(human.stdout).toContain('+15557654321');
+
+    const show = await ais(['sms', 'show', conversationId, '--json']);
+    expect(show.code).toBe(0);
+    expect(show.json.messages.map((m: any) => m.body)).toEqual(['Your code is 424242']);
+    const text = await ais(['sms', 'show', conversationId]);
+    expect(text.stdout).toContain('Your code is 424242');
+
+    expect((await ais(['sms', 'list', '--unread', '--json'])).json).toEqual([]);
+  });
+});
