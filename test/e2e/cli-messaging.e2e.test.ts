@@ -5,14 +5,14 @@
  * SMTP listener; `inbox list --unread` and `show`; `phone`, `sms list|show|watch` after a plan
  * upgrade through the admin API and an inbound SMS posted to the webhook.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
+import { runCli, type CliRun } from '../support/cli.js';
 import nodemailer from 'nodemailer';
-import { freePort, ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
+import { freePort, spawnService, type ServiceProcess } from '../support/spawn.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 
 jest.setTimeout(120_000);
@@ -51,45 +51,13 @@ afterAll(async () => {
   for (const d of [dataDir, xdg, files]) if (d) rmSync(d, { recursive: true, force: true });
 });
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  json: any;
-  error: any;
-}
-
 /** Runs `ais` as users do; `onStderr` sees the stderr so far (to act while it runs). */
-function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void } = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [path.join(ROOT, 'services/cli/bin.js'), ...args], {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: xdg, XDG_CONFIG_HOME: xdg, AIS_BASE_URL: svc.url, ...opts.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => {
-      stderr += d;
-      opts.onStderr?.(stderr);
-    });
-    child.on('exit', (code) => {
-      const parse = (s: string) => {
-        try {
-          return JSON.parse(s);
-        } catch {
-          return undefined;
-        }
-      };
-      const lastErr = stderr.trim().split('\n').pop() ?? '';
-      resolve({ code, stdout, stderr, json: parse(stdout), error: parse(lastErr)?.error });
-    });
-  });
+function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void } = {}): Promise<CliRun> {
+  return runCli(args, { url: svc.url, home: xdg, env: opts.env, onStderr: opts.onStderr });
 }
 
 /** Starts `ais ... watch --count 1 --json` and resolves once it is connected to the stream. */
-async function startWatch(args: string[]): Promise<{ done: Promise<Run> }> {
+async function startWatch(args: string[]): Promise<{ done: Promise<CliRun> }> {
   let connected!: () => void;
   const ready = new Promise<void>((r) => (connected = r));
   const done = ais([...args, '--count', '1', '--json'], { onStderr: (s) => /"watching"/.test(s) && connected() });

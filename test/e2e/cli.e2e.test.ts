@@ -7,13 +7,13 @@
  * service whose device codes live one second). `--help` is checked on every command.
  * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
+import { runCli, type CliRun } from '../support/cli.js';
 import { main, progressReporter } from '../../services/cli/main.js';
-import { ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
+import { spawnService, type ServiceProcess } from '../support/spawn.js';
 
 jest.setTimeout(120_000);
 
@@ -35,44 +35,11 @@ afterAll(async () => {
   rmSync(xdg, { recursive: true, force: true });
 });
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  json: any;
-  error: any;
-}
-
 /** The vault's Argon2id at the OWASP floor instead of 64 MiB: the same code paths, faster. */
 const FAST_KDF = 'argon2id:m=19456,t=2,p=1';
 
-function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void; input?: string; url?: string } = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [path.join(ROOT, 'services/cli/bin.js'), ...args], {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: xdg, XDG_CONFIG_HOME: xdg, AIS_BASE_URL: opts.url ?? svc.url, ...opts.env },
-      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-    });
-    if (opts.input !== undefined) child.stdin!.end(opts.input);
-    let stdout = '';
-    let stderr = '';
-    child.stdout!.on('data', (d) => (stdout += d));
-    child.stderr!.on('data', (d) => {
-      stderr += d;
-      opts.onStderr?.(stderr);
-    });
-    child.on('exit', (code) => {
-      const parse = (s: string) => {
-        try {
-          return JSON.parse(s);
-        } catch {
-          return undefined;
-        }
-      };
-      const lastErr = stderr.trim().split('\n').pop() ?? '';
-      resolve({ code, stdout, stderr, json: parse(stdout), error: parse(lastErr)?.error });
-    });
-  });
+function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void; input?: string; url?: string } = {}): Promise<CliRun> {
+  return runCli(args, { url: opts.url ?? svc.url, home: xdg, env: opts.env, onStderr: opts.onStderr, input: opts.input });
 }
 
 async function api(method: string, p: string, body?: unknown, token?: string) {

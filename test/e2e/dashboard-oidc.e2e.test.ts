@@ -6,96 +6,42 @@
  * and the validated return path brings the person back to the page they asked for.
  * Screenshots go to test-artifacts/dashboard-oidc-*.png.
  */
-import http from 'node:http';
-import net from 'node:net';
-import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { freePort } from '../support/spawn.js';
+import { ARTIFACTS, launchBrowser, localContext, startOidcProvider, type TestIdp } from '../support/browser.js';
 
 jest.setTimeout(120_000);
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const ARTIFACTS = path.resolve('test-artifacts');
-const CLIENT_ID = 'agent-identity-dashboard';
-const CLIENT_SECRET = 'device-page-client-secret-0123456789';
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
-}
-
 let s: TestServer;
 let browser: Browser;
-let idp: http.Server;
+let idp: TestIdp;
 let issuer: string;
 
-// oidc-provider announces its development defaults (in-memory adapter, dev keys, dev
-// interactions) on the console; they are what this test wants, so keep the output clean.
-const quiet = { warn: console.warn, info: console.info };
-const fromIdp = (args: unknown[]) => typeof args[0] === 'string' && args[0].startsWith('oidc-provider');
-console.warn = (...args: unknown[]) => (fromIdp(args) ? undefined : quiet.warn(...args));
-console.info = (...args: unknown[]) => (fromIdp(args) ? undefined : quiet.info(...args));
-
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
-  mkdirSync(ARTIFACTS, { recursive: true });
-
   const port = await freePort();
   const publicUrl = `http://127.0.0.1:${port}`;
-  const idpPort = await freePort();
-  issuer = `http://127.0.0.1:${idpPort}`;
-  const { default: Provider } = await import('oidc-provider'); // after the console filter is in place
-  const provider = new Provider(issuer, {
-    clients: [
-      {
-        client_id: CLIENT_ID,
-        client_secret: CLIENT_SECRET,
-        redirect_uris: [`${publicUrl}/device/oidc/callback`],
-        grant_types: ['authorization_code'],
-        response_types: ['code'],
-        token_endpoint_auth_method: 'client_secret_basic',
-      },
-    ],
-    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['given_name', 'family_name', 'preferred_username'] },
-    // The dev login accepts any name: the account is that name.
-    findAccount: async (_ctx: unknown, id: string) => ({
-      accountId: id,
-      claims: async () => ({ sub: id, email: `${id}@idp.example`, email_verified: true, given_name: 'Ada', family_name: 'Lovelace', preferred_username: id }),
-    }),
-    cookies: { keys: ['e2e-idp-cookie-key'] },
-    features: { devInteractions: { enabled: true } },
-  });
-  idp = http.createServer(provider.callback());
-  await new Promise<void>((resolve) => idp.listen(idpPort, '127.0.0.1', resolve));
-
+  idp = await startOidcProvider('agent-identity-dashboard', `${publicUrl}/device/oidc/callback`);
+  issuer = idp.issuer;
   s = await startTestServer({
     PORT: String(port),
     HOST: '127.0.0.1',
     PUBLIC_URL: publicUrl,
-    OIDC_ISSUER: issuer,
-    OIDC_CLIENT_ID: CLIENT_ID,
-    OIDC_CLIENT_SECRET: CLIENT_SECRET,
+    OIDC_ISSUER: idp.issuer,
+    OIDC_CLIENT_ID: idp.clientId,
+    OIDC_CLIENT_SECRET: idp.clientSecret,
   });
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+  browser = await launchBrowser();
 });
 
-/** A browser context that stays on this machine (the IdP's dev pages import a web font). */
-async function newContext(): Promise<BrowserContext> {
-  const context = await browser.newContext();
-  await context.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route) => route.abort());
-  return context;
-}
+const newContext = (): Promise<BrowserContext> => localContext(browser);
 
 afterAll(async () => {
   await browser?.close();
   await s?.close();
-  await new Promise<void>((resolve) => (idp ? idp.close(() => resolve()) : resolve()));
-  Object.assign(console, quiet);
+  await idp?.close();
 });
 
 

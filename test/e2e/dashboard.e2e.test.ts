@@ -4,16 +4,15 @@
  * them with the API, revoke and see them fail, approve a device code for a polling agent,
  * read a received mail with its HTML sandboxed. Screenshots go to test-artifacts/.
  */
-import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser, type Page, type BrowserContext } from 'playwright-core';
+import type { Browser, Page, BrowserContext } from 'playwright-core';
+import { ARTIFACTS, launchBrowser } from '../support/browser.js';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 
 
 jest.setTimeout(120_000);
 
-const ARTIFACTS = path.resolve('test-artifacts');
 let s: TestServer;
 let browser: Browser;
 let context: BrowserContext;
@@ -24,9 +23,8 @@ const password = 'correct-Horse-battery-9';
 const shot = (name: string) => page.screenshot({ path: path.join(ARTIFACTS, `dashboard-${name}.png`), fullPage: true });
 
 beforeAll(async () => {
-  mkdirSync(ARTIFACTS, { recursive: true });
   s = await startTestServer({ ADMIN_TOKEN: 'x', SMS_WEBHOOK_SECRET: 'y' });
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+  browser = await launchBrowser();
   context = await browser.newContext();
   page = await context.newPage();
 });

@@ -1,0 +1,80 @@
+/**
+ * Real-browser test support: Debian's Chromium through playwright-core, and a real external
+ * OpenID Provider (`oidc-provider` on a random port; its dev login accepts any name, which
+ * becomes the account). Without Chromium the suites fail loudly rather than pass silently.
+ */
+import http from 'node:http';
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { chromium, type Browser, type BrowserContext } from 'playwright-core';
+import { freePort } from './spawn.js';
+
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+/** Screenshots (gitignored). */
+export const ARTIFACTS = path.resolve('test-artifacts');
+
+export async function launchBrowser(): Promise<Browser> {
+  if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
+  mkdirSync(ARTIFACTS, { recursive: true });
+  return chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+}
+
+/** A browser context that stays on this machine (the IdP's dev pages import a web font). */
+export async function localContext(browser: Browser): Promise<BrowserContext> {
+  const context = await browser.newContext();
+  await context.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route) => route.abort());
+  return context;
+}
+
+export interface TestIdp {
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  close(): Promise<void>;
+}
+
+/** An OpenID Provider with one confidential client whose redirect URI is `redirectUri`. */
+export async function startOidcProvider(clientId: string, redirectUri: string): Promise<TestIdp> {
+  // oidc-provider announces its development defaults (in-memory adapter, dev keys, dev
+  // interactions) on the console; they are what the tests want, so keep the output clean.
+  const quiet = { warn: console.warn, info: console.info };
+  const fromIdp = (args: unknown[]) => typeof args[0] === 'string' && args[0].startsWith('oidc-provider');
+  console.warn = (...args: unknown[]) => (fromIdp(args) ? undefined : quiet.warn(...args));
+  console.info = (...args: unknown[]) => (fromIdp(args) ? undefined : quiet.info(...args));
+
+  const port = await freePort();
+  const issuer = `http://127.0.0.1:${port}`;
+  const clientSecret = `${clientId}-secret-0123456789abcdef`;
+  const { default: Provider } = await import('oidc-provider'); // after the console filter is in place
+  const provider = new Provider(issuer, {
+    clients: [
+      {
+        client_id: clientId,
+        client_secret: clientSecret,
+        redirect_uris: [redirectUri],
+        grant_types: ['authorization_code'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'client_secret_basic',
+      },
+    ],
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['given_name', 'family_name', 'preferred_username'] },
+    // The dev login accepts any name: the account is that name.
+    findAccount: async (_ctx: unknown, id: string) => ({
+      accountId: id,
+      claims: async () => ({ sub: id, email: `${id}@idp.example`, email_verified: true, given_name: 'Ada', family_name: 'Lovelace', preferred_username: id }),
+    }),
+    cookies: { keys: ['e2e-idp-cookie-key'] },
+    features: { devInteractions: { enabled: true } },
+  });
+  const server = http.createServer(provider.callback());
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return {
+    issuer,
+    clientId,
+    clientSecret,
+    close: async () => {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      Object.assign(console, quiet);
+    },
+  };
+}

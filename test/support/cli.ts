@@ -1,0 +1,56 @@
+/** Runs the `ais` CLI (services/cli/bin.js) as a subprocess, the way an agent runs it. */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { ROOT } from './spawn.js';
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** stdout parsed as JSON (with --json), else undefined. */
+  json: any;
+  /** The `error` of the last stderr line when it is JSON (the condition name), else undefined. */
+  error: any;
+}
+
+export interface CliOptions {
+  /** Service base URL (AIS_BASE_URL). */
+  url: string;
+  /** Config home (XDG_CONFIG_HOME and HOME): where the CLI keeps its state. */
+  home: string;
+  env?: Record<string, string>;
+  /** Called with the whole stderr so far, on every chunk (to react to prompts and codes). */
+  onStderr?: (stderr: string) => void;
+  /** Written to stdin, then closed; stdin is ignored when absent. */
+  input?: string;
+}
+
+const parse = (s: string) => {
+  try {
+    return JSON.parse(s);
+  } catch {
+    return undefined;
+  }
+};
+
+export function runCli(args: string[], o: CliOptions): Promise<CliRun> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(ROOT, 'services/cli/bin.js'), ...args], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: o.home, XDG_CONFIG_HOME: o.home, AIS_BASE_URL: o.url, ...o.env },
+      stdio: [o.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
+    if (o.input !== undefined) child.stdin!.end(o.input);
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (d) => (stdout += d));
+    child.stderr!.on('data', (d) => {
+      stderr += d;
+      o.onStderr?.(stderr);
+    });
+    child.on('exit', (code) => {
+      const lastErr = stderr.trim().split('\n').pop() ?? '';
+      resolve({ code, stdout, stderr, json: parse(stdout), error: parse(lastErr)?.error });
+    });
+  });
+}
