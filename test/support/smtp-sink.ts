@@ -12,7 +12,8 @@ export interface SmtpSink {
   close(): Promise<void>;
 }
 
-export async function startSmtpSink(): Promise<SmtpSink> {
+/** A sink on `port` (default: any free port). */
+export async function startSmtpSink(port = 0): Promise<SmtpSink> {
   const messages: SmtpSink['messages'] = [];
   const waiters: Array<() => void> = [];
   const server = new SMTPServer({
@@ -35,8 +36,8 @@ export async function startSmtpSink(): Promise<SmtpSink> {
       });
     },
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  const port = (server.server.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', () => resolve()));
+  port = (server.server.address() as AddressInfo).port;
   return {
     url: `smtp://127.0.0.1:${port}`,
     port,
