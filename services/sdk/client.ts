@@ -1,6 +1,6 @@
 /**
- * The TypeScript SDK: one typed method per endpoint of SPEC "Endpoints" (shapes from
- * DECISIONS and schemas/*.json), with the client behaviour SPEC "Errors" asks for:
+ * The TypeScript SDK: one typed method per endpoint of SPEC "Endpoints" (wire types generated
+ * from schemas/*.json into ./types.gen.ts), with the client behaviour SPEC "Errors" asks for:
  *
  * - retries with exponential backoff and full jitter on network errors and 5xx, for
  *   idempotent methods (GET, HEAD, PUT, DELETE) only, so a POST is never sent twice;
@@ -14,183 +14,87 @@
  */
 import { EventStream, type EventStreamOptions } from './events.js';
 
-// ---------------------------------------------------------------------------------------------
-// Types (the wire shapes; field names are the spec's)
+import type {
+  AccountsLogin,
+  AccountsRefreshResult,
+  AccountsRegister,
+  AccountsTokenPair,
+  AccountsUser,
+  AccountsUserPatch,
+  BillingSubscription,
+  CommonDetail,
+  DeviceDeviceAuthorization,
+  DeviceDeviceToken,
+  DeviceDeviceTokenError,
+  IdentitiesIdentity,
+  IdentitiesIdentityCreate,
+  IdentitiesIdentityPatch,
+  KeysIdentityKey,
+  KeysIdentityKeyCreated,
+  KeysManagementKey,
+  KeysManagementKeyCreated,
+  KeysWhoami,
+  MailComposeRequest,
+  MailEmailMessage,
+  MailEmailThread,
+  MailEmailThreadDetail,
+  MailPresignRequest,
+  MailPresignResponse,
+  MailReplyRequest,
+  SmsConversation,
+  SmsConversationDetail,
+  SmsMessage,
+  SmsPhone,
+  VaultEncryptionMetadata,
+  VaultEncryptionRewrap,
+  VaultEncryptionUpload,
+  VaultGeneratedPassword,
+  VaultPasswordCreate,
+  VaultPasswordEntry,
+  VaultPasswordPut,
+  VaultSecret,
+} from './types.gen.js';
 
-export interface User {
-  pk: number;
-  username: string;
-  email: string;
-  first_name?: string;
-  last_name?: string;
-}
-export interface TokenPair {
-  access: string;
-  refresh: string;
-  user: User;
-}
-export interface DeviceAuthorization {
-  device_code: string;
-  user_code: string;
-  verification_uri: string;
-  verification_uri_complete?: string;
-  expires_in: number;
-  interval: number;
-}
-export interface DeviceTokens extends TokenPair {
-  management_key: string;
-}
-/** Non-success answers of the device token endpoint (RFC 8628 §3.5). */
-export type DevicePending = { error: 'authorization_pending' | 'slow_down' };
-export interface Identity {
-  uuid: string;
-  name: string;
-  inbox: string;
-  phone: string | null;
-  created_dt: string;
-}
-export interface IdentityCreate {
-  name: string;
-  email_identifier?: string;
-  provision_phone?: boolean;
-}
-export interface ManagementKey {
-  uuid: string;
-  masked_key: string;
-  label: string;
-  last_used_at: string | null;
-  created_dt: string;
-}
-export interface IdentityKey extends ManagementKey {
-  identity: string;
-}
+// ---------------------------------------------------------------------------------------------
+// Types: the wire shapes come from ./types.gen.ts, generated from the server's schemas/*.json
+// (`npm run gen:sdk-types`). The short names below are the SDK's historical names for them.
+
+export type User = AccountsUser;
+export type TokenPair = AccountsTokenPair;
+export type DeviceAuthorization = DeviceDeviceAuthorization;
+export type DeviceTokens = DeviceDeviceToken;
+/** Non-success answers of the device token endpoint that mean "poll again" (RFC 8628 §3.5). */
+export type DevicePending = { error: Extract<DeviceDeviceTokenError['error'], 'authorization_pending' | 'slow_down'> };
+export type Identity = IdentitiesIdentity;
+export type IdentityCreate = IdentitiesIdentityCreate;
+export type IdentityUpdate = IdentitiesIdentityPatch;
+export type ManagementKey = KeysManagementKey;
+export type IdentityKey = KeysIdentityKey;
 /** Create answers carry the full key once, in `key` (DECISIONS "Auth"). */
-export interface CreatedManagementKey {
-  uuid: string;
-  label: string;
-  key: string;
-  masked_key: string;
-  created_dt: string;
-}
-export interface CreatedIdentityKey extends CreatedManagementKey {
-  identity_uuid: string;
-}
-export interface WhoAmI {
-  kind: 'jwt' | 'management_key' | 'identity_key' | string;
-  user: unknown;
-  identity: unknown;
-  key: unknown;
-}
-export interface Subscription {
-  plan: string;
-  status: string;
-  [field: string]: unknown;
-}
-export interface EmailAddress {
-  address: string;
-  name?: string;
-}
-export interface EmailThread {
-  thread_id: string;
-  subject: string;
-  preview: string;
-  [field: string]: unknown;
-}
-export interface EmailMessage {
-  id: string;
-  thread_id?: string;
-  subject?: string;
-  status?: 'queued' | 'sent' | 'failed' | string;
-  [field: string]: unknown;
-}
-export interface Compose {
-  to: string;
-  subject: string;
-  body: string;
-  cc?: string;
-  bcc?: string;
-  attachment_uuids?: string[];
-}
-export interface Reply {
-  body: string;
-  cc?: string;
-  bcc?: string;
-  attachment_uuids?: string[];
-}
-export interface PresignRequest {
-  filename: string;
-  content_type: string;
-  size: number;
-}
-export interface Presigned {
-  uuid: string;
-  upload_url: string;
-  method: 'PUT' | string;
-  headers?: Record<string, string>;
-  expires_at?: string;
-}
+export type CreatedManagementKey = KeysManagementKeyCreated;
+export type CreatedIdentityKey = KeysIdentityKeyCreated;
+export type WhoAmI = KeysWhoami;
+export type Subscription = BillingSubscription;
+export type EmailThread = MailEmailThread;
+export type EmailThreadDetail = MailEmailThreadDetail;
+export type EmailMessage = MailEmailMessage;
+export type Compose = MailComposeRequest;
+export type Reply = MailReplyRequest;
+export type PresignRequest = MailPresignRequest;
+export type Presigned = MailPresignResponse;
+export type { SmsConversation, SmsConversationDetail, SmsMessage, VaultSecret };
+export type Phone = SmsPhone;
+export type PasswordEntry = VaultPasswordEntry;
+export type PasswordWrite = VaultPasswordCreate;
+export type PasswordReplace = VaultPasswordPut;
+export type EncryptionMetadataWire = VaultEncryptionMetadata;
+export type Tokens = AccountsRefreshResult;
+
+/** A file to attach (SDK input, not a wire shape). */
 export interface Attachment {
   filename: string;
   content_type?: string;
   data: Uint8Array;
-}
-export interface SmsConversation {
-  conversation_id: string;
-  peer: string;
-  from_number: string;
-  to_number: string;
-  preview: string;
-  message_count: number;
-  unread_count: number;
-  last_message_at: string;
-  created_dt: string;
-}
-export interface SmsMessage {
-  id: string;
-  conversation_id: string;
-  direction: string;
-  from_number: string;
-  to_number: string;
-  body: string;
-  preview: string;
-  read: boolean;
-  created_dt: string;
-  [field: string]: unknown;
-}
-export interface Phone {
-  number: string;
-  provider: string;
-  capabilities: string[];
-  created_dt: string;
-}
-export interface PasswordEntry {
-  uuid: string;
-  domain: string;
-  username: string;
-  password: string;
-  notes: string;
-  [field: string]: unknown;
-}
-export interface PasswordWrite {
-  uuid?: string;
-  domain: string;
-  username: string;
-  password: string;
-  notes: string;
-}
-export interface VaultSecret {
-  uuid: string;
-  key: string;
-  value: string | null;
-  [field: string]: unknown;
-}
-export interface EncryptionMetadataWire {
-  salt: string;
-  public_key: string | null;
-  verifier: string | null;
-  wrapped_key?: string | null;
-  recovery_wrapped_key?: string | null;
-  kdf?: string | null;
 }
 export interface ListOptions {
   limit?: number;
@@ -254,11 +158,6 @@ async function toError(res: Response): Promise<ApiRequestError> {
 
 // ---------------------------------------------------------------------------------------------
 // Client
-
-export interface Tokens {
-  access: string;
-  refresh: string;
-}
 
 export interface ClientOptions {
   /** The service's {base_url}, e.g. `http://localhost:8000`. */
@@ -528,18 +427,18 @@ export class AisClient {
   // -- auth -------------------------------------------------------------------------------
 
   readonly auth = {
-    login: async (body: { password: string; username?: string; email?: string }): Promise<TokenPair> => {
+    login: async (body: AccountsLogin): Promise<TokenPair> => {
       const pair = await this.request<TokenPair>('POST', '/api/auth/login/', { body, anonymous: true });
       this.setTokens(pair);
       return pair;
     },
-    register: (body: { username: string; email: string; password1: string; password2: string }): Promise<TokenPair> =>
+    register: (body: AccountsRegister): Promise<TokenPair> =>
       this.request('POST', '/api/auth/social/', { body, anonymous: true }),
     refresh: (): Promise<Tokens> => this.refresh(),
     verify: (token: string): Promise<null> => this.request('POST', '/api/auth/token/verify/', { body: { token }, anonymous: true }),
-    logout: (): Promise<{ detail: string }> => this.request('POST', '/api/auth/logout/', { identity: false }),
+    logout: (): Promise<CommonDetail> => this.request('POST', '/api/auth/logout/', { identity: false }),
     user: (): Promise<User> => this.request('GET', '/api/auth/user/', { identity: false }),
-    updateUser: (body: Partial<Pick<User, 'username' | 'first_name' | 'last_name'>>): Promise<User> =>
+    updateUser: (body: AccountsUserPatch): Promise<User> =>
       this.request('PATCH', '/api/auth/user/', { body, identity: false }),
     bindIdentity: (identity: string): Promise<Tokens> => this.request('POST', '/api/auth/bind-identity/', { body: { identity }, identity: false }),
     /** POST /api/auth/device/ (RFC 8628 §3.1). */
@@ -593,7 +492,7 @@ export class AisClient {
     list: (q?: ListOptions): Promise<Identity[]> => this.#list('/api/identities/', q, false),
     create: (body: IdentityCreate): Promise<Identity> => this.request('POST', '/api/identities/', { body, identity: false }),
     get: (uuid: string): Promise<Identity> => this.request('GET', `/api/identities/${enc(uuid)}/`, { identity: false }),
-    update: (uuid: string, body: Partial<IdentityCreate>): Promise<Identity> =>
+    update: (uuid: string, body: IdentityUpdate): Promise<Identity> =>
       this.request('PATCH', `/api/identities/${enc(uuid)}/`, { body, identity: false }),
     delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/identities/${enc(uuid)}/`, { identity: false }),
   };
@@ -616,7 +515,7 @@ export class AisClient {
 
   readonly email = {
     inbox: (q: ListOptions & { unread?: boolean } = {}): Promise<EmailThread[]> => this.#list('/api/email-inbox/', { ...q, unread: q.unread ? 'true' : undefined }),
-    thread: (threadId: string): Promise<EmailThread & { messages: EmailMessage[] }> => this.request('GET', `/api/email-inbox/${enc(threadId)}/`),
+    thread: (threadId: string): Promise<EmailThreadDetail> => this.request('GET', `/api/email-inbox/${enc(threadId)}/`),
     messages: (q?: ListOptions): Promise<EmailMessage[]> => this.#list('/api/email-messages/', q),
     message: (id: string): Promise<EmailMessage> => this.request('GET', `/api/email-messages/${enc(id)}/`),
     markRead: (id: string, read = true): Promise<EmailMessage> => this.request('PATCH', `/api/email-messages/${enc(id)}/`, { body: { read } }),
@@ -657,7 +556,7 @@ export class AisClient {
 
   readonly sms = {
     inbox: (q: ListOptions & { unread?: boolean } = {}): Promise<SmsConversation[]> => this.#list('/api/sms-inbox/', { ...q, unread: q.unread ? 'true' : undefined }),
-    conversation: (id: string): Promise<SmsConversation & { messages: SmsMessage[] }> => this.request('GET', `/api/sms-inbox/${enc(id)}/`),
+    conversation: (id: string): Promise<SmsConversationDetail> => this.request('GET', `/api/sms-inbox/${enc(id)}/`),
     messages: (q?: ListOptions & { conversation_id?: string }): Promise<SmsMessage[]> => this.#list('/api/messages/', q),
     message: (id: string): Promise<SmsMessage> => this.request('GET', `/api/messages/${enc(id)}/`),
     phone: (): Promise<Phone[]> => this.request('GET', '/api/phone/'),
@@ -669,9 +568,9 @@ export class AisClient {
     list: (q?: ListOptions): Promise<PasswordEntry[]> => this.#list('/api/passwords/', q),
     create: (body: PasswordWrite): Promise<PasswordEntry> => this.request('POST', '/api/passwords/', { body }),
     get: (uuid: string): Promise<PasswordEntry> => this.request('GET', `/api/passwords/${enc(uuid)}/`),
-    update: (uuid: string, body: PasswordWrite): Promise<PasswordEntry> => this.request('PUT', `/api/passwords/${enc(uuid)}/`, { body }),
+    update: (uuid: string, body: PasswordReplace): Promise<PasswordEntry> => this.request('PUT', `/api/passwords/${enc(uuid)}/`, { body }),
     delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/passwords/${enc(uuid)}/`),
-    generate: (q: { length?: number } = {}): Promise<{ password: string }> => this.request('GET', '/api/passwords/generate_password/', { query: q }),
+    generate: (q: { length?: number } = {}): Promise<VaultGeneratedPassword> => this.request('GET', '/api/passwords/generate_password/', { query: q }),
   };
 
   readonly vault = {
@@ -684,8 +583,8 @@ export class AisClient {
 
   readonly encryption = {
     get: (): Promise<EncryptionMetadataWire> => this.request('GET', '/api/encryption/', { identity: false }),
-    setup: (upload: object): Promise<EncryptionMetadataWire> => this.request('POST', '/api/encryption/', { body: upload, identity: false }),
-    rewrap: (upload: object): Promise<EncryptionMetadataWire> => this.request('PUT', '/api/encryption/', { body: upload, identity: false }),
+    setup: (upload: VaultEncryptionUpload): Promise<EncryptionMetadataWire> => this.request('POST', '/api/encryption/', { body: upload, identity: false }),
+    rewrap: (upload: VaultEncryptionRewrap): Promise<EncryptionMetadataWire> => this.request('PUT', '/api/encryption/', { body: upload, identity: false }),
   };
 
   // -- events ----------------------------------------------------------------------------------

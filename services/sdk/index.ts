@@ -1,5 +1,7 @@
 /** The public SDK: `import { createClient } from 'agent-identity-service/sdk'` (or this path). */
 export * from './client.js';
+/** Every wire type and the `Operations` map, generated from schemas/*.json. */
+export type * from './types.gen.js';
 export * from './events.js';
 export * from './unlocked.js';
 export {
