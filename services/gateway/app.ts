@@ -23,8 +23,16 @@ export interface AppDeps {
   trustProxy?: boolean;
 }
 
-/** Paths outside /api/ that keep their exact spelling (no trailing-slash folding). */
-const EXACT_PATH = /^\/(\.well-known\/|static\/|favicon)/;
+const SECURITY_HEADERS = {
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  'X-Frame-Options': 'DENY',
+  'Cross-Origin-Opener-Policy': 'same-origin',
+};
+/** JSON API answers are never cached and never rendered as documents. */
+const API_HEADERS = { ...SECURITY_HEADERS, 'Cache-Control': 'no-store', 'Content-Security-Policy': "default-src 'none'; frame-ancestors 'none'" };
+/** Pages (dashboard, /device) set their own Content-Security-Policy. */
+const PAGE_HEADERS = SECURITY_HEADERS;
 
 /** Every route served: method and path (the OpenAPI coverage test reads it). */
 export type RouteTable = Array<{ method: string; path: string }>;
@@ -33,63 +41,47 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   const app = new Koa({ proxy: deps.trustProxy ?? false });
   const log = deps.logger;
 
+  // One edge middleware (each Koa layer costs a closure and a promise on every request):
+  // request id, security headers, trailing-slash folding, error mapping, 404 shape, access log.
   app.use(async (ctx: Context, next: Next) => {
     const started = process.hrtime.bigint();
     const incoming = ctx.get('x-request-id');
-    const id = /^[\w.-]{1,128}$/.test(incoming) ? incoming : randomUUID();
+    const id = incoming && /^[\w.-]{1,128}$/.test(incoming) ? incoming : randomUUID();
     ctx.state.requestId = id;
+    // The request's logger is made on first use: most requests never log.
+    let child: Logger | undefined;
+    Object.defineProperty(ctx.state, 'log', { get: () => (child ??= log.child({ req_id: id })), configurable: true });
+    const api = ctx.path.startsWith('/api/');
+    ctx.set(api ? API_HEADERS : PAGE_HEADERS);
     ctx.set('X-Request-Id', id);
-    ctx.state.log = log.child({ req_id: id });
+    if (ctx.secure) ctx.set('Strict-Transport-Security', 'max-age=63072000; includeSubDomains');
+    // DECISIONS: a path without its trailing slash is the same resource (no redirect).
+    if (api && !ctx.path.endsWith('/')) ctx.path = `${ctx.path}/`;
     try {
       await next();
+      // Unanswered: 404 for unknown paths; 405 (with Allow, set by allowedMethods) for a known
+      // path with another method; both in the spec's error shape.
+      if (ctx.body === undefined || ctx.body === null || ctx.body === '') {
+        if (ctx.status === 404) throw notFound();
+        if (ctx.status === 405 || ctx.status === 501) throw new ApiError(405, 'method_not_allowed', `Method "${ctx.method}" not allowed.`);
+      }
+    } catch (raw) {
+      answerError(ctx, raw);
     } finally {
-      const ms = Number(process.hrtime.bigint() - started) / 1e6;
       // Only method, path and status: headers and bodies may carry secrets.
-      if (log.isLevelEnabled('debug') || ctx.status >= 500) {
+      if (ctx.status >= 500 || log.isLevelEnabled('debug')) {
+        const ms = Number(process.hrtime.bigint() - started) / 1e6;
         ctx.state.log[ctx.status >= 500 ? 'error' : 'debug']({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round(ms * 10) / 10 }, 'request');
       }
     }
   });
 
-  app.use(errorMiddleware);
-
-  app.use(async (ctx: Context, next: Next) => {
-    ctx.set('X-Content-Type-Options', 'nosniff');
-    ctx.set('Referrer-Policy', 'no-referrer');
-    ctx.set('X-Frame-Options', 'DENY');
-    ctx.set('Cross-Origin-Opener-Policy', 'same-origin');
-    if (ctx.secure) ctx.set('Strict-Transport-Security', 'max-age=63072000; includeSubDomains');
-    await next();
-    if (ctx.path.startsWith('/api/')) {
-      ctx.set('Cache-Control', 'no-store');
-      if (!ctx.response.get('Content-Security-Policy')) ctx.set('Content-Security-Policy', "default-src 'none'; frame-ancestors 'none'");
-    }
-  });
-
-  // DECISIONS: a path without its trailing slash is the same resource (no redirect).
-  app.use(async (ctx: Context, next: Next) => {
-    if (!ctx.path.endsWith('/') && ctx.path.startsWith('/api/') && !EXACT_PATH.test(ctx.path)) ctx.path = `${ctx.path}/`;
-    await next();
-  });
-
-  // Unmatched paths: 404 in the spec's shape (allowedMethods below turns known paths into 405).
-  app.use(async (ctx: Context, next: Next) => {
-    await next();
-    if (ctx.status === 404 && (ctx.body === undefined || ctx.body === null)) throw notFound();
-  });
-
   const router = new Router();
   for (const m of deps.modules) m.routes(router);
-  app.use(
-    router.allowedMethods({
-      throw: true,
-      methodNotAllowed: () => new ApiError(405, 'method_not_allowed', 'Method not allowed.'),
-      notImplemented: () => new ApiError(405, 'method_not_allowed', 'Method not allowed.'),
-    }),
-  );
+  app.use(router.allowedMethods());
   app.use(router.routes());
 
-  // Errors were answered by errorMiddleware; Koa's own handler stays silent.
+  // Errors were answered by the edge middleware; Koa's own handler stays silent.
   app.silent = true;
   const routeTable: RouteTable = router.stack.flatMap((layer) =>
     layer.methods.filter((m) => m !== 'HEAD').map((method) => ({ method: method.toLowerCase(), path: String(layer.path) })),
@@ -97,19 +89,12 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   return Object.assign(app, { routeTable });
 }
 
-async function errorMiddleware(ctx: Context, next: Next): Promise<void> {
-  try {
-    await next();
-  } catch (raw) {
-    const err = toApiError(raw);
-    if (err.status >= 500) {
-      (ctx.state.log ?? console).error({ err: raw, method: ctx.method, path: ctx.path }, 'unhandled error');
-    }
-    ctx.status = err.status;
-    for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
-    if (err.status === 405) ctx.set('Allow', ctx.response.get('Allow') || '');
-    ctx.body = err.body();
-  }
+function answerError(ctx: Context, raw: unknown): void {
+  const err = toApiError(raw);
+  if (err.status >= 500) (ctx.state.log ?? console).error({ err: raw, method: ctx.method, path: ctx.path }, 'unhandled error');
+  ctx.status = err.status;
+  for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
+  ctx.body = err.body();
 }
 
 /** Maps anything thrown to the spec's error shapes; unknown errors become a generic 500. */

@@ -307,6 +307,7 @@ describe('wire conventions', () => {
     const na = await s.api('DELETE', '/api/health/');
     expect(na.status).toBe(405);
     expect(na.body.code).toBe('method_not_allowed');
+    expect(na.headers.get('allow')).toMatch(/\bGET\b/); // RFC 9110 §15.5.6
   });
 
   it('malformed JSON is a 400, not a 500; bodies over 1 MiB are 413', async () => {
@@ -319,9 +320,13 @@ describe('wire conventions', () => {
     expect(arr.status).toBe(400);
   });
 
-  it('answers carry a request id and security headers', async () => {
-    const res = await s.api('GET', '/api/health/');
-    expect(res.headers.get('x-request-id')).toBeTruthy();
-    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+  it('answers carry a request id and security headers, errors included; API answers are not cached', async () => {
+    for (const res of [await s.api('GET', '/api/health/'), await s.api('GET', '/api/auth/user/')]) {
+      expect(res.headers.get('x-request-id')).toBeTruthy();
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(res.headers.get('cache-control')).toBe('no-store');
+    }
+    const echoed = await s.api('GET', '/api/health/', { headers: { 'x-request-id': 'trace-123' } });
+    expect(echoed.headers.get('x-request-id')).toBe('trace-123');
   });
 });
