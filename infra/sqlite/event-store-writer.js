@@ -15,7 +15,7 @@
  * append rolls back alone and later appends of the batch see the effects of earlier ones.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import Database from 'better-sqlite3';
+import { openDatabase } from './driver.js';
 
 /**
  * @typedef {'any' | 'no_stream' | 'stream_exists' | number} ExpectedRevision
@@ -37,10 +37,10 @@ const port = parentPort;
 /** @type {{ file: string }} */
 const { file } = workerData;
 
-const db = new Database(file);
+const db = openDatabase(file);
 // WAL lets the main thread's reader run while we write; FULL syncs the WAL on every commit,
 // so an acknowledged batch survives kill -9 and power loss.
-const journalMode = db.pragma('journal_mode = WAL', { simple: true });
+const journalMode = db.pragma('journal_mode = WAL');
 if (String(journalMode).toLowerCase() !== 'wal') {
   throw new Error(`${file}: cannot enable WAL journal mode (got ${journalMode}); is it on a network file system?`);
 }
@@ -68,7 +68,7 @@ db.exec(`
 const selectById = db.prepare(
   'SELECT position, id, stream, revision, type, data, metadata, recorded_at AS recordedAt FROM events WHERE id = ?',
 );
-const selectLastRevision = db.prepare('SELECT MAX(revision) FROM events WHERE stream = ?').pluck();
+const selectLastRevision = db.prepare('SELECT MAX(revision) AS last FROM events WHERE stream = ?');
 const insert = db.prepare(
   'INSERT INTO events (id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
 );
@@ -131,7 +131,7 @@ function findEarlierAppend(req) {
 function appendOne(req, recordedAt) {
   const earlier = findEarlierAppend(req);
   if (earlier) return { replay: true, rows: earlier };
-  const last = /** @type {number | null} */ (selectLastRevision.get(req.stream)) ?? -1;
+  const last = /** @type {{ last: number | null }} */ (selectLastRevision.get(req.stream)).last ?? -1;
   if (!holds(req.expected, last)) throw new WrongExpectedRevision(req.stream, req.expected, last);
   const positions = req.events.map(
     (e, i) => Number(insert.run(e.id, req.stream, last + 1 + i, e.type, e.data, e.metadata, recordedAt).lastInsertRowid),
@@ -148,7 +148,7 @@ function describe(err) {
   return { kind: 'unavailable', message: err instanceof Error ? err.message : String(err) };
 }
 
-// Called inside the batch transaction, better-sqlite3 turns this one into a savepoint.
+// Called inside the batch transaction, the driver runs this one in a savepoint.
 const appendInSavepoint = db.transaction(appendOne);
 
 const runBatch = db.transaction(
@@ -175,7 +175,7 @@ port.on('message', (/** @type {{ type: 'batch', appends: AppendRequest[] } | { t
   /** @type {Outcome[]} */
   let results;
   try {
-    results = runBatch.immediate(msg.appends, new Date().toISOString());
+    results = runBatch(msg.appends, new Date().toISOString()); // BEGIN IMMEDIATE
   } catch (err) {
     // The commit (or the transaction) failed: nothing of this batch is durable.
     port.postMessage({ type: 'batch_failed', message: err instanceof Error ? err.message : String(err) });

@@ -1,5 +1,5 @@
 /**
- * Embedded event store: one SQLite file (better-sqlite3), no server to run.
+ * Embedded event store: one SQLite file (through ./driver.js), no server to run.
  *
  * - Writes go through ONE writer connection in a worker thread (./event-store-writer.js).
  *   Appends are queued here and sent as batches: one transaction and one fsync for
@@ -20,7 +20,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import Database from 'better-sqlite3';
+import { openDatabase, type Database, type Statement } from './driver.js';
 import {
   comparePositions,
   EventStoreUnavailableError,
@@ -98,7 +98,7 @@ export async function openSqliteEventStore(options: SqliteEventStoreOptions): Pr
   }
   // Opened after the writer created the file and the schema; readonly also guards against
   // a write slipping past the single-writer design.
-  const reader = new Database(options.file, { readonly: true, fileMustExist: true });
+  const reader = openDatabase(options.file, { readonly: true, fileMustExist: true });
   return new SqliteStore(worker, reader, options.logger ?? console);
 }
 
@@ -166,11 +166,11 @@ class SqliteStore implements SqliteEventStore {
   private writerExitExpected = false;
   private readonly counters: SqliteEventStoreStats = { batches: 0, appends: 0 };
   private readonly fanout = new Fanout();
-  private readonly statements = new Map<string, Database.Statement>();
+  private readonly statements = new Map<string, Statement>();
 
   constructor(
     private readonly worker: Worker,
-    private readonly reader: Database.Database,
+    private readonly reader: Database,
     private readonly logger: EventStoreLogger,
   ) {
     worker.on('message', (msg: WriterMessage) => this.onWriterMessage(msg));
@@ -337,11 +337,11 @@ class SqliteStore implements SqliteEventStore {
   }
 
   async headPosition(): Promise<string | null> {
-    const head = this.statement('SELECT MAX(position) FROM events').pluck().get() as number | null;
+    const { head } = this.statement('SELECT MAX(position) AS head FROM events').get() as { head: number | null };
     return head === null ? null : String(head);
   }
 
-  private statement(sql: string): Database.Statement {
+  private statement(sql: string): Statement {
     if (this.readerClosed) throw new EventStoreUnavailableError('event store is closed');
     let stmt = this.statements.get(sql);
     if (!stmt) {

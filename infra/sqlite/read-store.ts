@@ -5,7 +5,7 @@
  * The projection checkpoints live in the same database as the documents, so a commit
  * (documents + checkpoint) is a single transaction and they can never disagree.
  */
-import Database from 'better-sqlite3';
+import { openDatabase, type Statement } from './driver.js';
 import { comparePositions } from '../ports/event-store.js';
 import type {
   Change,
@@ -23,7 +23,6 @@ const COLLECTION_NAME = /^[a-z][a-z0-9_]*$/;
 const FIELD_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const POSITION = /^(0|[1-9][0-9]*)$/;
 
-type Statement = Database.Statement<unknown[], unknown>;
 type Row = { id: string; doc: string; s: unknown };
 
 function collectionName(name: string): string {
@@ -52,7 +51,7 @@ function typeGuardSql(field: string, value: Exclude<Scalar, null>): string {
   return ` AND json_type(doc, '$.${field}') IN (${types})`;
 }
 
-/** better-sqlite3 cannot bind booleans; JSON booleans read back as 1/0 anyway. */
+/** SQLite has no boolean type (better-sqlite3 refuses to bind one); JSON booleans read back as 1/0. */
 function bindable(value: Exclude<Scalar, null>): string | number {
   return typeof value === 'boolean' ? (value ? 1 : 0) : value;
 }
@@ -82,7 +81,7 @@ function decodeCursor(cursor: string): [Scalar, string] {
  * because read models are rebuildable and the checkpoint rolls back with the documents.
  */
 export function openSqliteReadStore(options: { file: string }): ReadStore {
-  const db = new Database(options.file);
+  const db = openDatabase(options.file);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
   // The leading underscore keeps it out of the collection namespace.
@@ -273,7 +272,7 @@ export function openSqliteReadStore(options: { file: string }): ReadStore {
       reset(projection, names);
     },
     async close() {
-      if (db.open) db.close();
+      db.close();
     },
   };
 }

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { openDatabase } from '../../infra/sqlite/driver.js';
 import { openSqliteReadStore } from '../../infra/sqlite/read-store.js';
 import { readStoreContract } from './read-store.contract.js';
 
@@ -61,8 +62,7 @@ describe('SQLite read store', () => {
     await store.ensureCollections([{ name: 'inboxes', indexes: [['owner', 'createdAt']] }]);
     await store.close();
 
-    const { default: Database } = await import('better-sqlite3');
-    const db = new Database(file, { readonly: true });
+    const db = openDatabase(file, { readonly: true });
     try {
       const plan = db
         .prepare(

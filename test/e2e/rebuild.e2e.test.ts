@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import Database from 'better-sqlite3';
+import { openDatabase } from '../../infra/sqlite/driver.js';
 import { spawnService, ROOT } from '../support/spawn.js';
 
 type Json = Record<string, any>;
@@ -32,7 +32,7 @@ async function call(base: string, method: string, p: string, o: { token?: string
 
 /** Every read-model table, sorted, except checkpoints (bookkeeping, not a read model). */
 function snapshot(file: string): Record<string, unknown[]> {
-  const db = new Database(file, { readonly: true });
+  const db = openDatabase(file, { readonly: true });
   const out: Record<string, unknown[]> = {};
   const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[];
   for (const { name } of tables) {
@@ -129,7 +129,7 @@ describe('npm run rebuild', () => {
     for (const [table, rows] of Object.entries(live)) expect([table, rows.length > 0]).toEqual([table, true]);
 
     // Damage the read models: the rebuild must restore them from the log alone.
-    const db = new Database(file);
+    const db = openDatabase(file);
     db.exec(`DELETE FROM identities; UPDATE users SET doc = json_set(doc, '$.firstName', 'tampered');`);
     db.close();
     expect(snapshot(file)).not.toEqual(live);

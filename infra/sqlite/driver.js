@@ -1,0 +1,209 @@
+// @ts-check
+/**
+ * The one SQLite driver seam: everything in this project that opens a SQLite file goes
+ * through `openDatabase` (types in ./driver.d.ts), never through a driver directly.
+ *
+ * Why: better-sqlite3 12.x aborts the process on Node >= 24 (`Assertion failed: (env) !=
+ * nullptr` in node::RemoveEnvironmentCleanupHook, from Statement::~Statement) when a
+ * statement is garbage-collected while no Environment is current, because Node 24 changed
+ * node::ObjectWrap; the only upstream fix is better-sqlite3 13, which needs Node >= 22.14
+ * and crashes on Node 20. So on Node >= 24 we use the built-in `node:sqlite` (stable there,
+ * no ExperimentalWarning), and on older Node we keep better-sqlite3 (node:sqlite is absent
+ * on Node 20 and prints an ExperimentalWarning on Node 22).
+ *
+ * Both drivers are wrapped to behave the same for what this project uses:
+ * - parameters: positional `?` (or one plain object for bare named parameters); both bind
+ *   a JS number as REAL (an INTEGER column stores it as an integer) and a BigInt as INTEGER;
+ * - rows: plain objects with number/string/null/Uint8Array values (node:sqlite's have a null
+ *   prototype); no BigInt, no pluck/raw/safeIntegers modes;
+ * - `transaction(fn)`: BEGIN IMMEDIATE … COMMIT (ROLLBACK on throw); called inside another
+ *   transaction it runs in a SAVEPOINT that alone rolls back on throw;
+ * - a 5 s busy timeout (better-sqlite3's default) on every connection.
+ */
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+
+/** Which driver this process uses: decided once, by the Node major version. */
+export const driverName = Number(process.versions.node.split('.')[0]) >= 24 ? 'node:sqlite' : 'better-sqlite3';
+
+/** Matches better-sqlite3's default busy timeout, in milliseconds. */
+const BUSY_TIMEOUT_MS = 5000;
+
+/**
+ * @typedef {{ readonly?: boolean, fileMustExist?: boolean }} OpenOptions
+ * @typedef {{ changes: number, lastInsertRowid: number }} RunResult
+ * @typedef {{
+ *   run(...params: unknown[]): RunResult,
+ *   get(...params: unknown[]): unknown,
+ *   all(...params: unknown[]): unknown[],
+ *   iterate(...params: unknown[]): IterableIterator<unknown>,
+ * }} Statement
+ * @typedef {{ exec(sql: string): void, prepare(sql: string): Statement, close(): void,
+ *   readonly isOpen: boolean, readonly inTransaction: boolean }} Connection  the driver-specific part
+ */
+
+/**
+ * Opens (creating it unless `readonly` or `fileMustExist`) the database in `file`.
+ * @param {string} file
+ * @param {OpenOptions} [options]
+ */
+export function openDatabase(file, options = {}) {
+  const conn = driverName === 'node:sqlite' ? openNodeSqlite(file, options) : openBetterSqlite3(file, options);
+  return wrap(conn);
+}
+
+/** @param {string} file @param {OpenOptions} options @returns {Connection} */
+function openNodeSqlite(file, options) {
+  /** @type {typeof import('node:sqlite')} */
+  const { DatabaseSync } = require('node:sqlite');
+  if (options.fileMustExist && !options.readonly && file !== ':memory:' && !fs.existsSync(file)) {
+    // What better-sqlite3 does; read-only opens fail on a missing file by themselves.
+    throw Object.assign(new Error(`unable to open database file: ${file} does not exist`), { code: 'SQLITE_CANTOPEN' });
+  }
+  const db = new DatabaseSync(file, { readOnly: Boolean(options.readonly), timeout: BUSY_TIMEOUT_MS });
+  return {
+    exec: (sql) => db.exec(sql),
+    prepare(sql) {
+      const stmt = db.prepare(sql);
+      return {
+        run: (...params) => {
+          const { changes, lastInsertRowid } = stmt.run(...params);
+          return { changes: Number(changes), lastInsertRowid: Number(lastInsertRowid) };
+        },
+        get: (...params) => stmt.get(...params),
+        all: (...params) => stmt.all(...params),
+        iterate: (...params) => stmt.iterate(...params),
+      };
+    },
+    close: () => db.close(),
+    get isOpen() {
+      return db.isOpen;
+    },
+    get inTransaction() {
+      return db.isTransaction;
+    },
+  };
+}
+
+/** @param {string} file @param {OpenOptions} options @returns {Connection} */
+function openBetterSqlite3(file, options) {
+  /** @type {typeof import('better-sqlite3')} */
+  const Database = require('better-sqlite3');
+  const db = new Database(file, {
+    readonly: Boolean(options.readonly),
+    fileMustExist: Boolean(options.fileMustExist),
+    timeout: BUSY_TIMEOUT_MS,
+  });
+  return {
+    exec: (sql) => void db.exec(sql),
+    prepare(sql) {
+      const stmt = db.prepare(sql);
+      return {
+        run: (...params) => {
+          const { changes, lastInsertRowid } = stmt.run(...params);
+          return { changes, lastInsertRowid: Number(lastInsertRowid) };
+        },
+        // Statements that return no rows (e.g. `PRAGMA x = y`) only support run() here.
+        get: (...params) => (stmt.reader ? stmt.get(...params) : void stmt.run(...params)),
+        all: (...params) => (stmt.reader ? stmt.all(...params) : (stmt.run(...params), [])),
+        iterate: (...params) => stmt.iterate(...params),
+      };
+    },
+    close: () => db.close(),
+    get isOpen() {
+      return db.open;
+    },
+    get inTransaction() {
+      return db.inTransaction;
+    },
+  };
+}
+
+/** The driver-independent part: transactions, pragmas, idempotent close. @param {Connection} conn */
+function wrap(conn) {
+  let depth = 0; // savepoints currently open inside the outer transaction
+  /** @type {Map<string, Statement>} */
+  const control = new Map();
+  /** Transaction control statements, prepared once each. @param {string} sql */
+  const run = (sql) => {
+    let stmt = control.get(sql);
+    if (!stmt) control.set(sql, (stmt = conn.prepare(sql)));
+    stmt.run();
+  };
+
+  return {
+    /** Runs one or more SQL statements (no parameters, no results). @param {string} sql */
+    exec(sql) {
+      conn.exec(sql);
+    },
+    /** @param {string} sql @returns {Statement} */
+    prepare(sql) {
+      return conn.prepare(sql);
+    },
+    /**
+     * Runs `PRAGMA <text>` and returns the first column of the first row it yields
+     * (e.g. 'wal' for `journal_mode = WAL`), or undefined when it yields none.
+     * @param {string} text
+     */
+    pragma(text) {
+      const row = /** @type {Record<string, unknown> | undefined} */ (conn.prepare(`PRAGMA ${text}`).get());
+      return row === undefined ? undefined : Object.values(row)[0];
+    },
+    /**
+     * Wraps `fn` so that each call runs in a transaction: BEGIN IMMEDIATE … COMMIT, or a
+     * SAVEPOINT when a transaction is already open. If `fn` throws, its writes are rolled
+     * back (only the savepoint's, when nested) and the error is rethrown. `fn` must be
+     * synchronous.
+     * @template {unknown[]} A
+     * @template R
+     * @param {(...args: A) => R} fn
+     * @returns {(...args: A) => R}
+     */
+    transaction(fn) {
+      return (...args) => {
+        const nested = conn.inTransaction;
+        const savepoint = `"_sp${depth + 1}"`;
+        if (nested) {
+          run(`SAVEPOINT ${savepoint}`);
+          depth += 1;
+        } else {
+          run('BEGIN IMMEDIATE');
+        }
+        try {
+          const result = fn(...args);
+          if (result !== null && typeof (/** @type {any} */ (result)?.then) === 'function') {
+            throw new TypeError('a transaction function must not return a promise (it must be synchronous)');
+          }
+          run(nested ? `RELEASE ${savepoint}` : 'COMMIT');
+          return result;
+        } catch (err) {
+          // SQLite may already have rolled the whole transaction back (SQLITE_FULL, I/O error).
+          if (conn.inTransaction) {
+            if (nested) {
+              run(`ROLLBACK TO ${savepoint}`);
+              run(`RELEASE ${savepoint}`);
+            } else {
+              run('ROLLBACK');
+            }
+          }
+          throw err;
+        } finally {
+          if (nested) depth -= 1;
+        }
+      };
+    },
+    /** True while a transaction is open (SQLite may end one by itself after some errors). */
+    get inTransaction() {
+      return conn.inTransaction;
+    },
+    get open() {
+      return conn.isOpen;
+    },
+    /** Closes the connection; closing again does nothing. */
+    close() {
+      if (conn.isOpen) conn.close();
+    },
+  };
+}
