@@ -90,7 +90,13 @@ function openNodeSqlite(file, options) {
 /** @param {string} file @param {OpenOptions} options @returns {Connection} */
 function openBetterSqlite3(file, options) {
   /** @type {typeof import('better-sqlite3')} */
-  const Database = require('better-sqlite3');
+  let Database;
+  try {
+    Database = require('better-sqlite3');
+  } catch (err) {
+    // An optional dependency (unused on Node >= 24): its native build may have been skipped.
+    throw new Error(`better-sqlite3 is required on Node ${process.versions.node} (< 24) but could not be loaded; run npm ci with a C++ toolchain (python3, make, g++) available: ${/** @type {Error} */ (err).message}`);
+  }
   const db = new Database(file, {
     readonly: Boolean(options.readonly),
     fileMustExist: Boolean(options.fileMustExist),
