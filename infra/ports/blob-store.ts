@@ -3,7 +3,8 @@
  * mail, attachment bytes). The key of a blob is the lowercase hex SHA-256 of its bytes, so
  * a put is naturally idempotent and the same attachment stored twice takes the space once.
  *
- * Adapters: files under DATA_DIR/blobs (embedded, infra/blobs/fs-blob-store.ts); an
+ * Adapters: files under DATA_DIR/blobs (embedded, infra/blobs/fs-blob-store.ts: small
+ * blobs made durable by a group-committed journal, large ones by their own fsync); an
  * S3-style object store fits the same contract (key = object name, put = PutObject with a
  * checksum, get = GetObject, no listing or mutation needed).
  */

@@ -42,18 +42,20 @@ function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailA
 /** What the read side needs from a parsed message (attachments stored as blobs). */
 export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore): Promise<IncomingMail> {
   const from = addressesOf(parsed.from)[0] ?? { address: addressKey(envelopeFrom || 'unknown@invalid'), name: '' };
-  const attachments = [];
-  for (const a of parsed.attachments ?? []) {
-    const ref = await blobs.put(a.content);
-    attachments.push({
-      filename: a.filename ?? 'attachment',
-      contentType: (a.contentType || 'application/octet-stream').toLowerCase(),
-      size: ref.size,
-      blob: ref.key,
-      contentId: a.contentId ?? null,
-      inline: a.contentDisposition === 'inline',
-    });
-  }
+  // In parallel: small blobs join one group commit of the blob store.
+  const attachments = await Promise.all(
+    (parsed.attachments ?? []).map(async (a) => {
+      const ref = await blobs.put(a.content);
+      return {
+        filename: a.filename ?? 'attachment',
+        contentType: (a.contentType || 'application/octet-stream').toLowerCase(),
+        size: ref.size,
+        blob: ref.key,
+        contentId: a.contentId ?? null,
+        inline: a.contentDisposition === 'inline',
+      };
+    }),
+  );
   const internetMessageId = messageIds(parsed.messageId)[0] ?? null;
   const date = parsed.date && !Number.isNaN(parsed.date.getTime()) ? parsed.date.toISOString() : null;
   return {
@@ -87,10 +89,18 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
   const log = deps.logger.child({ component: 'smtp' });
   const tls = config.tls ? { key: readFileSync(config.tls.keyFile), cert: readFileSync(config.tls.certFile) } : null;
 
+  /**
+   * The identities found at RCPT time, per session and address, so DATA does not look them
+   * up again. Cleared at each MAIL FROM (a new transaction on the same connection).
+   */
+  const rcptIdentities = new WeakMap<SMTPServerSession, Map<string, IdentityDoc>>();
+
   async function recipientsOf(session: SMTPServerSession): Promise<IdentityDoc[]> {
+    const known = rcptIdentities.get(session);
     const found: IdentityDoc[] = [];
     for (const rcpt of session.envelope.rcptTo) {
-      const identity = await mail.identityByInbox(rcpt.address);
+      const key = addressKey(rcpt.address);
+      const identity = known?.get(key) ?? (await mail.identityByInbox(key));
       if (identity && !found.some((f) => f.id === identity.id)) found.push(identity);
     }
     return found;
@@ -109,13 +119,24 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     closeTimeout: 10_000, // SIGTERM: idle clients are cut after this
     logger: false,
 
+    onMailFrom(_address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
+      rcptIdentities.delete(session);
+      callback();
+    },
+
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
       if (session.envelope.rcptTo.length >= MAX_RCPT) return callback(smtpError(452, '4.5.3 Too many recipients'));
       const rcpt = addressKey(address.address);
       if (domainOf(rcpt) !== config.mailDomain) return callback(smtpError(550, '5.1.1 Recipient address rejected: not a local mailbox'));
       mail
         .identityByInbox(rcpt)
-        .then((identity) => callback(identity ? null : smtpError(550, '5.1.1 Recipient address rejected: no such mailbox')))
+        .then((identity) => {
+          if (!identity) return callback(smtpError(550, '5.1.1 Recipient address rejected: no such mailbox'));
+          let known = rcptIdentities.get(session);
+          if (!known) rcptIdentities.set(session, (known = new Map()));
+          known.set(rcpt, identity);
+          callback();
+        })
         .catch((err) => {
           log.error({ err }, 'rcpt lookup failed');
           callback(smtpError(451, '4.3.0 Temporary lookup failure, try again later'));
@@ -149,8 +170,9 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
   async function accept(raw: Buffer, session: SMTPServerSession): Promise<number> {
     const recipients = await recipientsOf(session);
     if (!recipients.length) throw smtpError(550, '5.1.1 No valid recipients');
-    const parsed = await simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, keepCidLinks: true });
-    const rawRef = await blobs.put(raw);
+    // Parsed once per message, whatever the number of recipients. The raw MIME is stored
+    // while it is parsed; the attachments' puts join the same group commit.
+    const [parsed, rawRef] = await Promise.all([simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, keepCidLinks: true }), blobs.put(raw)]);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
     const incoming = await incomingFromParsed(parsed, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
     // Same bytes for the same identity = the same message (a sender retrying after a lost 250).
