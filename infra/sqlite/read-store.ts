@@ -4,6 +4,23 @@
  *
  * The projection checkpoints live in the same database as the documents, so a commit
  * (documents + checkpoint) is a single transaction and they can never disagree.
+ *
+ * Read cache. Results of `get`, `findOne`, `find` and `count` are kept in memory (bounded,
+ * least recently used out first) and answered from there until a write touches their
+ * collection. This is exact, never stale, because of how the embedded store is used:
+ * - one writer: the database file belongs to one process (one DATA_DIR, one service, and
+ *   `npm run rebuild` only while it is stopped), and in that process only this adapter's
+ *   `commit` and `reset` write, both synchronously (better-sqlite3 / node:sqlite), so the
+ *   cache is invalidated in the same tick as the write and no read can interleave;
+ * - invalidation: a commit drops the cached `get` of every id it writes and every cached
+ *   query of every collection it touches; a reset drops everything of its collections;
+ *   results are looked up and filled synchronously too, so a fill never carries a result
+ *   older than the last invalidation.
+ * Cached documents (and pages) are deep-frozen and shared between callers: a caller that
+ * modifies one fails loudly (ESM is strict mode) instead of corrupting the cache, so copy
+ * before changing (`{ ...doc, field }`).
+ * The MongoDB adapter (cluster mode: many gateways, one projection worker writing) does not
+ * cache: its writes happen in another process, which no local counter can see.
  */
 import { openDatabase, type Statement } from './driver.js';
 import { comparePositions } from '../ports/event-store.js';
@@ -74,14 +91,144 @@ function decodeCursor(cursor: string): [Scalar, string] {
   throw Object.assign(new Error('invalid cursor'), { code: 'invalid_cursor' });
 }
 
+/** Bounds of the read cache (see the header); `false` turns it off. */
+export interface ReadCacheOptions {
+  /** Cached results (documents by id, query answers), all collections together. */
+  maxEntries: number;
+  /** Approximate memory: the JSON text length of the cached documents, in characters. */
+  maxChars: number;
+}
+
+export const DEFAULT_READ_CACHE: ReadCacheOptions = { maxEntries: 20_000, maxChars: 16 * 1024 * 1024 };
+
+/** Freezes a parsed JSON value and everything in it (JSON has no cycles). */
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/** A value JSON would drop or merge with another one (undefined, NaN, ±Infinity). */
+const unkeyable = (value: unknown) => value === undefined || (typeof value === 'number' && !Number.isFinite(value));
+
+/**
+ * Cache key of a query: its JSON (plain `JSON.stringify`, the fast native path), or null
+ * (not cached) when a condition holds a value JSON cannot tell apart. Ill-formed queries
+ * throw before their answer is stored, so they keep throwing.
+ */
+function queryKey(kind: string, where: Query['where'], query?: Query): string | null {
+  for (const field in where) if (unkeyable(where[field])) return null;
+  if (query?.range) {
+    for (const field in query.range) {
+      const bounds = query.range[field] as Record<string, unknown>;
+      for (const op in bounds) if (unkeyable(bounds[op])) return null;
+    }
+  }
+  return kind + JSON.stringify(query ?? where);
+}
+
+interface CacheEntry {
+  /** The map holding it (a collection's `docs` or `queries`). */
+  map: Map<string, CacheEntry>;
+  key: string;
+  value: unknown;
+  chars: number;
+}
+
+interface CollectionCache {
+  /** `get` answers by id (null included: absent documents are cached too). */
+  docs: Map<string, CacheEntry>;
+  /** `find` / `findOne` / `count` answers by {@link queryKey}. */
+  queries: Map<string, CacheEntry>;
+}
+
+/**
+ * A bounded LRU over every collection's cached answers. Map iteration order is insertion
+ * order, so re-inserting on a hit keeps the least recently used entry first.
+ */
+function createReadCache(options: ReadCacheOptions | false) {
+  const byCollection = new Map<string, CollectionCache>();
+  const lru = new Map<CacheEntry, true>();
+  let chars = 0;
+
+  function of(name: string): CollectionCache {
+    let c = byCollection.get(name);
+    if (!c) {
+      c = { docs: new Map(), queries: new Map() };
+      byCollection.set(name, c);
+    }
+    return c;
+  }
+
+  function drop(entry: CacheEntry): void {
+    entry.map.delete(entry.key);
+    lru.delete(entry);
+    chars -= entry.chars;
+  }
+
+  function lookup(map: Map<string, CacheEntry>, key: string): { value: unknown } | undefined {
+    const entry = map.get(key);
+    if (!entry) return undefined;
+    lru.delete(entry);
+    lru.set(entry, true);
+    return entry;
+  }
+
+  function store(map: Map<string, CacheEntry>, key: string, value: unknown, size: number): void {
+    if (!options) return;
+    const entryChars = size + key.length;
+    if (entryChars > options.maxChars / 8) return; // one huge answer must not flush everything else
+    const old = map.get(key);
+    if (old) drop(old);
+    const entry: CacheEntry = { map, key, value, chars: entryChars };
+    map.set(key, entry);
+    lru.set(entry, true);
+    chars += entryChars;
+    while (lru.size > options.maxEntries || chars > options.maxChars) {
+      drop(lru.keys().next().value!);
+    }
+  }
+
+  return {
+    enabled: options !== false,
+    getDoc: (name: string, id: string) => (options ? lookup(of(name).docs, id) : undefined),
+    putDoc: (name: string, id: string, doc: Doc | null, size: number) => store(of(name).docs, id, doc, size),
+    getQuery: (name: string, key: string) => (options ? lookup(of(name).queries, key) : undefined),
+    putQuery: (name: string, key: string, value: unknown, size: number) => store(of(name).queries, key, value, size),
+    /** After a commit: the written ids and every query of the collection. */
+    written(name: string, id: string) {
+      const c = byCollection.get(name);
+      if (!c) return;
+      const doc = c.docs.get(id);
+      if (doc) drop(doc);
+      for (const entry of c.queries.values()) drop(entry);
+    },
+    /** After a reset: everything of the collection. */
+    clear(name: string) {
+      const c = byCollection.get(name);
+      if (!c) return;
+      for (const entry of c.docs.values()) drop(entry);
+      for (const entry of c.queries.values()) drop(entry);
+    },
+    clearAll() {
+      byCollection.clear();
+      lru.clear();
+      chars = 0;
+    },
+  };
+}
+
 /**
  * Opens (creating if needed) a SQLite read store.
  *
  * WAL with `synchronous = NORMAL`: a power loss may drop the last commits, which is fine
  * because read models are rebuildable and the checkpoint rolls back with the documents.
  */
-export function openSqliteReadStore(options: { file: string }): ReadStore {
+export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOptions | false }): ReadStore {
   const db = openDatabase(options.file);
+  const cache = createReadCache(options.cache ?? DEFAULT_READ_CACHE);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
   // The leading underscore keeps it out of the collection namespace.
@@ -134,7 +281,21 @@ export function openSqliteReadStore(options: { file: string }): ReadStore {
     return clauses;
   }
 
+  /** The answer of `find`, from the cache or from SQLite (then frozen and cached). */
   function find(name: string, query: Query): Page<Doc> {
+    const key = cache.enabled ? queryKey('f', query.where, query) : null;
+    const hit = key === null ? undefined : cache.getQuery(name, key);
+    if (hit) return hit.value as Page<Doc>;
+    const { page, chars } = findUncached(name, query);
+    if (key !== null) {
+      deepFreeze(page);
+      cache.putQuery(name, key, page, chars);
+    }
+    return page;
+  }
+
+  /** The answer of `find` from SQLite, and the length of its documents' JSON text. */
+  function findUncached(name: string, query: Query): { page: Page<Doc>; chars: number } {
     const { field, direction } = query.orderBy ?? { field: 'id', direction: 'asc' as const };
     if (direction !== 'asc' && direction !== 'desc') throw new Error(`invalid direction: ${String(direction)}`);
     const sort = fieldSql(field);
@@ -175,10 +336,33 @@ export function openSqliteReadStore(options: { file: string }): ReadStore {
     const more = limit !== undefined && rows.length > limit;
     const pageRows = more ? rows.slice(0, limit) : rows;
     const last = pageRows[pageRows.length - 1];
-    return {
-      items: pageRows.map((row) => JSON.parse(row.doc) as Doc),
-      next: more && last ? encodeCursor(last.s, last.id) : null,
-    };
+    let chars = 0;
+    const items = pageRows.map((row) => {
+      chars += row.doc.length;
+      return JSON.parse(row.doc) as Doc;
+    });
+    return { page: { items, next: more && last ? encodeCursor(last.s, last.id) : null }, chars };
+  }
+
+  function getDoc(name: string, id: string): Doc | null {
+    const hit = typeof id === 'string' ? cache.getDoc(name, id) : undefined;
+    if (hit) return hit.value as Doc | null;
+    const row = prepare(`SELECT doc FROM ${table(name)} WHERE id = ?`).get(id) as { doc: string } | undefined;
+    const doc = row ? (JSON.parse(row.doc) as Doc) : null;
+    if (cache.enabled && typeof id === 'string') cache.putDoc(name, id, deepFreeze(doc), row?.doc.length ?? 0);
+    return doc;
+  }
+
+  function count(name: string, where: Record<string, Scalar>): number {
+    const key = cache.enabled ? queryKey('c', where) : null;
+    const hit = key === null ? undefined : cache.getQuery(name, key);
+    if (hit) return hit.value as number;
+    const params: unknown[] = [];
+    const clauses = whereSql({ where }, params);
+    const sql = `SELECT COUNT(*) AS n FROM ${table(name)}` + (clauses.length ? ` WHERE ${clauses.join(' AND ')}` : '');
+    const n = (prepare(sql).get(...params) as { n: number }).n;
+    if (key !== null) cache.putQuery(name, key, n, 0);
+    return n;
   }
 
   const collections = new Map<string, Collection>();
@@ -188,8 +372,7 @@ export function openSqliteReadStore(options: { file: string }): ReadStore {
     if (!found) {
       found = {
         async get(id) {
-          const row = prepare(`SELECT doc FROM ${table(name)} WHERE id = ?`).get(id) as { doc: string } | undefined;
-          return row ? (JSON.parse(row.doc) as Doc) : null;
+          return getDoc(name, id);
         },
         async findOne(where) {
           return find(name, { where, limit: 1 }).items[0] ?? null;
@@ -198,10 +381,7 @@ export function openSqliteReadStore(options: { file: string }): ReadStore {
           return find(name, query);
         },
         async count(where = {}) {
-          const params: unknown[] = [];
-          const clauses = whereSql({ where }, params);
-          const sql = `SELECT COUNT(*) AS n FROM ${table(name)}` + (clauses.length ? ` WHERE ${clauses.join(' AND ')}` : '');
-          return (prepare(sql).get(...params) as { n: number }).n;
+          return count(name, where);
         },
       };
       collections.set(name, found);
@@ -265,13 +445,23 @@ export function openSqliteReadStore(options: { file: string }): ReadStore {
           throw new Error(`change for ${change.collection}/${change.id} carries a document with id ${String(change.doc.id)}`);
         }
       }
-      commit(projection, position, changes);
+      try {
+        commit(projection, position, changes);
+      } finally {
+        // Also after a failed (rolled back) commit: dropping answers is always safe.
+        for (const change of changes) cache.written(change.collection, change.id);
+      }
     },
     async reset(projection, names) {
       names.forEach(table);
-      reset(projection, names);
+      try {
+        reset(projection, names);
+      } finally {
+        names.forEach(cache.clear);
+      }
     },
     async close() {
+      cache.clearAll();
       db.close();
     },
   };

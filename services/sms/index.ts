@@ -123,7 +123,7 @@ export const smsContext: ContextFactory = (shared) => {
       const page = await reads
         .collection<SmsMessageDoc>(SMS_MESSAGES)
         .find({ where: { identityId, conversationId: c.id }, orderBy: { field: 'seq', direction: 'desc' }, limit: CONVERSATION_MESSAGES });
-      ctx.body = { ...toConversation(c), messages: page.items.reverse().map(toMessage) };
+      ctx.body = { ...toConversation(c), messages: [...page.items].reverse().map(toMessage) }; // a copy: read-store pages are frozen (shared cache)
     });
 
     r.get('/api/messages/', async (ctx) => {
