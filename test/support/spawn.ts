@@ -27,7 +27,8 @@ export interface ServiceProcess {
 
 export async function spawnService(env: Record<string, string>, script = 'services/main.ts'): Promise<ServiceProcess> {
   const port = env.PORT ?? String(await freePort());
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  // The same flags as `npm start` (package.json).
+  const child = spawn(process.execPath, ['--require', './infra/boot.cjs', '--import', 'tsx', script], {
     cwd: ROOT,
     env: { ...process.env, SMTP_PORT: '0', LOG_LEVEL: 'info', ...env, PORT: port },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,0 +1,9 @@
+// Preloaded by `npm start` (node --require ./infra/boot.cjs ...) before anything touches
+// libuv's thread pool, whose size is read once when the pool starts. (An ESM --import is
+// too late: loading it already starts the pool.)
+// Password hashing (argon2id, 19 MiB each), file I/O (blobs) and crypto share that pool; with
+// the default 4 threads, concurrent sign-ins queue behind each other. An explicit setting wins.
+'use strict';
+const { availableParallelism } = require('node:os');
+
+process.env.UV_THREADPOOL_SIZE ??= String(Math.max(8, 4 * availableParallelism()));
