@@ -44,19 +44,17 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   // One edge middleware (each Koa layer costs a closure and a promise on every request):
   // request id, security headers, trailing-slash folding, error mapping, 404 shape, access log.
   app.use(async (ctx: Context, next: Next) => {
-    const started = process.hrtime.bigint();
+    const started = performance.now();
     const incoming = ctx.get('x-request-id');
     const id = incoming && /^[\w.-]{1,128}$/.test(incoming) ? incoming : randomUUID();
     ctx.state.requestId = id;
-    // The request's logger is made on first use: most requests never log.
-    let child: Logger | undefined;
-    Object.defineProperty(ctx.state, 'log', { get: () => (child ??= log.child({ req_id: id })), configurable: true });
     const api = ctx.path.startsWith('/api/');
     ctx.set(api ? API_HEADERS : PAGE_HEADERS);
     ctx.set('X-Request-Id', id);
     if (ctx.secure) ctx.set('Strict-Transport-Security', 'max-age=63072000; includeSubDomains');
     // DECISIONS: a path without its trailing slash is the same resource (no redirect).
     if (api && !ctx.path.endsWith('/')) ctx.path = `${ctx.path}/`;
+    let failure: unknown;
     try {
       await next();
       // Unanswered: 404 for unknown paths; 405 (with Allow, set by allowedMethods) for a known
@@ -66,13 +64,16 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
         if (ctx.status === 405 || ctx.status === 501) throw new ApiError(405, 'method_not_allowed', `Method "${ctx.method}" not allowed.`);
       }
     } catch (raw) {
+      failure = raw;
       answerError(ctx, raw);
-    } finally {
-      // Only method, path and status: headers and bodies may carry secrets.
-      if (ctx.status >= 500 || log.isLevelEnabled('debug')) {
-        const ms = Number(process.hrtime.bigint() - started) / 1e6;
-        ctx.state.log[ctx.status >= 500 ? 'error' : 'debug']({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round(ms * 10) / 10 }, 'request');
-      }
+    }
+    // Only method, path and status: headers and bodies may carry secrets. Most requests log
+    // nothing, so the request's child logger is made only when a line is written.
+    if (ctx.status >= 500 || log.isLevelEnabled('debug')) {
+      const line = { method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 };
+      const child = log.child({ req_id: id });
+      if (ctx.status >= 500) child.error({ ...line, err: failure }, 'request failed');
+      else child.debug(line, 'request');
     }
   });
 
@@ -91,7 +92,6 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
 
 function answerError(ctx: Context, raw: unknown): void {
   const err = toApiError(raw);
-  if (err.status >= 500) (ctx.state.log ?? console).error({ err: raw, method: ctx.method, path: ctx.path }, 'unhandled error');
   ctx.status = err.status;
   for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
   ctx.body = err.body();
