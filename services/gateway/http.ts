@@ -37,6 +37,13 @@ export function pageParams(ctx: Context): { limit: number; cursor: string | null
   return { limit, cursor };
 }
 
+/**
+ * JSON of pages already answered, per page object and mapping. The embedded read store hands
+ * out the same frozen page for a repeated query until a write changes it, so its JSON can be
+ * reused as long as the page lives (weak keys: no page or mapping is kept alive by this).
+ */
+const serialized = new WeakMap<object, WeakMap<object, string>>();
+
 /** Answers a page as a JSON array, with an RFC 8288 `Link: <...>; rel="next"` when more remain. */
 export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R, publicUrl: string): void {
   if (page.next) {
@@ -44,7 +51,16 @@ export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R,
     url.searchParams.set('cursor', page.next);
     ctx.set('Link', `<${url.toString()}>; rel="next"`);
   }
-  ctx.body = page.items.map(map);
+  if (!Object.isFrozen(page)) {
+    ctx.body = page.items.map(map);
+    return;
+  }
+  let byMap = serialized.get(page);
+  if (!byMap) serialized.set(page, (byMap = new WeakMap()));
+  let json = byMap.get(map);
+  if (json === undefined) byMap.set(map, (json = JSON.stringify(page.items.map(map))));
+  ctx.type = 'application/json';
+  ctx.body = json;
 }
 
 /** `?unread=true` style booleans. */
