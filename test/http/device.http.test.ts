@@ -3,20 +3,13 @@
  * "Device authorization"): the whole state table, slow_down, long polls, the RFC 8414
  * metadata, a standard OAuth client (openid-client), and the /device page without a browser.
  */
-import net from 'node:net';
 import * as oidc from 'openid-client';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { freePort } from '../support/spawn.js';
 
 const USER_CODE = /^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$/;
 const GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
 
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
-}
 
 async function startOnKnownPort(env: Record<string, string> = {}): Promise<TestServer> {
   const port = await freePort();

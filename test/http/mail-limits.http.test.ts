@@ -2,20 +2,10 @@
  * Send limits (EMAIL_LIMIT_HOUR / EMAIL_LIMIT_DAY, rolling windows counted from the event
  * log) and delivery retries against a relay that answers 4xx, then 5xx.
  */
-import net from 'node:net';
 import { SMTPServer } from 'smtp-server';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { freePort } from '../support/spawn.js';
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 async function eventually<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

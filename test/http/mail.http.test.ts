@@ -2,24 +2,14 @@
  * Email end to end over real SMTP both ways: nodemailer as an outside sender into the MX
  * listener, smtp-server as the relay sink (parsed with mailparser), the API in between.
  */
-import net from 'node:net';
 import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { freePort } from '../support/spawn.js';
 
 const DOMAIN = 'agents.localhost';
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** An SMTP relay sink: records envelope and parsed message of everything relayed to it. */
 async function startSink() {

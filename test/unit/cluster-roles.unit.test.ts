@@ -4,7 +4,6 @@
  * the mail context is started on the embedded ports with each role in turn.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -13,14 +12,8 @@ import { processRole, startRuntime, type ProcessRole, type Runtime } from '../..
 import { useWorkerRole } from '../../infra/cluster.js';
 import type { SubscribeOptions } from '../../infra/ports/event-store.js';
 import type { MailParts } from '../../services/mail/index.js';
+import { freePort } from '../support/spawn.js';
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 describe('processRole', () => {
   it('is all in embedded mode, gateway in cluster mode, worker once the lease is held', () => {
