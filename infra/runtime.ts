@@ -173,6 +173,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       const c = await tokens.verify(token, 'access');
       return { userPk: c.userPk, identity: c.identity, sessionId: c.sessionId };
     },
+    // The keys and identities contexts replace these two; alone, no key or identity exists.
     findKey: async () => null,
     findIdentity: async () => null,
     verifyPassword: async (login, password, ip) => (await accounts.checkPassword(login, password, ip))?.pk ?? null,
