@@ -10,12 +10,17 @@
  * - worker (`npm run worker`, services/worker.ts; one active, others on standby): holds the
  *   `projections` lease in MongoDB, writes the read models (WRITER mode, fenced by the lease)
  *   and runs the Kafka relay. It declares itself with {@link useWorkerRole} before starting.
+ *
+ * Every process gets the Kafka EventFeed (infra/kafka/feed.ts) on the relay's topic: the
+ * worker's projections and mail delivery consume it in their consumer groups, each
+ * gateway's SSE hub in a group of its own.
  */
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
 import type { ReadStore } from './ports/read-store.js';
 import type { RateLimiter } from './ports/rate-limiter.js';
+import type { EventFeed } from './ports/event-feed.js';
 // The drivers load only in cluster mode (embedded start-up does not pay for them).
 import type { KafkaRelay } from './kafka/relay.js';
 
@@ -51,6 +56,8 @@ export interface ClusterPorts {
   limiter: RateLimiter;
   /** The Kafka relay (worker only). */
   relay: KafkaRelay | null;
+  /** The log as Kafka consumer groups (every process). */
+  feed: EventFeed;
   /** Closes everything (the runtime closes `events` and `reads` itself; either is fine). */
   close(): Promise<void>;
 }
@@ -66,12 +73,13 @@ export async function openClusterPorts(config: Config, logger: Logger): Promise<
   const cluster = config.cluster;
   if (!cluster) throw new Error('STORE=cluster needs EVENTSTORE_URL, MONGO_URL and KAFKA_BROKERS');
   const current = role;
-  const [{ openEventStoreDb }, { openMongoReadStore }, { createMongoRateLimiter }, { startKafkaRelay }, { DEFAULT_TOPIC }] = await Promise.all([
+  const [{ openEventStoreDb }, { openMongoReadStore }, { createMongoRateLimiter }, { startKafkaRelay }, { DEFAULT_TOPIC }, { createKafkaFeed }] = await Promise.all([
     import('./eventstoredb/event-store.js'),
     import('./mongodb/read-store.js'),
     import('./mongodb/rate-limiter.js'),
     import('./kafka/relay.js'),
     import('./kafka/messages.js'),
+    import('./kafka/feed.js'),
   ]);
   const events = await openEventStoreDb({ url: cluster.eventStoreUrl, logger });
   let reads: ReadStore;
@@ -138,6 +146,7 @@ export async function openClusterPorts(config: Config, logger: Logger): Promise<
     reads,
     limiter,
     relay,
+    feed: createKafkaFeed({ brokers: cluster.kafkaBrokers, topic: DEFAULT_TOPIC, logger }),
     async close() {
       await stopRelay();
       await Promise.allSettled([events.close(), originalReadsClose()]);

@@ -11,6 +11,7 @@ import { mkdirSync } from 'node:fs';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
+import { eventStoreFeed, type EventFeed } from './ports/event-feed.js';
 import type { ReadStore } from './ports/read-store.js';
 import { loadKeyRing, type KeyRing } from './keyring.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
@@ -135,7 +136,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   const role = processRole(config);
   // Embedded: in-memory windows (one process). Cluster: windows shared in MongoDB.
-  const { events, reads, limiter, closeLimiter }: { events: EventStore; reads: ReadStore; limiter: RateLimiter; closeLimiter: () => void } =
+  const { events, reads, limiter, closeLimiter, feed: clusterFeed }: { events: EventStore; reads: ReadStore; limiter: RateLimiter; closeLimiter: () => void; feed?: EventFeed } =
     config.store === 'cluster'
       ? { ...(await openClusterPorts(config, logger)), closeLimiter: () => {} }
       : await (async () => {
@@ -151,10 +152,13 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   // The runner is created after the projections are known; progress forwards to it.
   let runner: ProjectionRunner | null = null;
+  // Embedded: the event store's subscriptions. Cluster: Kafka consumer groups.
+  const feed = clusterFeed ?? eventStoreFeed(events);
   const platform: Platform = {
     config,
     logger,
     events,
+    feed,
     reads,
     mailer,
     limiter,
@@ -189,7 +193,9 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   shared.auth = createAuthenticator(resolvers);
 
   const projections = [usersProjection, sessionsProjection, ...parts.flatMap((p) => p.projections ?? [])];
-  runner = createProjectionRunner({ eventStore: events, readStore: reads, projections, logger });
+  // The cluster worker (the only writer) follows Kafka in group ais-projections; gateways
+  // (followers) and the embedded process follow the event store.
+  runner = createProjectionRunner({ eventStore: events, readStore: reads, projections, logger, ...(role === 'worker' ? { feed } : {}) });
   await runner.start();
   const head = await events.headPosition();
   if (head) await runner.waitFor(head, 600_000);

@@ -12,6 +12,10 @@
 import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../infra/ports/event-store.js';
 import type { Change, Doc, ReadStore } from '../infra/ports/read-store.js';
 import type { Projection } from './projection.js';
+import type { EventFeed } from '../infra/ports/event-feed.js';
+
+/** The consumer group of the projections when they follow a feed (cluster worker: Kafka). */
+export const PROJECTIONS_GROUP = 'ais-projections';
 
 /** Events per batch before a commit is forced (bounds memory and replay work). */
 const MAX_BATCH = 500;
@@ -119,6 +123,14 @@ export function createProjectionRunner(deps: {
   readStore: ReadStore;
   projections: Projection[];
   logger?: RunnerLogger;
+  /**
+   * Where events come from (group {@link PROJECTIONS_GROUP}); default: the event store's
+   * catch-up subscription. With a feed, each event is reported settled once the batch that
+   * holds it is committed, so the feed's durable position (Kafka offsets) never passes an
+   * uncommitted read-model write. Rebuilds always replay from the event store (the only
+   * complete log).
+   */
+  feed?: EventFeed;
 }): ProjectionRunner {
   const { eventStore, readStore } = deps;
   const logger = deps.logger ?? consoleLogger;
@@ -261,10 +273,12 @@ export function createProjectionRunner(deps: {
     rejectDone(failure);
   }
 
+  let feed = deps.feed ?? null;
+
   function subscribe(): void {
     const mine = ++generation;
     const after = minPosition(states.map((s) => s.position));
-    const sub = eventStore.subscribeAll({ after }, (event) =>
+    const handle = (event: RecordedEvent) =>
       serial(async () => {
         if (mine !== generation || failure || stopped) return;
         try {
@@ -274,8 +288,14 @@ export function createProjectionRunner(deps: {
         } catch (error) {
           fail(error);
         }
-      }),
-    );
+      });
+    const sub = feed
+      ? feed.subscribe({ after, group: PROJECTIONS_GROUP }, async (event) => {
+          await handle(event);
+          // Settled once committed by every projection (rejects, holding the feed, on failure or stop).
+          return { settled: waitFor(event.position, Infinity) };
+        })
+      : eventStore.subscribeAll({ after }, handle);
     sub.done.catch((error) => {
       if (mine === generation) fail(error);
     });
@@ -346,7 +366,9 @@ export function createProjectionRunner(deps: {
         state.position = state.committed = null;
         state.sinceCommit = 0;
       }
-      // The others keep their checkpoints and skip what they already have.
+      // The others keep their checkpoints and skip what they already have. The replay reads
+      // the event store: a feed's group resumes from its own position, not from the start.
+      feed = null;
       processed = seen = minPosition(states.map((s) => s.position));
       logger.info({ projections: selected.map((s) => s.projection.name) }, 'rebuilding projections');
       subscribe();

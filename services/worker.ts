@@ -4,7 +4,9 @@
  * It waits for the `projections` lease in MongoDB (so any number of copies can run: one is
  * active, the others stand by and take over within the lease ttl), then starts the runtime
  * without the HTTP gateway: the projection runner with the MongoDB read store in writer mode
- * (every commit fenced by the lease), the Kafka relay, and the contexts' background work
+ * (every commit fenced by the lease) fed from Kafka in consumer group `ais-projections`
+ * (runtime role 'worker': platform.feed, offsets committed after the read-model commits),
+ * the Kafka relay, and the contexts' background work
  * started with role 'worker' (`start('worker')`): the reactors whose effects must happen
  * once (outbound mail delivery runs ONLY here), never the listeners (inbound SMTP is the
  * gateways' job; SMTP_PORT is forced to 0 as well).

@@ -2,8 +2,9 @@
  * Pure mapping between recorded events and Kafka messages, unit-tested without a broker.
  *
  * - Key = the stream name: Kafka's default partitioner hashes the key (murmur2), so every
- *   event of one stream lands in one partition, in order. Order across streams is not kept
- *   (it never is across partitions); consumers needing the global order use the position.
+ *   event of one stream lands in one partition, in order. Order across streams is kept only
+ *   within a partition: the relay's topic has ONE (relay.ts RELAY_PARTITIONS), so its order
+ *   is the log's order, which projections need (./feed.ts skips by global position).
  * - Value = the RecordedEvent as JSON (data, metadata, revision, position, recordedAt).
  * - Headers repeat what routing needs without parsing the value: id, type, stream, position.
  */

@@ -10,10 +10,27 @@
  *   skip what they already handled (createRedeliveryFilter, or their own idempotency).
  * - Exactly one relay should run (the lease-holding worker); a second one would only add
  *   duplicates, never lose or reorder events of a stream.
+ * - The topic is created with {@link RELAY_PARTITIONS} partition(s) when it does not exist
+ *   (an existing topic is used as it is; one with more partitions stops the relay with an error).
  */
 import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../ports/event-store.js';
 import { checkTopic, toMessage, type OutgoingMessage } from './messages.js';
+
+/**
+ * Partitions of the relay's topic. ONE, so the topic's order is the log's order: projections
+ * need the total order (one read-model document can combine events of several streams, and
+ * each projection keeps one checkpoint, a global position), and the feed skips positions at
+ * or below the last it handled. More partitions would need per-partition checkpoints in
+ * every consumer. Messages stay keyed by stream (see ./messages.ts), so a later split keeps
+ * the per-stream order.
+ */
+export const RELAY_PARTITIONS = 1;
+
+/** The topic the relay creates when missing (kafkajs `admin.createTopics`). */
+export function relayTopicSpec(topic: string): { topic: string; numPartitions: number } {
+  return { topic: checkTopic(topic), numPartitions: RELAY_PARTITIONS };
+}
 
 export interface RelayCheckpoints {
   get(): Promise<string | null>;
@@ -51,11 +68,32 @@ export function kafkaClient(brokers: string[], clientId = 'agent-identity'): Kaf
   return new Kafka({ clientId, brokers, logLevel: logLevel.WARN, retry: { retries: 8 } });
 }
 
+/** Creates the topic with {@link RELAY_PARTITIONS} partition(s) unless it exists. */
+async function ensureTopic(kafka: Kafka, topic: string, logger?: RelayLogger): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const created = await admin.createTopics({ topics: [relayTopicSpec(topic)], waitForLeaders: true });
+    if (!created) {
+      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      const partitions = topics[0]?.partitions.length ?? 0;
+      if (partitions > RELAY_PARTITIONS) {
+        // Projections need the log's total order; on more partitions they would skip events.
+        logger?.error({ topic, partitions }, 'the relay topic has more than one partition');
+        throw new Error(`Kafka topic "${topic}" has ${partitions} partitions; the relay needs ${RELAY_PARTITIONS} (total order for projections): recreate it (docs/DEPLOYMENT.md)`);
+      }
+    }
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 export async function startKafkaRelay(options: KafkaRelayOptions): Promise<KafkaRelay> {
   const topic = checkTopic(options.topic);
   const maxBatch = options.maxBatch ?? 500;
   const kafka = kafkaClient(options.brokers, options.clientId ?? 'agent-identity-relay');
-  const producer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: true });
+  await ensureTopic(kafka, topic, options.logger);
+  const producer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
   await producer.connect();
 
   let acknowledged = await options.checkpoints.get();

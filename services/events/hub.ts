@@ -3,8 +3,20 @@
  * the store (from its head when the hub starts, filtered to the few event types that
  * matter) feeds every stream of this process: a stream costs a map entry, never a query
  * per event or a poll.
+ *
+ * Given a feed (cluster mode: Kafka), live events come through it in a consumer group of
+ * this process alone ({@link hubGroup}, starting at the log's end), so every gateway sees
+ * every event. Replays for Last-Event-ID still read the event store (services/events/index.ts).
  */
+import os from 'node:os';
+import { randomUUID } from 'node:crypto';
 import type { EventStore, RecordedEvent, Subscription } from '../../infra/ports/event-store.js';
+import type { EventFeed } from '../../infra/ports/event-feed.js';
+
+/** A consumer group of this process alone: each gateway must see every event. */
+export function hubGroup(): string {
+  return `ais-sse-${os.hostname().replace(/[^A-Za-z0-9._-]/g, '_')}-${process.pid}-${randomUUID().slice(0, 8)}`;
+}
 
 /** Inbound messages, by the stream category that names their identity. */
 export const MESSAGE_TYPES = ['EmailReceived', 'SmsReceived'] as const;
@@ -47,6 +59,7 @@ export class EventHub {
   constructor(
     private readonly store: EventStore,
     private readonly onFailure: (error: unknown) => void,
+    private readonly feed?: EventFeed,
   ) {}
 
   get size(): number {
@@ -57,7 +70,10 @@ export class EventHub {
 
   async start(): Promise<void> {
     const head = await this.store.headPosition();
-    const sub = this.store.subscribeAll({ after: head, filter: { eventTypes: [...MESSAGE_TYPES, ...CLOSING_TYPES] } }, (e) => this.#dispatch(e));
+    const filter = { eventTypes: [...MESSAGE_TYPES, ...CLOSING_TYPES] };
+    const sub = this.feed
+      ? this.feed.subscribe({ after: head, group: hubGroup(), filter, fromLatest: true }, async (e) => this.#dispatch(e))
+      : this.store.subscribeAll({ after: head, filter }, (e) => this.#dispatch(e));
     sub.done.catch((error) => this.onFailure(error));
     this.#subscription = sub;
   }

@@ -64,10 +64,15 @@ export const eventsContext: ContextFactory = (shared) => {
   const { platform } = shared;
   const { config, events } = platform;
   const log = platform.logger.child({ context: 'events' });
-  const hub = new EventHub(events, (error) => {
-    log.error({ err: error }, 'event stream subscription failed; closing open streams');
-    for (const l of hub.all()) l.revoke('subscription failed');
-  });
+  const hub = new EventHub(
+    events,
+    (error) => {
+      log.error({ err: error }, 'event stream subscription failed; closing open streams');
+      for (const l of hub.all()) l.revoke('subscription failed');
+    },
+    // Cluster: live events from Kafka; embedded: the event store subscription, as always.
+    config.store === 'cluster' ? platform.feed : undefined,
+  );
   const open = new Set<SseConnection>();
   let keepalive: NodeJS.Timeout | null = null;
   let stopping = false;

@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../infra/config.js';
 import type { EventStore } from '../../infra/ports/event-store.js';
+import type { EventFeed } from '../../infra/ports/event-feed.js';
 import type { ReadStore } from '../../infra/ports/read-store.js';
 import type { Mailer } from '../../infra/ports/mailer.js';
 import type { RateLimiter } from '../../infra/ports/rate-limiter.js';
@@ -18,6 +19,8 @@ export interface Platform {
   config: Config;
   logger: Logger;
   events: EventStore;
+  /** How reactors follow the log: the event store (embedded) or Kafka consumer groups (cluster). */
+  feed: EventFeed;
   reads: ReadStore;
   progress: ReadModelProgress;
   mailer: Mailer;

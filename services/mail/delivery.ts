@@ -10,10 +10,16 @@
  * message again, with the same Message-ID). Temporary failures (4xx, connection errors) are
  * retried with exponential backoff; each attempt is an EmailDeliveryDeferred event, so the
  * schedule survives restarts.
+ *
+ * It follows the log through the EventFeed port (consumer group {@link DELIVERY_GROUP}):
+ * embedded, the event store's subscription (the read-store checkpoint is the durable
+ * position); cluster, Kafka, where each EmailQueued is reported settled only when its job
+ * has an outcome, so the committed offset is the same low-water mark.
  */
 import { streamName, type RecordedEvent, type Subscription } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/mailer.js';
+import { eventStoreFeed, type EventFeed, type Pending } from '../../infra/ports/event-feed.js';
 import type { Platform } from '../kernel/platform.js';
 import { nowIso } from '../kernel/ids.js';
 import {
@@ -32,6 +38,8 @@ import { derivedId, type IdentityDoc, type MailService } from './service.js';
 import { domainOf } from './text.js';
 
 export const CHECKPOINT = 'reactor:mail-delivery';
+/** The reactor's consumer group on the feed. */
+export const DELIVERY_GROUP = 'ais-mail-delivery';
 
 export interface DeliveryOptions {
   /** First retry delay; doubles per attempt up to {@link DeliveryOptions.maxDelayMs}. */
@@ -49,8 +57,9 @@ class Rejected extends Error {
   }
 }
 
-export function createDeliveryReactor(platform: Platform, deps: { mail: MailService; blobs: BlobStore; options?: DeliveryOptions }) {
+export function createDeliveryReactor(platform: Platform, deps: { mail: MailService; blobs: BlobStore; options?: DeliveryOptions; feed?: EventFeed }) {
   const { events, reads, config, mailer } = platform;
+  const feed = deps.feed ?? eventStoreFeed(events);
   const log = platform.logger.child({ component: 'mail-delivery' });
   const baseDelay = deps.options?.baseDelayMs ?? 2_000;
   const maxDelay = deps.options?.maxDelayMs ?? 15 * 60_000;
@@ -225,20 +234,31 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
     return false;
   }
 
-  async function onEvent(e: RecordedEvent): Promise<void> {
-    if (stopped) return;
+  /** Starts the job of `e`; its `settled` resolves once the message has an outcome. */
+  async function onEvent(e: RecordedEvent): Promise<void | Pending> {
+    if (stopped) {
+      const held = Promise.reject(new Error('stopped before an outcome')); // the feed keeps it for the next run
+      held.catch(() => {});
+      return { settled: held };
+    }
     const slot = { position: e.position, done: false };
     window.push(slot);
     while (running >= concurrency && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
     running += 1;
+    let outcome!: { resolve(): void; reject(e: Error): void };
+    const settled = new Promise<void>((resolve, reject) => (outcome = { resolve, reject }));
+    settled.catch(() => {}); // the feed holds its position; logged below
     void deliver(e)
       .then(
         (finished) => {
           slot.done = finished;
+          if (finished) outcome.resolve();
+          else outcome.reject(new Error('stopped before an outcome'));
         },
         (err) => {
           // The job stays unfinished: the checkpoint holds and a restart retries it.
           log.error({ err, messageId: (e.data as EmailQueuedData).messageId }, 'delivery job crashed; it will resume after a restart');
+          outcome.reject(err instanceof Error ? err : new Error(String(err)));
         },
       )
       .finally(() => {
@@ -248,13 +268,14 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         waiters.forEach((w) => w());
         advanceCheckpoint();
       });
+    return { settled };
   }
 
   return {
     async start() {
       stopped = false;
       const after = await reads.getCheckpoint(CHECKPOINT);
-      subscription = events.subscribeAll({ after, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [`${OUTBOX}-`] } }, onEvent);
+      subscription = feed.subscribe({ after, group: DELIVERY_GROUP, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [`${OUTBOX}-`] } }, onEvent);
       subscription.done.catch((err) => log.error({ err }, 'delivery subscription failed'));
     },
     async stop() {

@@ -30,7 +30,7 @@ export function createMailContext(options: { blobs?: BlobStore; delivery?: Deliv
     const { config } = platform;
     const blobs = options.blobs ?? createFsBlobStore({ dir: path.join(config.dataDir, 'blobs') });
     const mail = createMailService(platform, { blobs, hmacKey: shared.keys.hmacKey });
-    const reactor = createDeliveryReactor(platform, { mail, blobs, options: options.delivery });
+    const reactor = createDeliveryReactor(platform, { mail, blobs, options: options.delivery, feed: platform.feed });
     const smtp: SmtpListener | null = config.smtpPort === 0 ? null : createSmtpListener({ config, logger: platform.logger, mail, blobs });
     return {
       name: 'mail',

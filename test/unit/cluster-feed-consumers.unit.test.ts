@@ -1,0 +1,92 @@
+/**
+ * The consumers of the EventFeed in cluster mode, without a broker: the projection runner
+ * reports an event settled only once its read-model batch is committed (so the Kafka offset
+ * never passes an uncommitted write), and uses the group `ais-projections`.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import type { RecordedEvent, Subscription } from '../../infra/ports/event-store.js';
+import type { EventFeed, FeedHandler, FeedOptions, Pending } from '../../infra/ports/event-feed.js';
+import { openSqliteReadStore } from '../../infra/sqlite/read-store.js';
+import type { Projection } from '../../projections/projection.js';
+import { createProjectionRunner, PROJECTIONS_GROUP } from '../../projections/runner.js';
+import { createMemoryEventStore } from '../support/memory-event-store.js';
+
+const names: Projection = {
+  name: 'names:v1',
+  collections: [{ name: 'names' }],
+  eventTypes: ['Named'],
+  apply: (e) => [{ collection: 'names', id: String(e.data.id), evolve: () => ({ id: String(e.data.id), name: e.data.name }) }],
+};
+
+/** A feed the test drives by hand. */
+function manualFeed() {
+  const calls: { options: FeedOptions; handler: FeedHandler }[] = [];
+  const feed: EventFeed = {
+    subscribe(options, handler): Subscription {
+      calls.push({ options, handler });
+      return { close() {}, done: new Promise<void>(() => {}) };
+    },
+  };
+  return { feed, calls };
+}
+
+const named = (position: number, id: string, name: string): RecordedEvent => ({
+  id: randomUUID(),
+  type: 'Named',
+  stream: `thing-${id}`,
+  revision: 0,
+  position: String(position),
+  data: { id, name },
+  metadata: {},
+  recordedAt: new Date().toISOString(),
+});
+
+describe('projection runner on a feed', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'runner-feed-'));
+  });
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('subscribes in group ais-projections from its checkpoint and settles events once committed', async () => {
+    const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
+    const { feed, calls } = manualFeed();
+    const runner = createProjectionRunner({ eventStore: createMemoryEventStore(), readStore: reads, projections: [names], feed, logger: { info() {}, warn() {}, error() {} } });
+    await runner.start();
+    expect(calls).toHaveLength(1);
+    expect(calls[0]!.options).toEqual({ after: null, group: PROJECTIONS_GROUP });
+
+    const result = (await calls[0]!.handler(named(1, 'a', 'Ada'))) as Pending;
+    expect(result?.settled).toBeInstanceOf(Promise);
+    let settled = false;
+    void result.settled.then(() => (settled = true));
+    // Handled, but the batch is committed on the next macrotask: not settled before.
+    expect(settled).toBe(false);
+    expect(await reads.getCheckpoint(names.name)).toBeNull();
+    await result.settled;
+    expect(await reads.getCheckpoint(names.name)).toBe('1');
+    expect(await reads.collection('names').get('a')).toMatchObject({ name: 'Ada' });
+
+    // A redelivered event is settled without being applied twice.
+    const again = (await calls[0]!.handler(named(1, 'a', 'Changed'))) as Pending;
+    await again.settled;
+    expect(await reads.collection('names').get('a')).toMatchObject({ name: 'Ada' });
+    await runner.stop();
+    await reads.close();
+  });
+
+  it('leaves an event unsettled when the runner fails on it', async () => {
+    const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
+    const { feed, calls } = manualFeed();
+    const broken: Projection = { ...names, name: 'broken:v1', collections: [{ name: 'broken' }], apply: () => { throw new Error('kaboom'); } };
+    const runner = createProjectionRunner({ eventStore: createMemoryEventStore(), readStore: reads, projections: [broken], feed, logger: { info() {}, warn() {}, error() {} } });
+    await runner.start();
+    const result = (await calls[0]!.handler(named(1, 'a', 'Ada'))) as Pending;
+    await expect(result.settled).rejects.toThrow(/kaboom/);
+    await expect(runner.done).rejects.toThrow(/kaboom/);
+    await reads.close();
+  });
+});
