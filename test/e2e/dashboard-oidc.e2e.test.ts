@@ -9,40 +9,25 @@
 import path from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
-import { startTestServer, type TestServer } from '../support/server.js';
-import { freePort } from '../support/spawn.js';
-import { ARTIFACTS, launchBrowser, localContext, startOidcProvider, type TestIdp } from '../support/browser.js';
+import type { TestServer } from '../support/server.js';
+import { ARTIFACTS, localContext, startOidcTestServer, type OidcTestServer } from '../support/browser.js';
 
 jest.setTimeout(120_000);
 
 let s: TestServer;
 let browser: Browser;
-let idp: TestIdp;
+let env: OidcTestServer;
 let issuer: string;
 
 beforeAll(async () => {
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}`;
-  idp = await startOidcProvider('agent-identity-dashboard', `${publicUrl}/device/oidc/callback`);
-  issuer = idp.issuer;
-  s = await startTestServer({
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    PUBLIC_URL: publicUrl,
-    OIDC_ISSUER: idp.issuer,
-    OIDC_CLIENT_ID: idp.clientId,
-    OIDC_CLIENT_SECRET: idp.clientSecret,
-  });
-  browser = await launchBrowser();
+  env = await startOidcTestServer('agent-identity-dashboard');
+  ({ server: s, browser } = env);
+  issuer = env.idp.issuer;
 });
 
 const newContext = (): Promise<BrowserContext> => localContext(browser);
 
-afterAll(async () => {
-  await browser?.close();
-  await s?.close();
-  await idp?.close();
-});
+afterAll(async () => env?.close());
 
 
 async function shot(page: Page, name: string) {

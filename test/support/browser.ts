@@ -78,3 +78,41 @@ export async function startOidcProvider(clientId: string, redirectUri: string): 
     },
   };
 }
+
+export interface OidcTestServer {
+  server: import('./server.js').TestServer;
+  idp: TestIdp;
+  browser: Browser;
+  close(): Promise<void>;
+}
+
+/**
+ * The service (at a fixed PUBLIC_URL, so the IdP knows its callback) wired to a fresh
+ * external OpenID Provider, plus a browser: the setup of the OIDC browser suites.
+ */
+export async function startOidcTestServer(clientId: string, env: Record<string, string> = {}): Promise<OidcTestServer> {
+  const { startTestServer } = await import('./server.js');
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}`;
+  const idp = await startOidcProvider(clientId, `${publicUrl}/device/oidc/callback`);
+  const server = await startTestServer({
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    PUBLIC_URL: publicUrl,
+    OIDC_ISSUER: idp.issuer,
+    OIDC_CLIENT_ID: idp.clientId,
+    OIDC_CLIENT_SECRET: idp.clientSecret,
+    ...env,
+  });
+  const browser = await launchBrowser();
+  return {
+    server,
+    idp,
+    browser,
+    close: async () => {
+      await browser.close();
+      await server.close();
+      await idp.close();
+    },
+  };
+}
