@@ -91,7 +91,8 @@ it('a garbage credential or identity header is a 4xx on every endpoint', async (
   for (const [path, ops] of Object.entries(doc.paths)) {
     if (path === '/api/events/stream/') continue;
     for (const method of Object.keys(ops)) {
-      for (const headers of [{ authorization: 'Bearer svc_mgmt_nope' }, { authorization: 'Basic !!!' }, { authorization: `Bearer ${token}`, 'x-service-identity': 'garbage' }, { cookie: 'ais_session=forged' }]) {
+      const variants: Record<string, string>[] = [{ authorization: 'Bearer svc_mgmt_nope' }, { authorization: 'Basic !!!' }, { authorization: `Bearer ${token}`, 'x-service-identity': 'garbage' }, { cookie: 'ais_session=forged' }];
+      for (const headers of variants) {
         const p = path.replace(/\{\w+\}/g, identity);
         const res = await fetch(`${s.url}${p}`, { method: method.toUpperCase(), headers: { ...headers, 'content-type': 'application/json' }, body: method === 'get' || method === 'delete' ? undefined : '{}' });
         const text = await res.text();
