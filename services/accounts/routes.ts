@@ -72,11 +72,12 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         } catch {
           // Logout is anonymous-friendly: an expired or bad credential still logs out.
         }
-        if (principal) await accounts.revokeAllSessions(principal.userPk, 'logout');
-        if (b.refresh) {
-          const claims = await tokens.verify(b.refresh, 'refresh').catch(() => null);
-          if (claims) await accounts.revokeAllSessions(claims.userPk, 'logout');
-        }
+        // The accounts named by the credential and by a refresh token in the body (once each).
+        const users = new Set<number>();
+        if (principal) users.add(principal.userPk);
+        const claims = b.refresh ? await tokens.verify(b.refresh, 'refresh').catch(() => null) : null;
+        if (claims) users.add(claims.userPk);
+        for (const pk of users) await accounts.revokeAllSessions(pk, 'logout');
         ctx.cookies.set(SESSION_COOKIE, null);
         ctx.body = { detail: 'Successfully logged out.' };
       });

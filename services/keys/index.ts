@@ -15,6 +15,9 @@ import { keyRoutes } from './routes.js';
 export { createKeys, hashKey, maskKey, type Keys } from './service.js';
 export * from './events.js';
 
+/** Checkpoint of the reactor that records the revocation of a deleted identity's keys. */
+const REVOCATION_CHECKPOINT = 'reactor:key-revocation';
+
 export const keysContext: ContextFactory = (shared) => {
   const { platform } = shared;
   const keys = createKeys(platform);
@@ -34,11 +37,16 @@ export const keysContext: ContextFactory = (shared) => {
       publicUrl: platform.config.publicUrl,
     }),
     resolvers: { findKey: keys.findKey, touchKey: keys.touchKey },
-    async start() {
+    async start(role) {
+      // A reactor whose effects must happen once: the embedded process or the cluster worker.
+      if (role === 'gateway') return;
       // Keys of a deleted identity already fail (findKey checks the identity); this records
-      // their revocation in the log. Idempotent, so catching up from the start is safe.
-      reactor = platform.events.subscribeAll({ after: null, filter: { eventTypes: ['IdentityDeleted'] } }, async (e) => {
+      // their revocation in the log. It resumes from its checkpoint, so a start does not
+      // re-read every deletion in the log; revoking twice is harmless (at least once).
+      const after = await platform.reads.getCheckpoint(REVOCATION_CHECKPOINT);
+      reactor = platform.feed.subscribe({ after, group: 'ais-key-revocation', filter: { eventTypes: ['IdentityDeleted'] } }, async (e) => {
         await keys.revokeForIdentity((e.data as { identityId: string }).identityId).catch((err) => platform.logger.warn({ err }, 'revoking keys of a deleted identity failed'));
+        await platform.reads.commit(REVOCATION_CHECKPOINT, e.position, []);
       });
       reactor.done.catch((err) => platform.logger.error({ err }, 'key revocation reactor stopped'));
     },

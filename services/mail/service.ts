@@ -34,6 +34,7 @@ import {
 import { decideThread, type ThreadLookup } from './threading.js';
 import { addressKey, htmlToText, previewOf, replySubject } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
+import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 
 /** 25 MiB: the inbound message cap (DECISIONS "Mail") and the per-attachment cap. */
 export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
@@ -47,33 +48,16 @@ export const MAX_RECIPIENTS = 100;
 const ID_NAMESPACE = '3a0e3a53-6f5c-4c55-9a43-2f6a1f0c9a11';
 export const derivedId = (...parts: string[]): string => uuidv5(parts.join('\u0000'), ID_NAMESPACE);
 
-/** Document shape of the shared `identities` read model (owned by the identities context). */
-export interface IdentityDoc {
-  id: string;
-  ownerPk: number;
-  name: string;
-  inbox: string;
-  [field: string]: unknown;
-}
+/** The shared `identities` read model (owned by the identities context). */
+export type { IdentityDoc } from '../../projections/identities/index.js';
 
-/** A message as it arrives for identities, before thread and ids are decided. */
-export interface IncomingMail {
-  internetMessageId: string | null;
-  inReplyTo: string | null;
-  references: string[];
-  from: EmailAddress;
-  to: EmailAddress[];
-  cc: EmailAddress[];
-  replyTo: EmailAddress[];
-  subject: string;
-  text: string | null;
-  html: string | null;
+/**
+ * A message as it arrives for identities, before thread and ids are decided: the recorded
+ * EmailReceived data less what is decided per recipient (ids, thread, preview, blob refs).
+ */
+export type IncomingMail = Omit<EmailReceivedData, 'identityId' | 'inbox' | 'messageId' | 'threadId' | 'textBlob' | 'htmlBlob' | 'preview' | 'attachments' | 'at'> & {
   attachments: Omit<AttachmentRef, 'uuid'>[];
-  raw: { blob: string; size: number } | null;
-  via: 'smtp' | 'internal';
-  sourceMessageId: string | null;
-  date: string | null;
-}
+};
 
 export interface SendRequest {
   to: EmailAddress[];
@@ -107,7 +91,7 @@ function keyedSerial() {
 export function createMailService(platform: Platform, deps: { blobs: BlobStore; hmacKey: Buffer }) {
   const { events, reads, config } = platform;
   const { blobs } = deps;
-  const identities = () => reads.collection<IdentityDoc & { id: string }>('identities');
+  const identities = () => reads.collection<IdentityDoc>(IDENTITIES);
   const threads = (): Collection<ThreadDoc> => reads.collection<ThreadDoc>(EMAIL_THREADS);
   const messages = (): Collection<MessageDoc> => reads.collection<MessageDoc>(EMAIL_MESSAGES);
   const attachmentDocs = (): Collection<AttachmentDoc> => reads.collection<AttachmentDoc>(EMAIL_ATTACHMENTS);

@@ -180,6 +180,8 @@ describe('tokens', () => {
     const short = await startTestServer({ ACCESS_TOKEN_TTL: '1' });
     try {
       const u = await short.signUp();
+      // Used once while valid: the gateway keeps verified tokens, and must still see expiry.
+      expect((await short.api('GET', '/api/auth/user/', { token: u.access })).status).toBe(200);
       await new Promise((r) => setTimeout(r, 2100));
       const res = await short.api('GET', '/api/auth/user/', { token: u.access });
       expect(res.status).toBe(401);
@@ -254,6 +256,16 @@ describe('password change, logout and reset', () => {
     expect(refresh.status).toBe(401);
     expect(refresh.body.code).toBe('token_expired');
     expect((await s.api('POST', '/api/auth/logout/')).status).toBe(200); // anonymous is fine
+  });
+
+  it('logout with only a refresh token in the body ends that user\'s sessions', async () => {
+    const u = await s.signUp();
+    const other = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } });
+    expect((await s.api('POST', '/api/auth/logout/', { body: { refresh: u.refresh } })).status).toBe(200);
+    for (const refresh of [u.refresh, other.body.refresh]) {
+      const res = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh } });
+      expect([res.status, res.body.code]).toEqual([401, 'token_expired']);
+    }
   });
 
   it('password reset: the mailed uid/token set a new password once; old sessions end', async () => {

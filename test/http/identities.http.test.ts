@@ -176,6 +176,21 @@ describe('read and update', () => {
     expect((await s.api('GET', '/api/identities/?limit=0', { token: fresh.access })).status).toBe(400);
   });
 
+  it('a list read again after each write shows that write (cached answers never go stale)', async () => {
+    const u = await s.signUp();
+    const names = async () => ((await s.api('GET', '/api/identities/', { token: u.access })).body as { name: string }[]).map((i) => i.name);
+    expect(await names()).toEqual([]);
+    const a = await create(u.access, { name: 'First' });
+    expect(await names()).toEqual(['First']);
+    expect(await names()).toEqual(['First']); // the same answer twice (served from the cache)
+    await s.api('PATCH', `/api/identities/${a.body.uuid}/`, { token: u.access, body: { name: 'Renamed' } });
+    expect(await names()).toEqual(['Renamed']);
+    await create(u.access, { name: 'Second' });
+    expect(await names()).toEqual(['Renamed', 'Second']);
+    await s.api('DELETE', `/api/identities/${a.body.uuid}/`, { token: u.access });
+    expect(await names()).toEqual(['Second']);
+  });
+
   it('PUT renames (409 when taken; the old name is freed); PATCH changes only what it names', async () => {
     const a = await create(owner.access, { name: 'Rename Me', email_identifier: 'rename-me' });
     await create(owner.access, { name: 'Occupied' });
