@@ -1,38 +1,79 @@
 /**
- * Embedded blob store: one file per blob under `<dir>/<k[0..2]>/<k[2..4]>/<key>`, made
- * durable through a group-committed journal.
+ * Embedded blob store: small blobs live in permanent, append-only pack files (like git's
+ * packfiles), large ones in a file of their own.
  *
- * A put resolves only once the blob survives kill -9 and power loss (what lets the SMTP
- * listener answer 250 after an append that refers to it). Two ways to get there:
+ * Layout under `dir`:
+ * - `packs/<n>.pack` (n: 12 digits, counting up): records "BLB1" | 32-byte SHA-256 |
+ *   uint32 BE length | content, for blobs of at most {@link PACK_MAX_BLOB} bytes.
+ * - `packs/<n>.idx`: the sorted index of a sealed pack (see {@link encodeIndex}): a header
+ *   (flags, the pack length it covers, the count), a 256-entry fan-out table, 40-byte
+ *   entries (key | uint32 content offset | uint32 length), a trailing SHA-256 of the file.
+ * - `<k[0..2]>/<k[2..4]>/<key>`: large blobs, and small blobs written by older versions
+ *   (which materialised every blob into its own file); readable forever.
+ * - `tmp/`: temporary files renamed into place; `journal/`: left by older versions only,
+ *   replayed into per-blob files on start and removed.
  *
- * - **Small blobs** (≤ {@link JOURNAL_MAX_BLOB}, e.g. the raw MIME of ordinary mail): the
- *   bytes are appended to the current journal segment `<dir>/journal/<n>.log`; every put
- *   that arrives while one flush is in progress joins the next one, and a flush is ONE
- *   write + ONE fdatasync for all of them (group commit, like the event store). Once
- *   durable, the blob is written to its own file without an fsync ("materialised"); until
- *   then reads are served from memory. The journal stays the durable copy: when a segment
- *   grows past {@link SEGMENT_BYTES} a new one is started and, in the background, the old
- *   segment's files are fsynced and the segment is deleted. On start, every remaining
- *   segment is replayed (records verified by their SHA-256, a torn tail ignored: it was
- *   never acknowledged), its files written and fsynced, and the segment deleted.
- * - **Large blobs**: a temporary file, fsynced, renamed into place, directory fsynced.
+ * Durability (a put resolves only once the blob survives kill -9 and power loss, which is
+ * what lets the SMTP listener answer 250 after an append that refers to it):
+ * - Small blobs are appended to the active pack; every put that arrives while a flush is in
+ *   progress joins the next one, and a flush is ONE write + ONE fdatasync for all of them
+ *   (group commit, like the event store). The fdatasync covers the new bytes and the file
+ *   size; the pack's directory entry was fsynced when the pack was created. That is the
+ *   only copy: the bytes are never rewritten, moved or deleted. A key already in a known
+ *   pack or in flight is not appended again (one only in an old per-blob file, or in a pack
+ *   another process wrote since we last looked, may be: space, never correctness).
+ * - Large blobs: a temporary file, fsynced, renamed into place, directory fsynced.
  *
- * Journal record: "BLB1" | 32-byte SHA-256 | uint32 BE length | content.
+ * Why packs: the previous design also wrote each small blob to its own file after the
+ * journal had made it durable (mkdir + open + write + close per blob, several thread-pool
+ * round trips and a file creation each), and that cost more than everything else on the
+ * inbound mail path while buying nothing: the journal already held the bytes durably.
+ *
+ * Index: the active pack's blobs are in a Map (key → content offset and length). When the
+ * pack reaches `segmentBytes` it is sealed: its Map becomes a sorted index Buffer (about
+ * 40 bytes per blob, binary-searched, no per-blob JS object), written as `<n>.idx` in the
+ * background (tmp + fsync + rename + directory fsync), and a new pack is started. A missing
+ * idx only costs a rescan at the next start.
+ *
+ * Recovery (start): each pack's idx is loaded if its checksum holds; a pack without a valid
+ * idx, or longer than its idx says, is scanned: records are verified against their SHA-256
+ * and the first torn or invalid one ends the scan (it was never acknowledged). Every pack
+ * found at start is sealed (its idx written when the scan found anything new) and appends
+ * always go to a NEW pack, so nothing is ever appended after a torn tail.
+ *
+ * Several processes may share `dir` (the cluster's gateways and worker share DATA_DIR): a
+ * new pack is created with O_EXCL, so each pack has one writer; a read that misses looks
+ * for packs (or pack tails) written by other processes since it last looked. An idx marks
+ * whether its writer sealed the pack (`final`); packs indexed by recovery may still be
+ * appended to by a live process, so their tails are checked again on a miss.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { mkdir, open, readdir, rename, stat, readFile, unlink, writeFile, type FileHandle } from 'node:fs/promises';
+import { constants as fsConstants, createReadStream } from 'node:fs';
+import { mkdir, open, readdir, rename, rmdir, stat, readFile, unlink, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { BLOB_KEY, type BlobRef, type BlobStore } from '../ports/blob-store.js';
 
-/** Blobs up to this size go through the journal; bigger ones are fsynced on their own. */
-export const JOURNAL_MAX_BLOB = 1024 * 1024;
-/** A journal segment is retired (checkpointed, then deleted) once it is this big. */
+/** Blobs up to this size go into packs; bigger ones are fsynced in a file of their own. */
+export const PACK_MAX_BLOB = 1024 * 1024;
+/** A pack is sealed (indexed, then only read) once it is this big. */
 export const SEGMENT_BYTES = 64 * 1024 * 1024;
+/** Keeps every content offset within the idx's uint32 (a pack ends < 2 × segmentBytes + 1 MiB). */
+const MAX_SEGMENT_BYTES = 1024 * 1024 * 1024;
 
 const MAGIC = Buffer.from('BLB1', 'latin1');
 const HEADER = MAGIC.length + 32 + 4;
+const IDX_MAGIC = Buffer.from('BLX1', 'latin1');
+/** idx: magic | uint32 flags | uint64 covered pack length | uint32 count | 256 × uint32 fan-out. */
+const IDX_HEAD = 4 + 4 + 8 + 4;
+const IDX_FANOUT = IDX_HEAD;
+const IDX_ENTRIES = IDX_FANOUT + 256 * 4;
+const IDX_ENTRY = 32 + 4 + 4;
+const IDX_FINAL = 1;
+
+const packName = (n: number) => `${String(n).padStart(12, '0')}.pack`;
+const idxName = (n: number) => `${String(n).padStart(12, '0')}.idx`;
+const sha256 = (data: Uint8Array) => createHash('sha256').update(data).digest();
 
 async function fsyncPath(target: string): Promise<void> {
   const handle = await open(target, 'r');
@@ -45,15 +86,34 @@ async function fsyncPath(target: string): Promise<void> {
 
 const isErrno = (err: unknown, code: string) => (err as NodeJS.ErrnoException).code === code;
 
-interface Segment {
+/** Where a blob's content sits in its pack. */
+interface Loc {
+  offset: number;
+  length: number;
+}
+
+/** A sealed pack's index, parsed from (or encoded as) an idx file. */
+interface PackIndex {
+  buf: Buffer;
+  count: number;
+  /** Pack bytes the index covers (records after that were added later or are torn). */
+  covered: number;
+  final: boolean;
+}
+
+interface Pack {
   n: number;
   file: string;
-  handle: FileHandle;
+  /** Written by this process (never refreshed from disk). */
+  own: boolean;
+  index: PackIndex | null;
+  /** Records not in `index`: the active pack's, or those scanned past the index. */
+  tail: Map<string, Loc>;
+  /** Bytes known to hold valid records (where the next append or scan starts). */
   size: number;
-  /** Blobs recorded in this segment (the checkpoint fsyncs their files). */
-  keys: Set<string>;
-  /** Materialisations of this segment's blobs still in flight. */
-  writing: Set<Promise<void>>;
+  /** Read handle (for the active pack: its append handle, opened O_RDWR). */
+  handle: FileHandle | null;
+  opening: Promise<FileHandle> | null;
 }
 
 interface PendingPut {
@@ -63,17 +123,96 @@ interface PendingPut {
   reject: (err: unknown) => void;
 }
 
-export function createFsBlobStore(options: { dir: string }): BlobStore {
+/**
+ * Encodes a sorted idx file: magic "BLX1" | uint32 flags (1 = sealed by its writer) |
+ * uint64 covered pack length | uint32 count | fan-out[256] (uint32: entries whose first key
+ * byte ≤ i) | count × (32-byte key | uint32 content offset | uint32 length) | SHA-256 of all
+ * the preceding bytes.
+ */
+function encodeIndex(entries: Map<string, Loc>, covered: number, final: boolean): PackIndex {
+  const keys = [...entries.keys()].sort();
+  const buf = Buffer.alloc(IDX_ENTRIES + keys.length * IDX_ENTRY + 32);
+  IDX_MAGIC.copy(buf, 0);
+  buf.writeUInt32BE(final ? IDX_FINAL : 0, 4);
+  buf.writeBigUInt64BE(BigInt(covered), 8);
+  buf.writeUInt32BE(keys.length, 16);
+  const fanout = new Uint32Array(256);
+  keys.forEach((key, i) => {
+    const at = IDX_ENTRIES + i * IDX_ENTRY;
+    buf.write(key, at, 32, 'hex');
+    const loc = entries.get(key)!;
+    buf.writeUInt32BE(loc.offset, at + 32);
+    buf.writeUInt32BE(loc.length, at + 36);
+    fanout[buf[at]]++;
+  });
+  for (let b = 0, total = 0; b < 256; b++) buf.writeUInt32BE((total += fanout[b]), IDX_FANOUT + b * 4);
+  sha256(buf.subarray(0, buf.length - 32)).copy(buf, buf.length - 32);
+  return { buf, count: keys.length, covered, final };
+}
+
+/** Parses an idx file, or null when it is not one (bad size, magic or checksum). */
+function decodeIndex(buf: Buffer): PackIndex | null {
+  if (buf.length < IDX_ENTRIES + 32 || !buf.subarray(0, 4).equals(IDX_MAGIC)) return null;
+  const count = buf.readUInt32BE(16);
+  if (buf.length !== IDX_ENTRIES + count * IDX_ENTRY + 32) return null;
+  if (!sha256(buf.subarray(0, buf.length - 32)).equals(buf.subarray(buf.length - 32))) return null;
+  if (buf.readUInt32BE(IDX_FANOUT + 255 * 4) !== count) return null;
+  return { buf, count, covered: Number(buf.readBigUInt64BE(8)), final: (buf.readUInt32BE(4) & IDX_FINAL) !== 0 };
+}
+
+/** Binary search within the key's fan-out bucket. */
+function searchIndex(index: PackIndex, key: Buffer): Loc | null {
+  const { buf } = index;
+  let lo = key[0] === 0 ? 0 : buf.readUInt32BE(IDX_FANOUT + (key[0] - 1) * 4);
+  let hi = buf.readUInt32BE(IDX_FANOUT + key[0] * 4);
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const at = IDX_ENTRIES + mid * IDX_ENTRY;
+    const cmp = buf.compare(key, 0, 32, at, at + 32);
+    if (cmp === 0) return { offset: buf.readUInt32BE(at + 32), length: buf.readUInt32BE(at + 36) };
+    if (cmp < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return null;
+}
+
+/**
+ * Verifies the records of `data` (pack bytes from `base`), adding each to `into`; stops at
+ * the first torn or invalid one. Returns the number of valid bytes.
+ */
+function scanRecords(data: Buffer, base: number, into: Map<string, Loc>): number {
+  let at = 0;
+  while (at + HEADER <= data.length) {
+    if (!data.subarray(at, at + 4).equals(MAGIC)) break;
+    const length = data.readUInt32BE(at + 36);
+    if (length > PACK_MAX_BLOB || at + HEADER + length > data.length) break;
+    const key = data.subarray(at + 4, at + 36);
+    if (!sha256(data.subarray(at + HEADER, at + HEADER + length)).equals(key)) break;
+    into.set(key.toString('hex'), { offset: base + at + HEADER, length });
+    at += HEADER + length;
+  }
+  return at;
+}
+
+export interface FsBlobStoreOptions {
+  dir: string;
+  /** Size at which a pack is sealed and a new one started (default {@link SEGMENT_BYTES}). */
+  segmentBytes?: number;
+}
+
+export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
   const root = options.dir;
   const tmpDir = path.join(root, 'tmp');
+  const packsDir = path.join(root, 'packs');
   const journalDir = path.join(root, 'journal');
+  const segmentBytes = Math.max(1, Math.min(options.segmentBytes ?? SEGMENT_BYTES, MAX_SEGMENT_BYTES));
 
   const fileOf = (key: string): string => {
     if (!BLOB_KEY.test(key)) throw new Error(`invalid blob key: ${JSON.stringify(key)}`);
     return path.join(root, key.slice(0, 2), key.slice(2, 4), key);
   };
 
-  /** Directories known to exist (saves a mkdir per blob). */
+  /** Directories known to exist (saves a mkdir per large blob). */
   const madeDirs = new Set<string>();
   async function ensureDir(dir: string): Promise<void> {
     if (madeDirs.has(dir)) return;
@@ -90,166 +229,332 @@ export function createFsBlobStore(options: { dir: string }): BlobStore {
     }
   }
 
-  /** Small blobs accepted but not yet in their own file: content, and when it is durable. */
-  const inMemory = new Map<string, { content: Buffer; durable: Promise<void> }>();
+  /** Small puts accepted but not yet durable: their content, and when it is durable. */
+  const pending = new Map<string, { content: Buffer; durable: Promise<void> }>();
   let queue: PendingPut[] = [];
   let flushing = false;
-  /** The segment being appended to; null while the next one is being opened. */
-  let segment: Segment | null = null;
-  let nextSegment: Promise<Segment> | null = null;
-  /** Number of the newest segment (segments are numbered upwards). */
+  /** Every known pack, by number (own ones included). */
+  const packs = new Map<number, Pack>();
+  /** The same, newest first (recent mail is read most). */
+  let packList: Pack[] = [];
+  /** The pack being appended to; null while the next one is being opened. */
+  let active: Pack | null = null;
+  let nextActive: Promise<Pack> | null = null;
+  /** Highest pack number seen (new packs count up from it). */
   let lastN = 0;
 
-  async function openSegment(n: number): Promise<Segment> {
-    const file = path.join(journalDir, `${String(n).padStart(12, '0')}.log`);
-    const handle = await open(file, 'a', 0o600);
-    await fsyncPath(journalDir); // the segment's directory entry must survive before we rely on it
-    return { n, file, handle, size: 0, keys: new Set(), writing: new Set() };
+  function addPack(pack: Pack): void {
+    packs.set(pack.n, pack);
+    packList = [...packs.values()].sort((a, b) => b.n - a.n);
+    lastN = Math.max(lastN, pack.n);
   }
 
-  /** Replays segments left by a previous process, then opens a fresh one. */
-  async function recover(): Promise<void> {
-    await mkdir(tmpDir, { recursive: true });
-    await mkdir(journalDir, { recursive: true });
-    const names = (await readdir(journalDir)).filter((f) => /^\d{12}\.log$/.test(f)).sort();
+  function locate(key: string): { pack: Pack; loc: Loc } | null {
+    let bin: Buffer | null = null;
+    for (const pack of packList) {
+      let loc = pack.tail.get(key) ?? null;
+      if (!loc && pack.index?.count) loc = searchIndex(pack.index, (bin ??= Buffer.from(key, 'hex')));
+      if (loc) return { pack, loc };
+    }
+    return null;
+  }
+
+  /** Creates the next pack (O_EXCL: another process sharing the directory may own a number). */
+  async function openSegment(): Promise<Pack> {
+    for (;;) {
+      const n = ++lastN;
+      const file = path.join(packsDir, packName(n));
+      let handle: FileHandle;
+      try {
+        // Read-write so the same handle serves reads of the active pack.
+        handle = await open(file, fsConstants.O_RDWR | fsConstants.O_APPEND | fsConstants.O_CREAT | fsConstants.O_EXCL, 0o600);
+      } catch (err) {
+        if (isErrno(err, 'EEXIST')) continue;
+        throw err;
+      }
+      try {
+        await fsyncPath(packsDir); // the pack's directory entry must survive before we rely on it
+      } catch (err) {
+        await handle.close().catch(() => {});
+        throw err;
+      }
+      const pack: Pack = { n, file, own: true, index: null, tail: new Map(), size: 0, handle, opening: null };
+      addPack(pack);
+      return pack;
+    }
+  }
+
+  async function writeIndex(n: number, index: PackIndex): Promise<void> {
+    const tmp = path.join(tmpDir, `${idxName(n)}.${randomUUID()}`);
+    const handle = await open(tmp, 'w', 0o600);
+    try {
+      await handle.writeFile(index.buf);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    try {
+      await rename(tmp, path.join(packsDir, idxName(n)));
+    } catch (err) {
+      await unlink(tmp).catch(() => {});
+      throw err;
+    }
+    await fsyncPath(packsDir);
+  }
+
+  async function readIndex(n: number): Promise<PackIndex | null> {
+    try {
+      return decodeIndex(await readFile(path.join(packsDir, idxName(n))));
+    } catch (err) {
+      if (isErrno(err, 'ENOENT')) return null;
+      throw err;
+    }
+  }
+
+  async function packHandle(pack: Pack): Promise<FileHandle> {
+    if (pack.handle) return pack.handle;
+    pack.opening ??= open(pack.file, 'r').then(
+      (handle) => (pack.handle = handle),
+      (err) => {
+        pack.opening = null;
+        throw err;
+      },
+    );
+    return pack.opening;
+  }
+
+  /** Scans `pack` from `pack.size` to the end of its file, adding what it finds to its tail. */
+  async function scanTail(pack: Pack): Promise<void> {
+    // stat first: most packs have nothing past their idx, and need no handle until read.
+    const end = await sizeOf(pack.file);
+    if (end === null || end <= pack.size) return;
+    const handle = await packHandle(pack);
+    const data = Buffer.allocUnsafe(end - pack.size);
+    let got = 0;
+    while (got < data.length) {
+      const { bytesRead } = await handle.read(data, got, data.length - got, pack.size + got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    pack.size += scanRecords(data.subarray(0, got), pack.size, pack.tail);
+  }
+
+  /** Loads a pack found on disk: its idx when valid, then whatever lies past it. */
+  async function loadPack(n: number): Promise<Pack> {
+    const file = path.join(packsDir, packName(n));
+    const pack: Pack = { n, file, own: false, index: null, tail: new Map(), size: 0, handle: null, opening: null };
+    const [index, size] = await Promise.all([readIndex(n), sizeOf(file)]);
+    if (index && size !== null && index.covered <= size) {
+      pack.index = index;
+      pack.size = index.covered;
+    }
+    await scanTail(pack);
+    return pack;
+  }
+
+  /** Pulls in what other processes sharing the directory wrote since the last look. */
+  async function refreshOnce(): Promise<void> {
+    let names: string[];
+    try {
+      names = await readdir(packsDir);
+    } catch (err) {
+      if (isErrno(err, 'ENOENT')) return;
+      throw err;
+    }
+    for (const name of names) {
+      const match = /^(\d{12})\.pack$/.exec(name);
+      if (!match) continue;
+      const n = Number(match[1]);
+      const known = packs.get(n);
+      if (!known) {
+        addPack(await loadPack(n));
+      } else if (!known.own && !known.index?.final) {
+        // Re-read the idx only when it changed size (its writer sealing the pack), then stop
+        // looking at the pack once its idx is final.
+        const idxSize = await sizeOf(path.join(packsDir, idxName(n)));
+        const index = idxSize !== null && idxSize !== known.index?.buf.length ? await readIndex(n) : null;
+        if (index?.final && index.covered >= known.size) {
+          known.index = index; // its writer sealed it: no more looking at it
+          known.tail = new Map();
+          known.size = index.covered;
+        }
+        await scanTail(known);
+      }
+    }
+  }
+  let refreshing: Promise<void> | null = null;
+  let refreshAgain: Promise<void> | null = null;
+  /** One refresh at a time; a miss during one waits for the next (it must see newer files). */
+  function refresh(): Promise<void> {
+    if (!refreshing) {
+      refreshing = refreshOnce().finally(() => (refreshing = null));
+      return refreshing;
+    }
+    refreshAgain ??= refreshing
+      .catch(() => {})
+      .then(() => {
+        refreshAgain = null;
+        return refresh();
+      });
+    return refreshAgain;
+  }
+
+  /** Replays a journal segment left by an older version into per-blob files, then deletes it. */
+  async function replayLegacyJournal(): Promise<void> {
+    let names: string[];
+    try {
+      names = (await readdir(journalDir)).filter((f) => /^\d{12}\.log$/.test(f)).sort();
+    } catch (err) {
+      if (isErrno(err, 'ENOENT')) return;
+      throw err;
+    }
     for (const name of names) {
       const file = path.join(journalDir, name);
+      const records = new Map<string, Loc>();
       const data = await readFile(file);
+      scanRecords(data, 0, records); // a torn tail was never acknowledged
       const dirs = new Set<string>();
-      for (let at = 0; at + HEADER <= data.length; ) {
-        if (!data.subarray(at, at + 4).equals(MAGIC)) break;
-        const key = data.subarray(at + 4, at + 36).toString('hex');
-        const length = data.readUInt32BE(at + 36);
-        const content = data.subarray(at + HEADER, at + HEADER + length);
-        if (content.length !== length || createHash('sha256').update(content).digest('hex') !== key) break; // torn tail: never acknowledged
+      for (const [key, { offset, length }] of records) {
         const target = fileOf(key);
         await ensureDir(path.dirname(target));
-        await writeFile(target, content, { mode: 0o600 });
+        await writeFile(target, data.subarray(offset, offset + length), { mode: 0o600 });
         await fsyncPath(target);
         dirs.add(path.dirname(target));
-        at += HEADER + length;
       }
       for (const dir of dirs) await fsyncPath(dir);
       await unlink(file);
     }
-    if (names.length) await fsyncPath(journalDir);
-    lastN = names.length ? Number(names[names.length - 1].slice(0, 12)) : 0;
-    segment = await openSegment(++lastN);
+    await fsyncPath(journalDir);
+    await rmdir(journalDir).then(
+      () => fsyncPath(root),
+      () => {}, // not empty (something else in it): harmless
+    );
+  }
+
+  /** Migrates an older layout, indexes every pack on disk (sealing it), opens a fresh one. */
+  async function recover(): Promise<void> {
+    await mkdir(tmpDir, { recursive: true });
+    await mkdir(packsDir, { recursive: true });
+    await fsyncPath(root); // the packs directory's own entry
+    await replayLegacyJournal();
+    const numbers = (await readdir(packsDir))
+      .map((f) => /^(\d{12})\.pack$/.exec(f))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
+    for (const n of numbers) {
+      const pack = await loadPack(n);
+      if (!pack.index || pack.tail.size) {
+        // Seal it: one sorted index instead of a Map, and no rescan at the next start. Not
+        // `final`: a live process sharing the directory may still be appending to it.
+        const entries = new Map(pack.tail);
+        if (pack.index) for (let i = 0; i < pack.index.count; i++) {
+          const at = IDX_ENTRIES + i * IDX_ENTRY;
+          entries.set(pack.index.buf.toString('hex', at, at + 32), {
+            offset: pack.index.buf.readUInt32BE(at + 32),
+            length: pack.index.buf.readUInt32BE(at + 36),
+          });
+        }
+        pack.index = encodeIndex(entries, pack.size, false);
+        pack.tail = new Map();
+        await writeIndex(n, pack.index);
+      }
+      addPack(pack);
+    }
+    active = await openSegment();
   }
   const ready = recover();
   ready.catch(() => {}); // surfaced by the first call that awaits it
 
-  /** Writes one durable blob into its own file (no fsync: the journal holds it). */
-  async function materialise(key: string, content: Buffer): Promise<void> {
-    const target = fileOf(key);
-    // Exclusive: an existing file is complete (written before, or repaired by recovery).
-    // The directory is created only when the first try says it is missing.
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await writeFile(target, content, { flag: 'wx', mode: 0o600 });
-        return;
-      } catch (err) {
-        if (isErrno(err, 'EEXIST')) return;
-        if (!isErrno(err, 'ENOENT') || attempt > 0) throw err;
-        await mkdir(path.dirname(target), { recursive: true });
-      }
-    }
+  /** Seals `seg`: index in memory now, idx file in the background; the next flush uses a new pack. */
+  function seal(seg: Pack): void {
+    if (active !== seg) return;
+    active = null;
+    nextActive = openSegment();
+    nextActive.catch(() => {}); // the next flush awaits it and fails its batch
+    seg.index = encodeIndex(seg.tail, seg.size, true);
+    seg.tail = new Map();
+    writeIndex(seg.n, seg.index).catch(() => {
+      /* the next start rescans the pack and writes it */
+    });
   }
 
-  /** Fsyncs a retired segment's files, then deletes the segment. */
-  async function checkpoint(old: Segment): Promise<void> {
-    await Promise.all([...old.writing]);
-    await old.handle.close();
-    const dirs = new Set<string>();
-    for (const key of old.keys) {
-      const target = fileOf(key);
-      await fsyncPath(target);
-      dirs.add(path.dirname(target));
+  /** Takes puts from the queue up to about one segment's worth of bytes (at least one). */
+  function takeBatch(): PendingPut[] {
+    let bytes = 0;
+    let count = 0;
+    while (count < queue.length && (count === 0 || bytes + HEADER + queue[count].content.length <= segmentBytes)) {
+      bytes += HEADER + queue[count].content.length;
+      count++;
     }
-    for (const dir of dirs) await fsyncPath(dir);
-    await unlink(old.file);
-    await fsyncPath(journalDir);
+    return queue.splice(0, count);
+  }
+
+  function fail(batch: PendingPut[], err: unknown): void {
+    for (const p of batch) {
+      pending.delete(p.key);
+      p.reject(err);
+    }
   }
 
   async function flush(): Promise<void> {
     flushing = true;
     try {
       while (queue.length) {
-        const batch = queue;
-        queue = [];
-        let seg: Segment;
+        let seg: Pack;
         try {
-          seg = segment ?? (segment = await nextSegment!);
+          seg = active ?? (active = await nextActive!);
         } catch (err) {
-          nextSegment = openSegment(++lastN); // a later flush tries a fresh one
-          nextSegment.catch(() => {});
-          for (const p of batch) {
-            inMemory.delete(p.key);
-            p.reject(err);
-          }
+          nextActive = openSegment(); // a later flush tries a fresh one
+          nextActive.catch(() => {});
+          fail(queue.splice(0), err);
           continue;
         }
-        try {
-          const parts: Buffer[] = [];
-          for (const p of batch) {
-            const header = Buffer.allocUnsafe(HEADER);
-            MAGIC.copy(header, 0);
-            header.write(p.key, 4, 32, 'hex');
-            header.writeUInt32BE(p.content.length, 36);
-            parts.push(header, p.content);
-          }
-          const bytes = Buffer.concat(parts);
-          await seg.handle.write(bytes, 0, bytes.length);
-          await seg.handle.datasync();
-          seg.size += bytes.length;
-        } catch (err) {
-          for (const p of batch) {
-            inMemory.delete(p.key);
-            p.reject(err);
-          }
-          // The segment may now end in a torn record that recovery would stop at: later
-          // records must go to a new segment. The acknowledged ones are checkpointed.
-          retire(seg);
-          continue;
-        }
+        const batch = takeBatch();
+        const parts: Buffer[] = [];
+        const locs: Loc[] = [];
+        let offset = seg.size;
         for (const p of batch) {
-          seg.keys.add(p.key);
-          p.resolve();
-          const job = materialise(p.key, p.content).then(
-            () => {
-              inMemory.delete(p.key);
-              seg.writing.delete(job);
-            },
-            () => {
-              // Still durable in the journal and readable from memory; recovery writes it.
-              seg.writing.delete(job);
-            },
-          );
-          seg.writing.add(job);
+          const header = Buffer.allocUnsafe(HEADER);
+          MAGIC.copy(header, 0);
+          header.write(p.key, 4, 32, 'hex');
+          header.writeUInt32BE(p.content.length, 36);
+          parts.push(header, p.content);
+          locs.push({ offset: offset + HEADER, length: p.content.length });
+          offset += HEADER + p.content.length;
         }
-        if (seg.size >= SEGMENT_BYTES) retire(seg);
+        try {
+          const bytes = Buffer.concat(parts);
+          await seg.handle!.write(bytes, 0, bytes.length);
+          await seg.handle!.datasync();
+        } catch (err) {
+          fail(batch, err);
+          // The pack may now end in a torn record that a scan would stop at: later records
+          // go to a new pack; the acknowledged ones stay where they are.
+          seal(seg);
+          continue;
+        }
+        seg.size = offset;
+        batch.forEach((p, i) => {
+          seg.tail.set(p.key, locs[i]);
+          pending.delete(p.key);
+          p.resolve();
+        });
+        if (seg.size >= segmentBytes) seal(seg);
       }
     } finally {
       flushing = false;
     }
   }
 
-  /** Starts a new segment (on the next flush) and checkpoints `seg` in the background. */
-  function retire(seg: Segment): void {
-    if (segment !== seg) return;
-    nextSegment = openSegment(++lastN);
-    nextSegment.catch(() => {}); // the next flush awaits it and fails its batch
-    segment = null;
-    checkpoint(seg).catch(() => {
-      /* the segment stays; the next start replays it */
-    });
-  }
-
-  function journalPut(key: string, content: Buffer): Promise<void> {
-    const known = inMemory.get(key);
-    if (known) return known.durable;
-    const durable = new Promise<void>((resolve, reject) => queue.push({ key, content, resolve, reject }));
-    inMemory.set(key, { content, durable });
+  function packPut(key: string, content: Uint8Array): Promise<void> {
+    const inFlight = pending.get(key);
+    if (inFlight) return inFlight.durable;
+    if (locate(key)) return Promise.resolve();
+    // Copy: the caller may reuse its buffer before the flush writes it.
+    const copy = Buffer.from(content);
+    const durable = new Promise<void>((resolve, reject) => queue.push({ key, content: copy, resolve, reject }));
+    pending.set(key, { content: copy, durable });
     if (!flushing) void flush();
     return durable;
   }
@@ -276,29 +581,52 @@ export function createFsBlobStore(options: { dir: string }): BlobStore {
     await fsyncPath(dir);
   }
 
+  async function readPacked({ pack, loc }: { pack: Pack; loc: Loc }): Promise<Buffer> {
+    const handle = await packHandle(pack);
+    const data = Buffer.allocUnsafe(loc.length);
+    let got = 0;
+    while (got < loc.length) {
+      const { bytesRead } = await handle.read(data, got, loc.length - got, loc.offset + got);
+      if (bytesRead === 0) throw new Error(`blob pack ${pack.file} is shorter than its index`);
+      got += bytesRead;
+    }
+    return data;
+  }
+
+  /**
+   * Where a durable blob is: a pack, its own file, or (after looking for packs other
+   * processes wrote since) a pack again. Waits for a put of the key in flight.
+   */
+  async function find(key: string): Promise<{ packed: { pack: Pack; loc: Loc } } | { file: string; size: number } | null> {
+    await ready;
+    const inFlight = pending.get(key);
+    if (inFlight) await inFlight.durable.catch(() => {});
+    const packed = locate(key);
+    if (packed) return { packed };
+    const file = fileOf(key);
+    const size = await sizeOf(file);
+    if (size !== null) return { file, size };
+    await refresh();
+    const late = locate(key);
+    return late ? { packed: late } : null;
+  }
+
   return {
     async put(content) {
       await ready;
       const key = createHash('sha256').update(content).digest('hex');
-      if (content.byteLength <= JOURNAL_MAX_BLOB) {
-        // Copy: the caller may reuse its buffer; the journal and the file write happen later.
-        await journalPut(key, Buffer.from(content));
-      } else {
-        await directPut(key, content);
-      }
+      if (content.byteLength <= PACK_MAX_BLOB) await packPut(key, content);
+      else await directPut(key, content);
       return { key, size: content.byteLength } satisfies BlobRef;
     },
 
     async get(key) {
       if (!BLOB_KEY.test(key)) return null;
-      await ready;
-      const mem = inMemory.get(key);
-      if (mem) {
-        await mem.durable;
-        return Buffer.from(mem.content);
-      }
+      const found = await find(key);
+      if (!found) return null;
+      if ('packed' in found) return readPacked(found.packed);
       try {
-        return await readFile(fileOf(key));
+        return await readFile(found.file);
       } catch (err) {
         if (isErrno(err, 'ENOENT')) return null;
         throw err;
@@ -307,27 +635,15 @@ export function createFsBlobStore(options: { dir: string }): BlobStore {
 
     async open(key) {
       if (!BLOB_KEY.test(key)) return null;
-      await ready;
-      const mem = inMemory.get(key);
-      if (mem) {
-        await mem.durable;
-        return { size: mem.content.length, stream: Readable.from([mem.content]) };
-      }
-      const file = fileOf(key);
-      const size = await sizeOf(file);
-      if (size === null) return null;
-      return { size, stream: createReadStream(file) };
+      const found = await find(key);
+      if (!found) return null;
+      if ('packed' in found) return { size: found.packed.loc.length, stream: Readable.from([await readPacked(found.packed)]) };
+      return { size: found.size, stream: createReadStream(found.file) };
     },
 
     async has(key) {
       if (!BLOB_KEY.test(key)) return false;
-      await ready;
-      const mem = inMemory.get(key);
-      if (mem) return mem.durable.then(
-        () => true,
-        () => false,
-      );
-      return (await sizeOf(fileOf(key))) !== null;
+      return (await find(key)) !== null;
     },
   };
 }

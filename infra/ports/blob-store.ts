@@ -4,9 +4,10 @@
  * a put is naturally idempotent and the same attachment stored twice takes the space once.
  *
  * Adapters: files under DATA_DIR/blobs (embedded, infra/blobs/fs-blob-store.ts: small
- * blobs made durable by a group-committed journal, large ones by their own fsync); an
- * S3-style object store fits the same contract (key = object name, put = PutObject with a
- * checksum, get = GetObject, no listing or mutation needed).
+ * blobs appended to permanent, indexed pack files with one fdatasync per group commit,
+ * large ones in their own fsynced file); an S3-style object store fits the same contract
+ * (key = object name, put = PutObject with a checksum, get = GetObject, no listing or
+ * mutation needed).
  */
 import type { Readable } from 'node:stream';
 

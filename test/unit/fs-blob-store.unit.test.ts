@@ -1,9 +1,15 @@
-/** The embedded blob store's journal: group commit, reads before materialisation, recovery of a crashed process's segments. */
+/**
+ * The embedded blob store's pack files: group commit, durability across a crash (a second
+ * instance on the same directory, the first never closed), torn tails, sealing and idx
+ * files, dedupe, the older layouts (journal segments, per-blob files). Real files, no mocks.
+ */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createFsBlobStore, JOURNAL_MAX_BLOB } from '../../infra/blobs/fs-blob-store.js';
+import type { Readable } from 'node:stream';
+import { createFsBlobStore, PACK_MAX_BLOB } from '../../infra/blobs/fs-blob-store.js';
+import type { BlobStore } from '../../infra/ports/blob-store.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const fileOf = (dir: string, key: string) => path.join(dir, key.slice(0, 2), key.slice(2, 4), key);
@@ -16,47 +22,227 @@ function record(content: Buffer): Buffer {
   return Buffer.concat([header, content]);
 }
 
-describe('fs blob store journal', () => {
+const packsOf = (dir: string) => fs.readdirSync(path.join(dir, 'packs')).filter((f) => f.endsWith('.pack')).sort();
+const idxsOf = (dir: string) => fs.readdirSync(path.join(dir, 'packs')).filter((f) => f.endsWith('.idx')).sort();
+const allPacks = (dir: string) => Buffer.concat(packsOf(dir).map((f) => fs.readFileSync(path.join(dir, 'packs', f))));
+
+async function drain(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** get, open and has all agree that `content` is stored. */
+async function expectStored(blobs: BlobStore, content: Buffer): Promise<void> {
+  const key = sha(content);
+  expect((await blobs.get(key))?.equals(content)).toBe(true);
+  expect(await blobs.has(key)).toBe(true);
+  const opened = await blobs.open(key);
+  expect(opened?.size).toBe(content.length);
+  expect((await drain(opened!.stream)).equals(content)).toBe(true);
+}
+
+async function until(check: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('fs blob store packs', () => {
   const dirs: string[] = [];
   const tmp = () => {
-    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobj-'));
+    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobp-'));
     dirs.push(d);
     return d;
   };
   afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
 
-  test('concurrent small puts are durable in the journal and readable at once; big ones go to their own file', async () => {
+  test('concurrent small puts are in the pack when they resolve and readable at once; big ones get their own file', async () => {
     const dir = tmp();
     const blobs = createFsBlobStore({ dir });
     const contents = Array.from({ length: 20 }, (_, i) => Buffer.from(`message ${i}`));
-    const refs = await Promise.all(contents.map((c) => blobs.put(c)));
-    // Readable right away (from memory or file), whatever the materialisation's progress.
-    for (const [i, ref] of refs.entries()) expect((await blobs.get(ref.key))?.toString()).toBe(`message ${i}`);
-    // Every acknowledged small blob is in the journal.
-    const journal = Buffer.concat(fs.readdirSync(path.join(dir, 'journal')).map((f) => fs.readFileSync(path.join(dir, 'journal', f))));
-    for (const c of contents) expect(journal.includes(record(c))).toBe(true);
+    const writtenWhenResolved: boolean[] = [];
+    const refs = await Promise.all(
+      contents.map((c, i) =>
+        blobs.put(c).then((ref) => {
+          writtenWhenResolved[i] = allPacks(dir).includes(record(c));
+          return ref;
+        }),
+      ),
+    );
+    expect(writtenWhenResolved).toEqual(contents.map(() => true));
+    for (const [i, ref] of refs.entries()) {
+      expect(ref).toEqual({ key: sha(contents[i]), size: contents[i].length });
+      await expectStored(blobs, contents[i]);
+    }
+    // Small blobs are never copied into files of their own.
+    for (const ref of refs) expect(fs.existsSync(fileOf(dir, ref.key))).toBe(false);
+    expect(packsOf(dir)).toEqual(['000000000001.pack']);
 
-    const big = Buffer.alloc(JOURNAL_MAX_BLOB + 1, 7);
+    const big = Buffer.alloc(PACK_MAX_BLOB + 1, 7);
     const bigRef = await blobs.put(big);
     expect(fs.statSync(fileOf(dir, bigRef.key)).size).toBe(big.length);
-    expect(journal.includes(big.subarray(0, 64))).toBe(false);
+    expect(allPacks(dir).includes(big.subarray(0, 64))).toBe(false);
+    await expectStored(blobs, big);
+    const atLimit = Buffer.alloc(PACK_MAX_BLOB, 9);
+    await blobs.put(atLimit);
+    expect(allPacks(dir).includes(record(atLimit))).toBe(true);
   });
 
-  test('a new process replays the segments a crash left behind (a torn tail is ignored) and deletes them', async () => {
+  test('every acknowledged blob survives a crash: a second instance reads it without the first closing', async () => {
     const dir = tmp();
-    fs.mkdirSync(path.join(dir, 'journal'), { recursive: true });
+    const first = createFsBlobStore({ dir });
+    const small = Array.from({ length: 30 }, (_, i) => Buffer.from(`acknowledged ${i} `.repeat(i + 1)));
+    const big = Buffer.alloc(PACK_MAX_BLOB + 10, 3);
+    await Promise.all([...small, big].map((c) => first.put(c)));
+
+    const second = createFsBlobStore({ dir });
+    for (const c of [...small, big]) await expectStored(second, c);
+    // The first instance's pack was sealed by the second's start; the second appends elsewhere.
+    expect(idxsOf(dir)).toEqual(['000000000001.idx']);
+    const later = await second.put(Buffer.from('after the restart'));
+    expect(packsOf(dir)).toEqual(['000000000001.pack', '000000000002.pack']);
+    expect(fs.readFileSync(path.join(dir, 'packs', '000000000002.pack')).includes(record(Buffer.from('after the restart')))).toBe(true);
+    await expectStored(createFsBlobStore({ dir }), Buffer.from('after the restart'));
+    expect((await second.get(later.key))?.toString()).toBe('after the restart');
+  });
+
+  test('instances sharing a directory see what the other one wrote after they started', async () => {
+    const dir = tmp();
+    const a = createFsBlobStore({ dir, segmentBytes: 300 });
+    await a.put(Buffer.from('before b'));
+    const b = createFsBlobStore({ dir, segmentBytes: 300 });
+    await b.has(sha(Buffer.from('before b')));
+    const fromA = Array.from({ length: 12 }, (_, i) => Buffer.from(`written by a after b started, ${i}`.padEnd(60, '.')));
+    for (const c of fromA) await a.put(c); // fills a's pack, seals it, starts others
+    const fromB = Buffer.from('written by b');
+    await b.put(fromB);
+    for (const c of fromA) await expectStored(b, c);
+    await expectStored(a, fromB);
+    // Different instances never append to the same pack.
+    const records = allPacks(dir);
+    for (const c of [...fromA, fromB]) expect(records.indexOf(record(c))).toBe(records.lastIndexOf(record(c)));
+  });
+
+  test('a torn tail is ignored and never appended to: new puts go to a fresh pack', async () => {
+    const dir = tmp();
+    const first = createFsBlobStore({ dir });
     const a = Buffer.from('acknowledged before the crash');
     const b = Buffer.from('also acknowledged');
+    await first.put(a);
+    await first.put(b);
+    const tornContent = Buffer.from('never acknowledged');
+    const newest = path.join(dir, 'packs', packsOf(dir).at(-1)!);
+    fs.appendFileSync(newest, record(tornContent).subarray(0, 50));
+
+    const second = createFsBlobStore({ dir });
+    await expectStored(second, a);
+    await expectStored(second, b);
+    expect(await second.has(sha(tornContent))).toBe(false);
+    expect(await second.get(sha(tornContent))).toBeNull();
+    const c = Buffer.from('after recovery');
+    await second.put(c);
+    const packs = packsOf(dir);
+    expect(packs).toHaveLength(2);
+    expect(fs.readFileSync(path.join(dir, 'packs', packs[1])).equals(record(c))).toBe(true);
+    // The torn pack kept its bytes (nothing was appended after the torn record).
+    expect(fs.readFileSync(newest).length).toBe(record(a).length + record(b).length + 50);
+
+    const third = createFsBlobStore({ dir });
+    for (const content of [a, b, c]) await expectStored(third, content);
+    expect(await third.has(sha(tornContent))).toBe(false);
+    // A put of the torn content now is a normal one.
+    await third.put(tornContent);
+    await expectStored(createFsBlobStore({ dir }), tornContent);
+  });
+
+  test('full packs are sealed with an idx that later starts use; a corrupt idx is rebuilt by a scan', async () => {
+    const dir = tmp();
+    const blobs = createFsBlobStore({ dir, segmentBytes: 256 });
+    const contents = Array.from({ length: 40 }, (_, i) => Buffer.from(`sealed blob number ${i} `.repeat(1 + (i % 4))));
+    for (const c of contents) await blobs.put(c); // one batch each: deterministic pack sizes
+    await Promise.all(contents.slice(0, 5).map((c) => blobs.put(Buffer.concat([c, Buffer.from('!')]))));
+    contents.push(...contents.slice(0, 5).map((c) => Buffer.concat([c, Buffer.from('!')])));
+    const packs = packsOf(dir);
+    expect(packs.length).toBeGreaterThan(5);
+    // Every pack but the active one gets its idx (written in the background).
+    await until(() => idxsOf(dir).length === packs.length - 1);
+    for (const c of contents) await expectStored(blobs, c); // sealed ones through the in-memory index
+
+    // Break every record header of the first pack: a scan would find nothing there, so
+    // reading its blobs proves the idx is used.
+    const firstPack = path.join(dir, 'packs', packs[0]);
+    const original = fs.readFileSync(firstPack);
+    const broken = Buffer.from(original);
+    for (let at = 0; at < broken.length; at += 40 + broken.readUInt32BE(at + 36)) broken.write('XXXX', at, 'latin1');
+    fs.writeFileSync(firstPack, broken);
+    const inFirst = contents.filter((c) => original.includes(record(c)));
+    expect(inFirst.length).toBeGreaterThan(0);
+    const reopened = createFsBlobStore({ dir, segmentBytes: 256 });
+    for (const c of contents) await expectStored(reopened, c);
+    fs.writeFileSync(firstPack, original);
+
+    // Flip a byte of the second pack's idx: detected by the checksum, the pack rescanned and
+    // the idx rewritten.
+    const idxFile = path.join(dir, 'packs', idxsOf(dir)[1]);
+    const idx = fs.readFileSync(idxFile);
+    const corrupt = Buffer.from(idx);
+    corrupt[1044 + 5] ^= 0xff; // inside the first entry's key
+    fs.writeFileSync(idxFile, corrupt);
+    const rebuilt = createFsBlobStore({ dir, segmentBytes: 256 });
+    for (const c of contents) await expectStored(rebuilt, c);
+    const rewritten = fs.readFileSync(idxFile);
+    expect(rewritten.equals(corrupt)).toBe(false);
+    expect(createHash('sha256').update(rewritten.subarray(0, -32)).digest().equals(rewritten.subarray(-32))).toBe(true);
+    expect(rewritten.subarray(16, -32).equals(idx.subarray(16, -32))).toBe(true); // same entries
+    expect(packsOf(dir).slice(0, packs.length)).toEqual(packs); // nothing deleted
+  });
+
+  test('the same content is stored once, put concurrently, sequentially or after a restart', async () => {
+    const dir = tmp();
+    const blobs = createFsBlobStore({ dir });
+    const content = Buffer.from('the same attachment');
+    const refs = await Promise.all([blobs.put(content), blobs.put(content), blobs.put(Buffer.from(content))]);
+    expect(new Set(refs.map((r) => r.key)).size).toBe(1);
+    expect(allPacks(dir).length).toBe(record(content).length);
+    await blobs.put(content);
+    expect(allPacks(dir).length).toBe(record(content).length);
+    const again = createFsBlobStore({ dir });
+    await again.put(content);
+    expect(allPacks(dir).length).toBe(record(content).length);
+    await expectStored(again, content);
+  });
+
+  test('an older layout: journal segments are replayed into per-blob files and removed; per-blob files stay readable', async () => {
+    const dir = tmp();
+    fs.mkdirSync(path.join(dir, 'journal'), { recursive: true });
+    const a = Buffer.from('acknowledged by an older version');
+    const b = Buffer.from('also acknowledged');
     const torn = record(Buffer.from('never acknowledged')).subarray(0, 50);
-    fs.writeFileSync(path.join(dir, 'journal', '000000000007.log'), Buffer.concat([record(a), record(b), torn]));
+    fs.writeFileSync(path.join(dir, 'journal', '000000000001.log'), Buffer.concat([record(a), record(b), torn]));
+    const materialised = Buffer.from('materialised by an older version');
+    fs.mkdirSync(path.dirname(fileOf(dir, sha(materialised))), { recursive: true });
+    fs.writeFileSync(fileOf(dir, sha(materialised)), materialised);
 
     const blobs = createFsBlobStore({ dir });
-    expect((await blobs.get(sha(a)))?.toString()).toBe(a.toString());
-    expect(fs.readFileSync(fileOf(dir, sha(b))).toString()).toBe(b.toString());
+    for (const c of [a, b, materialised]) await expectStored(blobs, c);
+    expect(fs.readFileSync(fileOf(dir, sha(b))).equals(b)).toBe(true);
+    expect(fs.existsSync(path.join(dir, 'journal'))).toBe(false);
     expect(await blobs.has(sha(Buffer.from('never acknowledged')))).toBe(false);
-    // The old segment is gone; new puts go to a later one.
-    expect(fs.readdirSync(path.join(dir, 'journal'))).toEqual(['000000000008.log']);
-    const c = await blobs.put(Buffer.from('after recovery'));
-    expect((await blobs.get(c.key))?.toString()).toBe('after recovery');
+    const c = await blobs.put(Buffer.from('after the upgrade'));
+    expect(allPacks(dir).equals(record(Buffer.from('after the upgrade')))).toBe(true);
+    expect((await blobs.get(c.key))?.toString()).toBe('after the upgrade');
+  });
+
+  test('unknown and invalid keys', async () => {
+    const blobs = createFsBlobStore({ dir: tmp() });
+    await blobs.put(Buffer.from('something'));
+    for (const key of ['0'.repeat(64), sha(Buffer.from('never stored')), '../../etc/passwd', 'A'.repeat(64), '']) {
+      expect(await blobs.get(key)).toBeNull();
+      expect(await blobs.has(key)).toBe(false);
+      expect(await blobs.open(key)).toBeNull();
+    }
   });
 });
