@@ -6,7 +6,7 @@
  * (documents + checkpoint) is a single transaction and they can never disagree.
  *
  * Read cache. Results of `get`, `findOne`, `find` and `count` are kept in memory (bounded,
- * least recently used out first) and answered from there until a write touches their
+ * roughly least recently used out first) and answered from there until a write touches their
  * collection. This is exact, never stale, because of how the embedded store is used:
  * - one writer: the database file belongs to one process (one DATA_DIR, one service, and
  *   `npm run rebuild` only while it is stopped), and in that process only this adapter's
@@ -135,6 +135,8 @@ interface CacheEntry {
   key: string;
   value: unknown;
   chars: number;
+  /** Read since it last reached the old end of the LRU order (second chance). */
+  used: boolean;
 }
 
 interface CollectionCache {
@@ -145,8 +147,10 @@ interface CollectionCache {
 }
 
 /**
- * A bounded LRU over every collection's cached answers. Map iteration order is insertion
- * order, so re-inserting on a hit keeps the least recently used entry first.
+ * A bounded cache over every collection's cached answers, evicting in "second chance"
+ * order (an approximation of least recently used): entries sit in insertion order, a hit
+ * only marks its entry, and eviction moves a marked entry to the back (unmarked) instead of
+ * dropping it. A hit is thus one map lookup and one write, with no reordering.
  */
 function createReadCache(options: ReadCacheOptions | false) {
   const byCollection = new Map<string, CollectionCache>();
@@ -170,9 +174,7 @@ function createReadCache(options: ReadCacheOptions | false) {
 
   function lookup(map: Map<string, CacheEntry>, key: string): { value: unknown } | undefined {
     const entry = map.get(key);
-    if (!entry) return undefined;
-    lru.delete(entry);
-    lru.set(entry, true);
+    if (entry) entry.used = true;
     return entry;
   }
 
@@ -182,12 +184,20 @@ function createReadCache(options: ReadCacheOptions | false) {
     if (entryChars > options.maxChars / 8) return; // one huge answer must not flush everything else
     const old = map.get(key);
     if (old) drop(old);
-    const entry: CacheEntry = { map, key, value, chars: entryChars };
+    const entry: CacheEntry = { map, key, value, chars: entryChars, used: false };
     map.set(key, entry);
     lru.set(entry, true);
     chars += entryChars;
+    // Terminates: a moved entry is unmarked, so the next pass over it drops it.
     while (lru.size > options.maxEntries || chars > options.maxChars) {
-      drop(lru.keys().next().value!);
+      const oldest = lru.keys().next().value!;
+      if (oldest.used) {
+        oldest.used = false;
+        lru.delete(oldest);
+        lru.set(oldest, true);
+      } else {
+        drop(oldest);
+      }
     }
   }
 

@@ -5,10 +5,11 @@
  * (infra/runtime.ts) decides which adapters those are.
  */
 import Koa, { type Context, type Next } from 'koa';
-import Router from '@koa/router';
+import type Router from '@koa/router';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ApiError, notFound } from './errors.js';
+import { IndexedRouter } from './router.js';
 import { WrongExpectedRevisionError, EventStoreUnavailableError } from '../../infra/ports/event-store.js';
 
 export interface HttpModule {
@@ -43,6 +44,13 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
 
   // One edge middleware (each Koa layer costs a closure and a promise on every request):
   // request id, security headers, trailing-slash folding, error mapping, 404 shape, access log.
+  const router = new IndexedRouter();
+  for (const m of deps.modules) m.routes(router);
+  // 405 with Allow, and OPTIONS answers, only matter for requests no route answered: run
+  // there, after the routes (the router has recorded the paths that matched).
+  const allowedMethods = router.allowedMethods();
+  const answered = async () => {};
+
   app.use(async (ctx: Context, next: Next) => {
     const started = performance.now();
     const incoming = ctx.get('x-request-id');
@@ -60,6 +68,7 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
       // Unanswered: 404 for unknown paths; 405 (with Allow, set by allowedMethods) for a known
       // path with another method; both in the spec's error shape.
       if (ctx.body === undefined || ctx.body === null || ctx.body === '') {
+        if (ctx.status === 404) await allowedMethods(ctx as never, answered);
         if (ctx.status === 404) throw notFound();
         if (ctx.status === 405 || ctx.status === 501) throw new ApiError(405, 'method_not_allowed', `Method "${ctx.method}" not allowed.`);
       }
@@ -77,9 +86,6 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     }
   });
 
-  const router = new Router();
-  for (const m of deps.modules) m.routes(router);
-  app.use(router.allowedMethods());
   app.use(router.routes());
 
   // Errors were answered by the edge middleware; Koa's own handler stays silent.

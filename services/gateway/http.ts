@@ -42,7 +42,7 @@ export function pageParams(ctx: Context): { limit: number; cursor: string | null
  * out the same frozen page for a repeated query until a write changes it, so its JSON can be
  * reused as long as the page lives (weak keys: no page or mapping is kept alive by this).
  */
-const serialized = new WeakMap<object, WeakMap<object, string>>();
+const serialized = new WeakMap<object, WeakMap<object, Buffer>>();
 
 /** Answers a page as a JSON array, with an RFC 8288 `Link: <...>; rel="next"` when more remain. */
 export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R, publicUrl: string): void {
@@ -58,8 +58,8 @@ export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R,
   let byMap = serialized.get(page);
   if (!byMap) serialized.set(page, (byMap = new WeakMap()));
   let json = byMap.get(map);
-  if (json === undefined) byMap.set(map, (json = JSON.stringify(page.items.map(map))));
-  ctx.type = 'application/json';
+  if (json === undefined) byMap.set(map, (json = Buffer.from(JSON.stringify(page.items.map(map)))));
+  ctx.set('Content-Type', 'application/json; charset=utf-8'); // what `ctx.type = 'json'` sets, without the lookup
   ctx.body = json;
 }
 

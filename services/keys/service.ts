@@ -10,6 +10,7 @@
  *   refused at once (its identity is checked on every lookup) and revoked by a reactor.
  * - last_used_at: an `ApiKeyUsed` event at most once per key per minute (in-memory throttle).
  */
+import * as nodeCrypto from 'node:crypto';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Page } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
@@ -34,7 +35,14 @@ import {
 export const KEY_SECRET_LENGTH = 40;
 export const TOUCH_INTERVAL_MS = 60_000;
 
-export const hashKey = (secret: string): string => createHash('sha256').update(secret, 'utf8').digest('hex');
+/**
+ * SHA-256 hex of a key (what is stored and looked up). Checked on every request, so the
+ * one-shot `crypto.hash` (Node >= 20.12, no Hash object per call) is used where it exists.
+ */
+export const hashKey: (secret: string) => string =
+  typeof nodeCrypto.hash === 'function'
+    ? (secret) => nodeCrypto.hash('sha256', secret, 'hex')
+    : (secret) => createHash('sha256').update(secret, 'utf8').digest('hex');
 
 /** Prefix + "…" + at most the last 4 characters of the secret (DECISIONS "Auth"). */
 export function maskKey(secret: string): string {
@@ -133,7 +141,8 @@ export function createKeys(platform: Platform) {
     if (secret.length > 200) return null;
     const hash = hashKey(secret);
     const doc = await keys.findOne({ keyHash: hash });
-    if (!doc || !timingSafeEqual(Buffer.from(doc.keyHash, 'hex'), Buffer.from(hash, 'hex'))) return null;
+    // Same length by construction (64 hex characters): compared as their bytes.
+    if (!doc || !timingSafeEqual(Buffer.from(doc.keyHash, 'latin1'), Buffer.from(hash, 'latin1'))) return null;
     const expectedPrefix = doc.kind === 'management' ? KEY_PREFIXES.management : KEY_PREFIXES.identity;
     if (!secret.startsWith(expectedPrefix)) return null;
     if (doc.kind === 'identity') {
