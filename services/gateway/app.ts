@@ -1,6 +1,7 @@
 /**
- * The HTTP gateway: a Koa app whose middleware is, in order, request id + access log,
- * error mapping, security headers, trailing-slash folding, then the contexts' routers.
+ * The HTTP gateway: a Koa app of two layers: one edge middleware (request id, security
+ * headers, trailing-slash folding, error mapping, 404/405 shapes, access log), then one
+ * router holding every context's routes (./router.ts).
  * createApp takes everything it needs as arguments; only the composition root
  * (infra/runtime.ts) decides which adapters those are.
  */
@@ -42,8 +43,6 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   const app = new Koa({ proxy: deps.trustProxy ?? false });
   const log = deps.logger;
 
-  // One edge middleware (each Koa layer costs a closure and a promise on every request):
-  // request id, security headers, trailing-slash folding, error mapping, 404 shape, access log.
   const router = new IndexedRouter();
   for (const m of deps.modules) m.routes(router);
   // 405 with Allow, and OPTIONS answers, only matter for requests no route answered: run
@@ -51,6 +50,8 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   const allowedMethods = router.allowedMethods();
   const answered = async () => {};
 
+  // One edge middleware (each Koa layer costs a closure and a promise on every request):
+  // request id, security headers, trailing-slash folding, error mapping, 404 shape, access log.
   app.use(async (ctx: Context, next: Next) => {
     const started = performance.now();
     const incoming = ctx.get('x-request-id');

@@ -10,6 +10,7 @@
  *   refused at once (its identity is checked on every lookup) and revoked by a reactor.
  * - last_used_at: an `ApiKeyUsed` event at most once per key per minute (in-memory throttle).
  */
+// A namespace import: `hash` is missing before Node 20.12, and a named import of it would not link.
 import * as nodeCrypto from 'node:crypto';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Page } from '../../infra/ports/read-store.js';
