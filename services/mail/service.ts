@@ -5,7 +5,7 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
-import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Collection } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
@@ -32,6 +32,7 @@ import {
   type EmailReceivedData,
 } from './events.js';
 import { decideThread, type ThreadLookup } from './threading.js';
+import { createSendLimits } from './send-limits.js';
 import { addressKey, htmlToText, previewOf, replySubject } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -223,32 +224,30 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     return refs;
   }
 
+  const sendLimits = createSendLimits({
+    events,
+    windows: [
+      { limit: config.emailLimitHour, ms: 3600_000, label: 'hour' },
+      { limit: config.emailLimitDay, ms: 86_400_000, label: 'day' },
+    ],
+  });
+
   /**
-   * Appends to the identity's outbox if the rolling windows allow it (EMAIL_LIMIT_HOUR,
-   * EMAIL_LIMIT_DAY; 0 = no limit). The outbox holds only EmailQueued, so the newest
-   * `limit` events tell whether the window is full; the append at the revision read makes
-   * the check hold under concurrent composes.
+   * Appends to the identity's outbox if the rolling windows allow it (./send-limits.ts);
+   * the append at the revision read makes the check hold under concurrent composes (and
+   * across processes).
    */
   async function appendWithinLimits(identityId: string, ev: EventData, now: string): Promise<AppendResult> {
     const stream = streamName(OUTBOX, identityId);
-    const windows = [
-      { limit: config.emailLimitHour, ms: 3600_000, label: 'hour' },
-      { limit: config.emailLimitDay, ms: 86_400_000, label: 'day' },
-    ].filter((w) => w.limit > 0);
-    const depth = Math.max(1, ...windows.map((w) => w.limit));
     const nowMs = Date.parse(now);
     for (let attempt = 0; ; attempt++) {
-      const recent: RecordedEvent[] = await events.readStream(stream, { direction: 'backwards', maxCount: depth });
-      for (const w of windows) {
-        const inWindow = recent.filter((e) => nowMs - Date.parse((e.data as EmailQueuedData).at) < w.ms);
-        if (inWindow.length >= w.limit) {
-          const freesAt = Date.parse((inWindow[w.limit - 1].data as EmailQueuedData).at) + w.ms;
-          const wait = Math.max(1, Math.ceil((freesAt - nowMs) / 1000));
-          throw throttled(wait, `Email send limit reached: at most ${w.limit} emails per ${w.label} per identity. Try again in ${wait} seconds.`);
-        }
+      const { revision, full } = await sendLimits.check(stream, nowMs);
+      if (full) {
+        const wait = Math.max(1, Math.ceil((full.freesAt - nowMs) / 1000));
+        throw throttled(wait, `Email send limit reached: at most ${full.window.limit} emails per ${full.window.label} per identity. Try again in ${wait} seconds.`);
       }
       try {
-        return await events.append(stream, [ev], { expectedRevision: recent.length ? recent[0].revision : 'no_stream' });
+        return await events.append(stream, [ev], { expectedRevision: revision ?? 'no_stream' });
       } catch (err) {
         if (!(err instanceof WrongExpectedRevisionError) || attempt >= 10) throw err;
       }
