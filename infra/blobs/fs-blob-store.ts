@@ -431,7 +431,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     );
   }
 
-  /** Migrates an older layout, indexes every pack on disk (sealing it), opens a fresh one. */
+  /** Migrates an older layout and indexes every pack on disk (sealing it); appends will go to a new pack. */
   async function recover(): Promise<void> {
     await mkdir(tmpDir, { recursive: true });
     await mkdir(packsDir, { recursive: true });
@@ -461,7 +461,9 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       }
       addPack(pack);
     }
-    active = await openSegment();
+    // The first put opens a pack: a start that stores nothing leaves no empty pack behind
+    // (empty packs cannot be deleted later: on a shared volume one may be another
+    // process's active pack).
   }
   const ready = recover();
   ready.catch(() => {}); // surfaced by the first call that awaits it
@@ -503,10 +505,13 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       while (queue.length) {
         let seg: Pack;
         try {
-          seg = active ?? (active = await nextActive!);
+          if (!active) {
+            active = await (nextActive ??= openSegment());
+            nextActive = null;
+          }
+          seg = active;
         } catch (err) {
-          nextActive = openSegment(); // a later flush tries a fresh one
-          nextActive.catch(() => {});
+          nextActive = null; // a later flush tries a fresh one
           fail(queue.splice(0), err);
           continue;
         }

@@ -109,6 +109,17 @@ describe('fs blob store packs', () => {
     expect((await second.get(later.key))?.toString()).toBe('after the restart');
   });
 
+  test('a start that stores nothing leaves no pack behind', async () => {
+    const dir = tmp();
+    const first = createFsBlobStore({ dir });
+    await first.put(Buffer.from('one blob'));
+    for (let i = 0; i < 3; i++) {
+      const restarted = createFsBlobStore({ dir });
+      await expectStored(restarted, Buffer.from('one blob')); // reads only
+    }
+    expect(packsOf(dir)).toEqual(['000000000001.pack']);
+  });
+
   test('instances sharing a directory see what the other one wrote after they started', async () => {
     const dir = tmp();
     const a = createFsBlobStore({ dir, segmentBytes: 300 });
