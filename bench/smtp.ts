@@ -12,8 +12,8 @@
  *    Reported: accepted messages/s and the p99 of the DATA→250 wait.
  * 2. Compose→relay: SMTP_RELAY_URL points at a minimal counting SMTP sink in this process.
  *    - baseline: nodemailer in its own process hands the same number of messages straight
- *      to the sink, 8 at a time (the delivery reactor's concurrency), one SMTP connection
- *      per message (as the service's transport does);
+ *      to the sink, 8 at a time (the delivery reactor's concurrency) over a pool of 8
+ *      reused SMTP connections (as the service's transport does);
  *    - the service: 16 identities, one caller each with its identity key, POST
  *      /api/email-messages/compose/ to an external address; measured from the first POST until the sink holds every message
  *      (queued → EmailQueued → delivery reactor → relay), plus the per-message
@@ -234,11 +234,11 @@ async function relaySink(): Promise<{ port: number; arrivals: Map<number, number
   };
 }
 
-/** Baseline hand-off rate: nodemailer in its own process, 8 at a time, one connection per message. */
+/** Baseline hand-off rate: nodemailer in its own process, 8 at a time over a pool of 8 connections (as the service sends). */
 async function nodemailerBaseline(relayPort: number, n: number): Promise<number> {
   const code = `
     const nodemailer = require('nodemailer');
-    const t = nodemailer.createTransport('smtp://127.0.0.1:${relayPort}');
+    const t = nodemailer.createTransport({ url: 'smtp://127.0.0.1:${relayPort}', pool: true, maxConnections: 8, maxMessages: 100 });
     let next = 0;
     const start = performance.now();
     const worker = async () => {
@@ -247,7 +247,7 @@ async function nodemailerBaseline(relayPort: number, n: number): Promise<number>
         await t.sendMail({ from: 'agent@agents.localhost', to: 'someone@external.example', subject: 'relay ' + (1e9 + i), html: '<p>Hello from the benchmark.</p>', text: 'Hello from the benchmark.' });
       }
     };
-    Promise.all(Array.from({ length: 8 }, worker)).then(() => console.log(String(${n} / ((performance.now() - start) / 1000))));`;
+    Promise.all(Array.from({ length: 8 }, worker)).then(() => { console.log(String(${n} / ((performance.now() - start) / 1000))); t.close(); });`;
   const { firstLine, stop } = await nodeChild(code);
   await stop();
   return Number(firstLine);

@@ -35,9 +35,20 @@ function toNodemailer(mail: OutboundMail, domain: string) {
   };
 }
 
+/**
+ * Relay connections kept open and reused (nodemailer's pool): a relay reached over TLS with
+ * AUTH costs a handshake and a login per connection, and relays limit connection rates. As
+ * many as the delivery reactor runs at once; each is renewed after RELAY_POOL_MESSAGES.
+ */
+export const RELAY_POOL_CONNECTIONS = 8;
+const RELAY_POOL_MESSAGES = 100;
+
 export function createMailer(options: MailerOptions): Mailer {
   const transport = options.relayUrl
-    ? nodemailer.createTransport(options.relayUrl, options.dkim ? { dkim: options.dkim } : undefined)
+    ? nodemailer.createTransport(
+        { url: options.relayUrl, pool: true, maxConnections: RELAY_POOL_CONNECTIONS, maxMessages: RELAY_POOL_MESSAGES },
+        options.dkim ? { dkim: options.dkim } : undefined,
+      )
     : null;
   // Without a relay the message is built (and DKIM-signed, when configured) the same way, then filed.
   const fileTransport = nodemailer.createTransport({ streamTransport: true, buffer: true, ...(options.dkim ? { dkim: options.dkim } : {}) });
