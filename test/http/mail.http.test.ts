@@ -13,7 +13,7 @@ const DOMAIN = 'agents.localhost';
 
 /** An SMTP relay sink: records envelope and parsed message of everything relayed to it. */
 async function startSink() {
-  const received: { envelope: { from: string; to: string[] }; mail: ParsedMail }[] = [];
+  const received: { envelope: { from: string; to: string[] }; mail: ParsedMail; session: string }[] = [];
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['AUTH', 'STARTTLS'],
@@ -24,6 +24,7 @@ async function startSink() {
           received.push({
             envelope: { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: session.envelope.rcptTo.map((r) => r.address) },
             mail,
+            session: session.id, // one per SMTP connection
           });
           callback();
         })
@@ -191,6 +192,19 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
 });
 
 describe('sending through the relay', () => {
+  test('relay connections are reused: messages sent one after another share connections', async () => {
+    sink.received.length = 0;
+    for (let i = 0; i < 4; i++) {
+      const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: `pooled${i}@example.org`, subject: `Pooled ${i}`, body: 'hi' });
+      expect(res.status).toBe(201);
+      // `sent` is recorded after the relay's 250 reached the service: the connection is free again.
+      await eventually(async () => (await api('GET', `/api/email-messages/${res.body.uuid}/`, alice.uuid)).body.status === 'sent');
+    }
+    // A connection per message would make four sessions; the pool carried several on one.
+    const sessions = new Set(sink.received.filter((r) => String(r.mail.subject).startsWith('Pooled ')).map((r) => r.session));
+    expect(sessions.size).toBeLessThan(4);
+  });
+
   test('compose: From is the inbox, Message-ID at MAIL_DOMAIN, To/Cc/Subject/HTML reach the relay; Bcc only in the envelope', async () => {
     sink.received.length = 0;
     const res = await api('POST', '/api/email-messages/compose/', alice.uuid, {
