@@ -33,7 +33,8 @@
  * pack reaches `segmentBytes` it is sealed: its Map becomes a sorted index Buffer (about
  * 40 bytes per blob, binary-searched, no per-blob JS object), written as `<n>.idx` in the
  * background (tmp + fsync + rename + directory fsync), and a new pack is started. A missing
- * idx only costs a rescan at the next start.
+ * idx only costs a rescan at the next start. Reads are positional reads on a handle per
+ * pack, at most {@link MAX_OPEN_PACKS} of them open (least recently read closed first).
  *
  * Recovery (start): each pack's idx is loaded if its checksum holds; a pack without a valid
  * idx, or longer than its idx says, is scanned: records are verified against their SHA-256
@@ -114,6 +115,8 @@ interface Pack {
   /** Read handle (for the active pack: its append handle, opened O_RDWR). */
   handle: FileHandle | null;
   opening: Promise<FileHandle> | null;
+  /** Reads using `handle` right now (it is not closed under them). */
+  reading: number;
 }
 
 interface PendingPut {
@@ -198,7 +201,12 @@ export interface FsBlobStoreOptions {
   dir: string;
   /** Size at which a pack is sealed and a new one started (default {@link SEGMENT_BYTES}). */
   segmentBytes?: number;
+  /** Packs kept open for reading (default {@link MAX_OPEN_PACKS}); the least recently read is closed first. */
+  maxOpenPacks?: number;
 }
+
+/** Read handles kept open: a store of many packs must not hold a descriptor per pack it ever read. */
+export const MAX_OPEN_PACKS = 64;
 
 export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
   const root = options.dir;
@@ -278,7 +286,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
         await handle.close().catch(() => {});
         throw err;
       }
-      const pack: Pack = { n, file, own: true, index: null, tail: new Map(), size: 0, handle, opening: null };
+      const pack: Pack = { n, file, own: true, index: null, tail: new Map(), size: 0, handle, opening: null, reading: 0 };
       addPack(pack);
       return pack;
     }
@@ -311,6 +319,37 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     }
   }
 
+  /** Packs with a handle open for reading, least recently used first. */
+  const openForReading = new Map<Pack, true>();
+  const maxOpenPacks = Math.max(1, options.maxOpenPacks ?? MAX_OPEN_PACKS);
+
+  /** Runs `use` with the pack's handle, kept open meanwhile; then closes the least recently read beyond the bound. */
+  async function withPackHandle<T>(pack: Pack, use: (handle: FileHandle) => Promise<T>): Promise<T> {
+    pack.reading += 1;
+    try {
+      const handle = await packHandle(pack);
+      openForReading.delete(pack);
+      openForReading.set(pack, true);
+      return await use(handle);
+    } finally {
+      pack.reading -= 1;
+      closeBeyondBound();
+    }
+  }
+
+  /** Closes the least recently read handles beyond the bound (none in use, not the active pack's). */
+  function closeBeyondBound(): void {
+    for (const old of openForReading.keys()) {
+      if (openForReading.size <= maxOpenPacks) break;
+      if (old === active || old.reading > 0 || !old.handle) continue; // the active pack's is its append handle
+      openForReading.delete(old);
+      const handle = old.handle;
+      old.handle = null;
+      old.opening = null;
+      handle.close().catch(() => {});
+    }
+  }
+
   async function packHandle(pack: Pack): Promise<FileHandle> {
     if (pack.handle) return pack.handle;
     pack.opening ??= open(pack.file, 'r').then(
@@ -328,21 +367,23 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     // stat first: most packs have nothing past their idx, and need no handle until read.
     const end = await sizeOf(pack.file);
     if (end === null || end <= pack.size) return;
-    const handle = await packHandle(pack);
     const data = Buffer.allocUnsafe(end - pack.size);
-    let got = 0;
-    while (got < data.length) {
-      const { bytesRead } = await handle.read(data, got, data.length - got, pack.size + got);
-      if (bytesRead === 0) break;
-      got += bytesRead;
-    }
+    const got = await withPackHandle(pack, async (handle) => {
+      let read = 0;
+      while (read < data.length) {
+        const { bytesRead } = await handle.read(data, read, data.length - read, pack.size + read);
+        if (bytesRead === 0) break;
+        read += bytesRead;
+      }
+      return read;
+    });
     pack.size += scanRecords(data.subarray(0, got), pack.size, pack.tail);
   }
 
   /** Loads a pack found on disk: its idx when valid, then whatever lies past it. */
   async function loadPack(n: number): Promise<Pack> {
     const file = path.join(packsDir, packName(n));
-    const pack: Pack = { n, file, own: false, index: null, tail: new Map(), size: 0, handle: null, opening: null };
+    const pack: Pack = { n, file, own: false, index: null, tail: new Map(), size: 0, handle: null, opening: null, reading: 0 };
     const [index, size] = await Promise.all([readIndex(n), sizeOf(file)]);
     if (index && size !== null && index.covered <= size) {
       pack.index = index;
@@ -476,6 +517,12 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     nextActive.catch(() => {}); // the next flush awaits it and fails its batch
     seg.index = encodeIndex(seg.tail, seg.size, true);
     seg.tail = new Map();
+    // Its append handle now only serves reads: bounded like every other read handle.
+    if (seg.handle) {
+      openForReading.delete(seg);
+      openForReading.set(seg, true);
+      closeBeyondBound();
+    }
     writeIndex(seg.n, seg.index).catch(() => {
       /* the next start rescans the pack and writes it */
     });
@@ -587,14 +634,15 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
   }
 
   async function readPacked({ pack, loc }: { pack: Pack; loc: Loc }): Promise<Buffer> {
-    const handle = await packHandle(pack);
     const data = Buffer.allocUnsafe(loc.length);
-    let got = 0;
-    while (got < loc.length) {
-      const { bytesRead } = await handle.read(data, got, loc.length - got, loc.offset + got);
-      if (bytesRead === 0) throw new Error(`blob pack ${pack.file} is shorter than its index`);
-      got += bytesRead;
-    }
+    await withPackHandle(pack, async (handle) => {
+      let got = 0;
+      while (got < loc.length) {
+        const { bytesRead } = await handle.read(data, got, loc.length - got, loc.offset + got);
+        if (bytesRead === 0) throw new Error(`blob pack ${pack.file} is shorter than its index`);
+        got += bytesRead;
+      }
+    });
     return data;
   }
 

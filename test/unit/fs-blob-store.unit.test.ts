@@ -211,6 +211,28 @@ describe('fs blob store packs', () => {
     expect(packsOf(dir).slice(0, packs.length)).toEqual(packs); // nothing deleted
   });
 
+  test('read handles are bounded: the least recently read pack is closed, and reopened when read again', async () => {
+    const dir = tmp();
+    const openPacks = () =>
+      fs.readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          return fs.readlinkSync(path.join('/proc/self/fd', fd)).startsWith(path.join(dir, 'packs'));
+        } catch {
+          return false; // closed meanwhile
+        }
+      }).length;
+    const writer = createFsBlobStore({ dir, segmentBytes: 200, maxOpenPacks: 2 });
+    const contents = Array.from({ length: 30 }, (_, i) => Buffer.from(`bounded handle blob ${i} `.repeat(4)));
+    for (const c of contents) await writer.put(c); // a pack or so each
+    expect(packsOf(dir).length).toBeGreaterThan(10);
+    for (const c of contents) await expectStored(writer, c);
+    expect(openPacks()).toBeLessThanOrEqual(3); // 2 read handles + the active pack's
+
+    const reader = createFsBlobStore({ dir, maxOpenPacks: 2 });
+    for (const c of [...contents, ...contents.reverse()]) await expectStored(reader, c);
+    expect(openPacks()).toBeLessThanOrEqual(3 + 2);
+  });
+
   test('the same content is stored once, put concurrently, sequentially or after a restart', async () => {
     const dir = tmp();
     const blobs = createFsBlobStore({ dir });
