@@ -10,8 +10,9 @@
  *   entries (key | uint32 content offset | uint32 length), a trailing SHA-256 of the file.
  * - `<k[0..2]>/<k[2..4]>/<key>`: large blobs, and small blobs written by older versions
  *   (which materialised every blob into its own file); readable forever.
- * - `tmp/`: temporary files renamed into place; `journal/`: left by older versions only,
- *   replayed into per-blob files on start and removed.
+ * - `tmp/`: temporary files renamed into place (leftovers of a crash older than a day are
+ *   removed on start); `journal/`: left by older versions only, replayed into per-blob files
+ *   on start and removed.
  *
  * Durability (a put resolves only once the blob survives kill -9 and power loss, which is
  * what lets the SMTP listener answer 250 after an append that refers to it):
@@ -204,6 +205,9 @@ export interface FsBlobStoreOptions {
   /** Packs kept open for reading (default {@link MAX_OPEN_PACKS}); the least recently read is closed first. */
   maxOpenPacks?: number;
 }
+
+/** Temporary files older than this are leftovers of a crash, removed at start. */
+const STALE_TMP_MS = 24 * 3600 * 1000;
 
 /** Read handles kept open: a store of many packs must not hold a descriptor per pack it ever read. */
 export const MAX_OPEN_PACKS = 64;
@@ -473,10 +477,24 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
   }
 
   /** Migrates an older layout and indexes every pack on disk (sealing it); appends will go to a new pack. */
+  /**
+   * Deletes temporary files a crash left behind. Only old ones: on a shared volume a young
+   * one may be another process's large put or idx write in progress (seconds, not a day).
+   */
+  async function removeStaleTemporaries(): Promise<void> {
+    const now = Date.now();
+    for (const name of await readdir(tmpDir)) {
+      const file = path.join(tmpDir, name);
+      const info = await stat(file).catch(() => null);
+      if (info?.isFile() && now - info.mtimeMs > STALE_TMP_MS) await unlink(file).catch(() => {});
+    }
+  }
+
   async function recover(): Promise<void> {
     await mkdir(tmpDir, { recursive: true });
     await mkdir(packsDir, { recursive: true });
     await fsyncPath(root); // the packs directory's own entry
+    await removeStaleTemporaries();
     await replayLegacyJournal();
     const numbers = (await readdir(packsDir))
       .map((f) => /^(\d{12})\.pack$/.exec(f))

@@ -269,6 +269,20 @@ describe('fs blob store packs', () => {
     expect((await blobs.get(c.key))?.toString()).toBe('after the upgrade');
   });
 
+  test('temporary files a crash left behind are removed at start once a day old; young ones are left alone', async () => {
+    const dir = tmp();
+    await createFsBlobStore({ dir }).put(Buffer.from('x'));
+    const old = path.join(dir, 'tmp', 'leftover.1');
+    const young = path.join(dir, 'tmp', 'in-progress.2');
+    fs.writeFileSync(old, 'old');
+    fs.writeFileSync(young, 'young');
+    const dayAndMore = (Date.now() - 25 * 3600 * 1000) / 1000;
+    fs.utimesSync(old, dayAndMore, dayAndMore);
+    await createFsBlobStore({ dir }).has(sha(Buffer.from('x'))); // start finished
+    expect(fs.existsSync(old)).toBe(false);
+    expect(fs.existsSync(young)).toBe(true);
+  });
+
   test('unknown and invalid keys', async () => {
     const blobs = createFsBlobStore({ dir: tmp() });
     await blobs.put(Buffer.from('something'));
