@@ -38,9 +38,10 @@ function toNodemailer(mail: OutboundMail, domain: string) {
 /**
  * Relay connections kept open and reused (nodemailer's pool): a relay reached over TLS with
  * AUTH costs a handshake and a login per connection, and relays limit connection rates. As
- * many as the delivery reactor runs at once; each is renewed after RELAY_POOL_MESSAGES.
+ * many as the delivery reactor's default concurrency (services/mail/delivery.ts; more
+ * deliveries at once would wait for a connection); each is renewed after RELAY_POOL_MESSAGES.
  */
-export const RELAY_POOL_CONNECTIONS = 8;
+const RELAY_POOL_CONNECTIONS = 8;
 const RELAY_POOL_MESSAGES = 100;
 
 export function createMailer(options: MailerOptions): Mailer {

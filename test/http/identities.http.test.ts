@@ -189,6 +189,12 @@ describe('read and update', () => {
     expect(await names()).toEqual(['Renamed', 'Second']);
     await s.api('DELETE', `/api/identities/${a.body.uuid}/`, { token: u.access });
     expect(await names()).toEqual(['Second']);
+    // A repeated list (its JSON reused from the cache) is still answered as JSON.
+    for (let i = 0; i < 2; i++) {
+      const res = await s.api('GET', '/api/identities/', { token: u.access });
+      expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8');
+      expect(Number(res.headers.get('content-length'))).toBe(Buffer.byteLength(JSON.stringify(res.body)));
+    }
   });
 
   it('PUT renames (409 when taken; the old name is freed); PATCH changes only what it names', async () => {
