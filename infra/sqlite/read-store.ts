@@ -5,25 +5,30 @@
  * The projection checkpoints live in the same database as the documents, so a commit
  * (documents + checkpoint) is a single transaction and they can never disagree.
  *
+ * Writes (projection commits, resets) run in a worker thread (./read-store-writer.js) on its
+ * own connection, so their SQLite work never holds up the event loop; this thread reads on
+ * another connection (WAL: readers and the writer do not block each other).
+ *
  * Read cache. Results of `get`, `findOne`, `find` and `count` are kept in memory (bounded,
  * roughly least recently used out first) and answered from there until a write touches their
  * collection. This is exact, never stale, because of how the embedded store is used:
  * - one writer: the database file belongs to one process (one DATA_DIR, one service, and
  *   `npm run rebuild` only while it is stopped), and in that process only this adapter's
- *   `commit` and `reset` write, both synchronously (better-sqlite3 / node:sqlite), so the
- *   cache is invalidated in the same tick as the write and no read can interleave;
- * - invalidation: a commit drops the cached `get` of every id it writes and every cached
- *   query of every collection it touches; a reset drops everything of its collections;
- *   results are looked up and filled synchronously too, so a fill never carries a result
- *   older than the last invalidation.
+ *   `commit` and `reset` write, through the writer thread;
+ * - invalidation: when the writer answers a commit (after its COMMIT), the cached `get` of
+ *   every id it wrote and every cached query of every collection it touched are dropped,
+ *   before the commit's promise settles; a reset drops everything of its collections. A
+ *   read filled while the commit was in flight may hold either state and is dropped too;
+ *   one filled after the answer sees the commit (reads are synchronous, each on a fresh
+ *   snapshot). So nobody who awaited a commit can be answered from before it.
  * Cached documents (and pages) are deep-frozen and shared between callers: a caller that
  * modifies one fails loudly (ESM is strict mode) instead of corrupting the cache, so copy
  * before changing (`{ ...doc, field }`).
  * The MongoDB adapter (cluster mode: many gateways, one projection worker writing) does not
  * cache: its writes happen in another process, which no local counter can see.
  */
+import { Worker } from 'node:worker_threads';
 import { openDatabase, type Statement } from './driver.js';
-import { comparePositions } from '../ports/event-store.js';
 import type {
   Change,
   Collection,
@@ -230,6 +235,71 @@ function createReadCache(options: ReadCacheOptions | false) {
   };
 }
 
+/** A request to the writer thread (./read-store-writer.js documents the protocol). */
+type WriterRequest =
+  | { type: 'commit'; projection: string; position: string; changes: { table: string; id: string; json: string | null }[] }
+  | { type: 'reset'; projection: string; tables: string[] };
+
+/**
+ * Starts the writer thread. Requests are answered in order, so the unanswered ones are a
+ * FIFO. A writer that dies fails every pending and later request, which stops the
+ * projection runner (the read models freeze; main exits), as a failed commit did before.
+ */
+function openWriter(file: string) {
+  const worker = new Worker(new URL('./read-store-writer.js', import.meta.url), {
+    workerData: { file },
+    execArgv: [], // plain JS: no TypeScript loader in the thread
+  });
+  const pending: { resolve: () => void; reject: (err: Error) => void }[] = [];
+  let failure: Error | null = null;
+  let closing: Promise<void> | null = null;
+  let exitExpected = false;
+
+  function die(err: Error): void {
+    failure ??= new Error(`read store writer thread failed: ${err.message}`, { cause: err });
+    for (const p of pending.splice(0)) p.reject(failure);
+  }
+  worker.on('message', (msg: { ok: true } | { ok: false; message: string }) => {
+    const p = pending.shift();
+    if (pending.length === 0) worker.unref();
+    if (msg.ok) p?.resolve();
+    else p?.reject(new Error(`read store commit failed: ${msg.message}`));
+  });
+  worker.on('error', die);
+  worker.on('exit', (code) => {
+    if (!exitExpected || pending.length) die(new Error(`exited with code ${code}`));
+  });
+  // An idle store must not keep the process alive; one with unanswered requests must.
+  worker.unref();
+
+  return {
+    request(msg: WriterRequest): Promise<void> {
+      if (failure) return Promise.reject(failure);
+      if (closing) return Promise.reject(new Error('read store is closed'));
+      return new Promise<void>((resolve, reject) => {
+        pending.push({ resolve, reject });
+        worker.ref();
+        worker.postMessage(msg);
+      });
+    },
+    /** Lets the requests already sent finish (they come first), then ends the thread. */
+    close(): Promise<void> {
+      closing ??= (async () => {
+        if (failure) {
+          await worker.terminate();
+          return;
+        }
+        exitExpected = true;
+        const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
+        worker.ref();
+        worker.postMessage({ type: 'close' });
+        await exited;
+      })();
+      return closing;
+    },
+  };
+}
+
 /**
  * Opens (creating if needed) a SQLite read store.
  *
@@ -406,28 +476,7 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
     return row?.position ?? null;
   }
 
-  const commit = db.transaction((projection: string, position: string, changes: Change[]) => {
-    // At or below the checkpoint means a replay: the documents already include it.
-    if (comparePositions(readCheckpoint(projection), position) >= 0) return;
-    for (const change of changes) {
-      if (change.doc) {
-        prepare(`INSERT INTO ${table(change.collection)} (id, doc) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`).run(
-          change.id,
-          JSON.stringify(change.doc),
-        );
-      } else {
-        prepare(`DELETE FROM ${table(change.collection)} WHERE id = ?`).run(change.id);
-      }
-    }
-    prepare(
-      'INSERT INTO _checkpoints (projection, position) VALUES (?, ?) ON CONFLICT (projection) DO UPDATE SET position = excluded.position',
-    ).run(projection, position);
-  });
-
-  const reset = db.transaction((projection: string, names: string[]) => {
-    for (const name of names) prepare(`DELETE FROM ${table(name)}`).run();
-    prepare('DELETE FROM _checkpoints WHERE projection = ?').run(projection);
-  });
+  const writer = openWriter(options.file);
 
   return {
     async ensureCollections(specs: CollectionSpec[]) {
@@ -455,22 +504,26 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
           throw new Error(`change for ${change.collection}/${change.id} carries a document with id ${String(change.doc.id)}`);
         }
       }
+      // Serialised here: JSON text crosses to the writer thread as a plain string copy.
+      const writes = changes.map((change) => ({ table: table(change.collection), id: change.id, json: change.doc ? JSON.stringify(change.doc) : null }));
       try {
-        commit(projection, position, changes);
+        await writer.request({ type: 'commit', projection, position, changes: writes });
       } finally {
-        // Also after a failed (rolled back) commit: dropping answers is always safe.
+        // Once the writer answered, also after a failed (rolled back) commit: dropping
+        // answers is always safe. Until then readers see the state before the commit.
         for (const change of changes) cache.written(change.collection, change.id);
       }
     },
     async reset(projection, names) {
-      names.forEach(table);
+      const tables = names.map(table);
       try {
-        reset(projection, names);
+        await writer.request({ type: 'reset', projection, tables });
       } finally {
         names.forEach(cache.clear);
       }
     },
     async close() {
+      await writer.close();
       cache.clearAll();
       db.close();
     },

@@ -31,7 +31,7 @@ import {
   type EmailQueuedData,
   type EmailReceivedData,
 } from './events.js';
-import { decideThread, type ThreadLookup } from './threading.js';
+import { decideThread, mayDependOn, type ThreadInput, type ThreadLookup } from './threading.js';
 import { createSendLimits } from './send-limits.js';
 import { addressKey, htmlToText, previewOf, replySubject } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
@@ -125,7 +125,16 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   }
 
   /**
-   * Records `mail` in the mailbox of each identity (one EmailReceived each), durably.
+   * Per identity, the messages being recorded whose EmailReceived may not be in the read
+   * models yet, which thread decisions read. A decision that could depend on one of them
+   * ({@link mayDependOn}) waits until they are visible; every other decision goes ahead, so
+   * an identity's mail is not queued behind the projections.
+   */
+  const unsettled = new Map<string, Set<{ internetMessageId: string | null; visible: Promise<void> }>>();
+
+  /**
+   * Records `mail` in the mailbox of each identity (one EmailReceived each), durably, and
+   * resolves once the read models show it.
    * `eventKey` makes the event ids deterministic: recording the same mail again for the
    * same identity (a redelivery, a reactor retry) appends nothing new.
    */
@@ -135,60 +144,73 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     const preview = previewOf(mail.text, mail.html);
     const seen = new Set<string>();
     const unique = recipients.filter((r) => !seen.has(r.id) && seen.add(r.id));
-    const results = await Promise.all(
-      unique.map((identity) =>
-        serial(identity.id, async () => {
-          const threadId = await decideThread(
-            lookup,
-            {
-              identityId: identity.id,
-              ownInbox: identity.inbox,
-              internetMessageId: mail.internetMessageId,
-              inReplyTo: mail.inReplyTo,
-              references: mail.references,
-              subject: mail.subject,
-              participants: [mail.from.address, ...mail.to.map((a) => a.address), ...mail.cc.map((a) => a.address)],
-              at,
-            },
-            newId,
-          );
-          const messageId = newId();
-          const data: EmailReceivedData = {
-            identityId: identity.id,
-            inbox: identity.inbox,
-            messageId,
-            threadId,
-            internetMessageId: mail.internetMessageId,
-            inReplyTo: mail.inReplyTo,
-            references: mail.references,
-            from: mail.from,
-            to: mail.to,
-            cc: mail.cc,
-            replyTo: mail.replyTo,
-            subject: mail.subject,
-            text: text.inline,
-            html: html.inline,
-            textBlob: text.blob,
-            htmlBlob: html.blob,
-            preview,
-            attachments: mail.attachments.map((a, i) => ({ ...a, uuid: derivedId(messageId, 'attachment', String(i)) })),
-            raw: mail.raw,
-            via: mail.via,
-            sourceMessageId: mail.sourceMessageId,
-            date: mail.date,
-            at,
-          };
-          const append = await events.append(
-            streamName(MAILBOX, identity.id),
-            [{ id: derivedId(eventKey, identity.id), type: EMAIL_RECEIVED, data }],
-            { expectedRevision: 'any' },
-          );
+    return Promise.all(
+      unique.map(async (identity) => {
+        const input: ThreadInput = {
+          identityId: identity.id,
+          ownInbox: identity.inbox,
+          internetMessageId: mail.internetMessageId,
+          inReplyTo: mail.inReplyTo,
+          references: mail.references,
+          subject: mail.subject,
+          participants: [mail.from.address, ...mail.to.map((a) => a.address), ...mail.cc.map((a) => a.address)],
+          at,
+        };
+        let markVisible!: () => void;
+        const self = { internetMessageId: mail.internetMessageId, visible: new Promise<void>((resolve) => (markVisible = resolve)) };
+        // One decision at a time per identity, each seeing the messages decided before it.
+        const threadId = await serial(identity.id, async () => {
+          const earlier = [...(unsettled.get(identity.id) ?? [])];
+          if (mayDependOn(input, earlier.map((e) => e.internetMessageId))) await Promise.all(earlier.map((e) => e.visible));
+          const decided = await decideThread(lookup, input, newId);
+          let mine = unsettled.get(identity.id);
+          if (!mine) unsettled.set(identity.id, (mine = new Set()));
+          mine.add(self);
+          return decided;
+        });
+        const settled = () => {
+          const mine = unsettled.get(identity.id);
+          mine?.delete(self);
+          if (mine?.size === 0) unsettled.delete(identity.id);
+          markVisible();
+        };
+        const messageId = newId();
+        const data: EmailReceivedData = {
+          identityId: identity.id,
+          inbox: identity.inbox,
+          messageId,
+          threadId,
+          internetMessageId: mail.internetMessageId,
+          inReplyTo: mail.inReplyTo,
+          references: mail.references,
+          from: mail.from,
+          to: mail.to,
+          cc: mail.cc,
+          replyTo: mail.replyTo,
+          subject: mail.subject,
+          text: text.inline,
+          html: html.inline,
+          textBlob: text.blob,
+          htmlBlob: html.blob,
+          preview,
+          attachments: mail.attachments.map((a, i) => ({ ...a, uuid: derivedId(messageId, 'attachment', String(i)) })),
+          raw: mail.raw,
+          via: mail.via,
+          sourceMessageId: mail.sourceMessageId,
+          date: mail.date,
+          at,
+        };
+        try {
+          const append = await events.append(streamName(MAILBOX, identity.id), [{ id: derivedId(eventKey, identity.id), type: EMAIL_RECEIVED, data }], {
+            expectedRevision: 'any',
+          });
           await settle(append.position);
           return append.events[0].data as EmailReceivedData;
-        }),
-      ),
+        } finally {
+          settled();
+        }
+      }),
     );
-    return results;
   }
 
   async function identityOf(identityId: string): Promise<IdentityDoc> {

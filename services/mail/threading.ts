@@ -33,19 +33,41 @@ export interface ThreadInput {
   at: string;
 }
 
-export async function decideThread(lookup: ThreadLookup, m: ThreadInput, newThreadId: () => string): Promise<string> {
+/** The Message-IDs that may name the thread, in the order they are tried. */
+function candidateIds(m: Pick<ThreadInput, 'internetMessageId' | 'inReplyTo' | 'references'>): string[] {
   const candidates: string[] = [];
   if (m.internetMessageId) candidates.push(m.internetMessageId);
   if (m.inReplyTo) candidates.push(m.inReplyTo);
   for (const ref of [...m.references].reverse()) if (!candidates.includes(ref)) candidates.push(ref);
-  for (const id of candidates) {
+  return candidates;
+}
+
+/** Whether rule 3 (subject and participants) is consulted when no Message-ID matched. */
+function usesSubjectFallback(m: Pick<ThreadInput, 'inReplyTo' | 'references' | 'subject'>): boolean {
+  return normaliseSubject(m.subject) !== '' && (hasReplyPrefix(m.subject) || m.inReplyTo !== null || m.references.length > 0);
+}
+
+/**
+ * Whether the thread of `m` may depend on earlier messages of the same identity with these
+ * Message-IDs that the lookup cannot see yet (recorded, not yet in the read models): when
+ * `m` names one of them, or when it may fall back to the subject (any earlier message can
+ * move a thread's participants or last message time). Every other message can be decided
+ * without waiting for them.
+ */
+export function mayDependOn(m: ThreadInput, earlierMessageIds: (string | null)[]): boolean {
+  if (earlierMessageIds.length === 0) return false;
+  if (usesSubjectFallback(m)) return true;
+  const candidates = candidateIds(m);
+  return earlierMessageIds.some((id) => id !== null && candidates.includes(id));
+}
+
+export async function decideThread(lookup: ThreadLookup, m: ThreadInput, newThreadId: () => string): Promise<string> {
+  for (const id of candidateIds(m)) {
     const thread = await lookup.threadOfMessageId(m.identityId, id);
     if (thread) return thread;
   }
-  const subjectKey = normaliseSubject(m.subject);
-  const looksLikeReply = hasReplyPrefix(m.subject) || m.inReplyTo !== null || m.references.length > 0;
-  if (subjectKey && looksLikeReply) {
-    const latest = await lookup.latestThreadBySubject(m.identityId, subjectKey, participantsKey(m.participants, m.ownInbox));
+  if (usesSubjectFallback(m)) {
+    const latest = await lookup.latestThreadBySubject(m.identityId, normaliseSubject(m.subject), participantsKey(m.participants, m.ownInbox));
     if (latest && Date.parse(m.at) - Date.parse(latest.lastMessageAt) <= THREAD_FALLBACK_WINDOW_MS) return latest.threadId;
   }
   return newThreadId();

@@ -7,6 +7,7 @@ import { SMTPServer } from 'smtp-server';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
+import type { MailParts } from '../../services/mail/index.js';
 
 const DOMAIN = 'agents.localhost';
 
@@ -169,6 +170,33 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const inbox = await api('GET', '/api/email-inbox/', alice.uuid);
     expect(inbox.body.filter((t: { subject: string }) => /kickoff/i.test(t.subject))).toHaveLength(1);
     expect(inbox.body[0]).toMatchObject({ message_count: 3 });
+  });
+
+  test('a reply decided while its original is still being recorded waits for it and joins its thread', async () => {
+    const { mail } = server.runtime.parts.find((p) => p.name === 'mail') as MailParts;
+    const identity = (await mail.identityByInbox(alice.inbox))!;
+    const common = {
+      references: [] as string[],
+      from: { address: 'dave@example.com', name: 'Dave' },
+      to: [{ address: alice.inbox, name: '' }],
+      cc: [],
+      replyTo: [],
+      text: 'Racing.',
+      html: null,
+      attachments: [],
+      raw: null,
+      via: 'smtp' as const,
+      sourceMessageId: null,
+      date: null,
+    };
+    const original = `<race-${suffix}@example.com>`;
+    // Started in the same tick: the reply's thread is decided right after the original's,
+    // while the original is not yet in the read models the decision reads.
+    const [[first], [reply]] = await Promise.all([
+      mail.receive([identity], { ...common, internetMessageId: original, inReplyTo: null, subject: 'Race' }, `test:race-${suffix}`),
+      mail.receive([identity], { ...common, internetMessageId: `<race-re-${suffix}@example.com>`, inReplyTo: original, references: [original], subject: 'Re: Race' }, `test:race-re-${suffix}`),
+    ]);
+    expect(reply.threadId).toBe(first.threadId);
   });
 
   test('RCPT for an unknown inbox is refused with 550 5.1.1', async () => {

@@ -7,7 +7,7 @@ import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
 import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
-import { decideThread, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
+import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
 import { htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject } from '../../services/mail/text.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
 
@@ -97,6 +97,15 @@ describe('threading (RFC 5322 §3.6.4, fallback)', () => {
     expect(await decideThread(lookup, { ...base, subject: 'Re: Budget', participants: ['dave@x.com'] }, fresh)).toBe('new-thread');
     const late = new Date(Date.parse(subjects[0].lastMessageAt) + THREAD_FALLBACK_WINDOW_MS + 1).toISOString();
     expect(await decideThread(lookup, { ...base, subject: 'Re: Budget', at: late }, fresh)).toBe('new-thread');
+  });
+  test('a decision waits for unseen earlier messages only when it names one or may fall back to the subject', () => {
+    expect(mayDependOn(base, [])).toBe(false);
+    expect(mayDependOn(base, ['<other@x>', null])).toBe(false); // a new conversation: decided at once
+    expect(mayDependOn({ ...base, inReplyTo: '<other@x>' }, ['<other@x>'])).toBe(true);
+    expect(mayDependOn({ ...base, references: ['<a@x>', '<other@x>'] }, ['<other@x>'])).toBe(true);
+    expect(mayDependOn(base, ['<new@x>'])).toBe(true); // its own Message-ID: a redelivery
+    expect(mayDependOn({ ...base, subject: 'Re: anything' }, ['<unrelated@x>'])).toBe(true); // the subject fallback reads every thread
+    expect(mayDependOn({ ...base, inReplyTo: '<unknown@x>' }, [null])).toBe(true); // reply headers → fallback
   });
 });
 
