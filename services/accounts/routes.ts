@@ -72,6 +72,8 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         } catch {
           // Logout is anonymous-friendly: an expired or bad credential still logs out.
         }
+        // An identity key is one agent's runtime credential: it cannot end the account's sessions.
+        if (principal?.kind === 'identity_key') throw forbidden('An identity key cannot sign the account out; use a management key or a user token.');
         // The accounts named by the credential and by a refresh token in the body (once each).
         const users = new Set<number>();
         if (principal) users.add(principal.userPk);
@@ -93,7 +95,10 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         if (claims.tokenType === 'refresh' && !(await accounts.liveSession(claims.sessionId))) {
           throw new ApiError(401, 'token_expired', 'Token has been revoked.');
         }
-        ctx.body = {};
+        // "200, no body" (SPEC). Koa turns a null body into 204, so: an empty one, untyped.
+        ctx.status = 200;
+        ctx.body = '';
+        ctx.remove('Content-Type');
       });
 
       r.post('/api/auth/bind-identity/', async (ctx) => {
@@ -122,7 +127,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       });
 
       r.post('/api/auth/password/change/', async (ctx) => {
-        const p = await auth.principal(ctx);
+        const p = await auth.accountPrincipal(ctx);
         const b = v.passwordChange(await body(ctx));
         passwordsMatch(b.new_password1, b.new_password2, 'new_password2');
         await accounts.setPassword(p.userPk, b.new_password1, 'change');
@@ -147,13 +152,13 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       });
 
       r.put('/api/auth/user/', async (ctx) => {
-        const p = await auth.principal(ctx);
+        const p = await auth.accountPrincipal(ctx);
         const b = v.userPut(await body(ctx));
         ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
       });
 
       r.patch('/api/auth/user/', async (ctx) => {
-        const p = await auth.principal(ctx);
+        const p = await auth.accountPrincipal(ctx);
         const b = v.userPatch(await body(ctx));
         ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
       });

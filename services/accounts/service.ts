@@ -378,7 +378,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   async function findOrCreateExternal(issuer: string, subject: string, email: string, name: { first?: string; last?: string; username?: string }): Promise<UserDoc> {
     const existing = await users.findOne({ externalKey: externalKeyOf(issuer, subject) });
     if (existing) return existing;
-    const base = (name.username ?? email.split('@')[0]).replace(/[^\w.@+-]/g, '').slice(0, 140) || 'user';
+    const base = (name.username ?? email.split('@')[0]).replace(/[^\p{L}\p{N}_.@+-]/gu, '').slice(0, 140) || 'user';
     for (let i = 0; i < 5; i++) {
       const username = i === 0 ? base : `${base}${randomBytes(2).toString('hex')}`;
       try {

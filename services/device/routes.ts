@@ -13,7 +13,7 @@ import { DEVICE_GRANT_TYPE, type DeviceService } from './service.js';
 
 const v = {
   request: validator<{ client_id?: string; scope?: string }>('device.json#DeviceAuthorizationRequest'),
-  token: validator<{ device_code: string; wait?: boolean; grant_type?: string; client_id?: string }>('device.json#DeviceTokenRequest'),
+  token: validator<{ device_code: string; wait?: boolean | 'true' | 'false'; grant_type?: string; client_id?: string }>('device.json#DeviceTokenRequest'),
   decision: validator<{ user_code: string }>('device.json#DeviceDecision'),
 };
 
@@ -68,7 +68,7 @@ export function deviceRoutes(deps: DeviceRoutesDeps): HttpModule {
         const onClose = () => abort.abort();
         ctx.res.once('close', onClose);
         try {
-          const answer = await service.poll({ deviceCode: b.device_code, wait: b.wait === true, abort: abort.signal });
+          const answer = await service.poll({ deviceCode: b.device_code, wait: b.wait === true || b.wait === 'true', abort: abort.signal });
           ctx.status = answer.status;
           ctx.body = answer.body;
           if (answer.status === 200 && raw.grant_type === DEVICE_GRANT_TYPE) {

@@ -145,8 +145,8 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
     if (!chosen) {
       throw new ApiError(400, 'identity_required', 'Select an identity with the X-Service-Identity header or the identity query parameter.');
     }
-    if (!isUuid(chosen)) throw new ApiError(400, 'invalid', 'X-Service-Identity must be a valid UUID.', { 'X-Service-Identity': ['Must be a valid UUID.'] });
-    const found = await resolvers.findIdentity(chosen);
+    // Not a uuid: no such identity, as a malformed id in a path is (404 either way).
+    const found = isUuid(chosen) ? await resolvers.findIdentity(chosen) : null;
     if (!found) {
       if (p.fencedIdentity) throw new ApiError(401, 'token_not_valid', 'The identity of this key was deleted.');
       throw notFound('Identity not found.');

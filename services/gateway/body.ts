@@ -7,6 +7,7 @@ import type { Context } from 'koa';
 import getRawBody from 'raw-body';
 import busboy from 'busboy';
 import { ApiError } from './errors.js';
+import { markJsonBody } from './validate.js';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -36,7 +37,7 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
       throw new ApiError(400, 'parse_error', 'The request body must be a JSON object.');
     }
-    return parsed as Record<string, unknown>;
+    return markJsonBody(parsed as Record<string, unknown>);
   }
   throw new ApiError(415, 'unsupported_media_type', `Unsupported media type "${type}" in request.`);
 }

@@ -7,7 +7,8 @@
  * for `/api/identities/:uuid/`), and tests only that bucket plus the routes it could not
  * file (a parameter or pattern in the first two segments, a RegExp path, prefix middleware).
  * The routes keep their order and their regular expressions, so the result is exactly the
- * stock one; only the routes that cannot match are skipped.
+ * stock one; only the routes that cannot match are skipped. One rule on top
+ * ({@link preferLiteral}): a fixed path is never read as a parameter's value.
  */
 import Router, { type Layer, type MatchResult } from '@koa/router';
 
@@ -72,6 +73,25 @@ export class IndexedRouter extends Router {
         if (layer.methods.length > 0) result.route = true;
       }
     }
-    return result;
+    return preferLiteral(result, upper);
   }
+}
+
+/**
+ * A path that names a fixed route is that route, never a value of a parameter:
+ * `GET /api/email-messages/compose/` (compose is POST only) answers 405 with `Allow: POST`
+ * rather than being read as the message id "compose". Routes with parameters are dropped
+ * from a match that holds a route without any (middleware stays).
+ */
+const isLiteralRoute = (layer: Layer) => layer.methods.length > 0 && layer.paramNames.length === 0;
+
+export function preferLiteral(result: MatchResult, method: string): MatchResult {
+  if (result.path.length < 2 || !result.path.some(isLiteralRoute)) return result;
+  const keep = (layer: Layer) => layer.methods.length === 0 || layer.paramNames.length === 0;
+  const pathAndMethod = result.pathAndMethod.filter(keep);
+  return {
+    path: result.path.filter(keep),
+    pathAndMethod,
+    route: pathAndMethod.some((layer) => layer.methods.includes(method)),
+  };
 }

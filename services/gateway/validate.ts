@@ -25,14 +25,33 @@ export function loadSchemaFiles(dir = SCHEMAS_DIR): Record<string, Record<string
   return files;
 }
 
-const ajv = new Ajv2020({ allErrors: true, coerceTypes: true, strict: true, useDefaults: true, verbose: true });
-addFormats(ajv);
-// Optional human message for a `pattern` or `format` failure; also shown in the OpenAPI document.
-ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' });
-ajv.addKeyword({ keyword: 'example' });
-// The operations a schema file documents (read by services/gateway/openapi.ts).
-ajv.addKeyword({ keyword: 'x-operations', schemaType: 'array' });
-for (const schema of Object.values(loadSchemaFiles())) ajv.addSchema(schema);
+/**
+ * Two validators over the same schemas. Form fields and query parameters are text, so they
+ * are coerced ("42" → 42, "true" → true). A JSON body already has types: it is validated
+ * as sent, so `{"name": 123}`, `{"read": null}` or `{"subject": true}` answer 400 instead
+ * of turning into "123", false and "true".
+ */
+function createAjv(coerceTypes: boolean): Ajv2020 {
+  const ajv = new Ajv2020({ allErrors: true, coerceTypes, strict: true, useDefaults: true, verbose: true });
+  addFormats(ajv);
+  // Optional human message for a `pattern` or `format` failure; also shown in the OpenAPI document.
+  ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' });
+  ajv.addKeyword({ keyword: 'example' });
+  // The operations a schema file documents (read by services/gateway/openapi.ts).
+  ajv.addKeyword({ keyword: 'x-operations', schemaType: 'array' });
+  for (const schema of Object.values(loadSchemaFiles())) ajv.addSchema(schema);
+  return ajv;
+}
+const coercing = createAjv(true);
+const asTyped = createAjv(false);
+
+/** Request bodies parsed from JSON (services/gateway/body.ts marks them). */
+const jsonBodies = new WeakSet<object>();
+/** Marks `body` as parsed from JSON: its values are validated with their JSON types. */
+export function markJsonBody<T extends object>(body: T): T {
+  jsonBodies.add(body);
+  return body;
+}
 
 const compiled = new Map<string, ValidateFunction>();
 
@@ -47,7 +66,7 @@ function fieldOf(err: ErrorObject): string {
 
 function messageOf(err: ErrorObject): string {
   const custom = (err.parentSchema as Record<string, unknown> | undefined)?.['x-message'];
-  if (typeof custom === 'string' && (err.keyword === 'pattern' || err.keyword === 'format')) return custom;
+  if (typeof custom === 'string' && ['pattern', 'format', 'enum'].includes(err.keyword)) return custom;
   const p = err.params as Record<string, unknown>;
   switch (err.keyword) {
     case 'required':
@@ -70,8 +89,9 @@ function messageOf(err: ErrorObject): string {
       if (p.format === 'date-time') return 'Enter a valid ISO 8601 date-time.';
       return `Enter a valid ${p.format}.`;
     case 'type':
+      if (err.data === null) return 'This field may not be null.';
       if (p.type === 'string') return 'Not a valid string.';
-      if (p.type === 'boolean') return 'Must be a valid boolean.';
+      if (String(p.type).split(',').includes('boolean')) return 'Must be a valid boolean.';
       if (p.type === 'integer') return 'A valid integer is required.';
       if (p.type === 'array') return 'Expected a list of items.';
       if (p.type === 'object') return 'Expected an object.';
@@ -105,11 +125,13 @@ export function validator<T>(ref: string): (data: unknown) => T {
   const [file, name] = ref.split('#');
   const fullRef = `${SCHEMA_BASE}${file}#/$defs/${name}`;
   return (data: unknown) => {
-    let fn = compiled.get(fullRef);
+    const typed = typeof data === 'object' && data !== null && jsonBodies.has(data);
+    const key = (typed ? 'typed ' : '') + fullRef;
+    let fn = compiled.get(key);
     if (!fn) {
-      fn = ajv.getSchema(fullRef);
+      fn = (typed ? asTyped : coercing).getSchema(fullRef);
       if (!fn) throw new Error(`unknown schema ${fullRef}`);
-      compiled.set(fullRef, fn);
+      compiled.set(key, fn);
     }
     // Validate a copy: coercion and defaults must not mutate the caller's object.
     const copy = data && typeof data === 'object' ? structuredClone(data) : data;

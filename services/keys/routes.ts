@@ -111,7 +111,9 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
         if (!user) throw new ApiError(401, 'token_not_valid', 'User not found.');
         const key = p.keyId ? await keys.get(p.keyId) : null;
         ctx.body = {
-          kind: p.kind,
+          // DECISIONS names three kinds: a user's own sign-in (session cookie, HTTP basic)
+          // is a user credential like a JWT.
+          kind: p.kind === 'session' || p.kind === 'basic' ? 'jwt' : p.kind,
           user: { pk: user.pk, username: user.username, email: user.email },
           identity,
           key: key ? { uuid: key.id, label: key.label, masked_key: key.maskedKey } : null,

@@ -10,6 +10,9 @@
  */
 /* eslint-disable */
 
+/**
+ * Letters (any script), digits and @ . + - _ (as Django's username validator).
+ */
 export type AccountsUsername = string;
 export type AccountsPassword = string;
 /**
@@ -29,7 +32,7 @@ export type IdentitiesName = string;
 /**
  * Requests a phone number (true, false, "true" or "false"); subject to the plan: 402 when a paid add-on is needed.
  */
-export type IdentitiesProvisionPhone = boolean | null;
+export type IdentitiesProvisionPhone = true | false | 'true' | 'false' | null;
 export type KeysLabel = string;
 export type MailEmailThreadDetail = MailEmailThread & {
   messages: MailEmailMessage[];
@@ -203,7 +206,7 @@ export interface DeviceDeviceTokenRequest {
   /**
    * Hold the poll (up to DEVICE_WAIT_MAX seconds) until the code is approved, denied or expired.
    */
-  wait?: boolean;
+  wait?: true | false | 'true' | 'false';
   grant_type?: 'urn:ietf:params:oauth:grant-type:device_code';
   client_id?: string;
 }
@@ -351,7 +354,10 @@ export interface KeysManagementKey {
   created_dt: string;
 }
 export interface KeysWhoami {
-  kind: 'jwt' | 'management_key' | 'identity_key' | 'session' | 'basic';
+  /**
+   * jwt for every user credential (JWT, session cookie, HTTP basic).
+   */
+  kind: 'jwt' | 'management_key' | 'identity_key';
   user: {
     pk: number;
     username: string;

@@ -65,6 +65,16 @@ describe('registration (POST /api/auth/social/)', () => {
     expect(res.body.non_field_errors).toHaveLength(1);
   });
 
+  it('usernames take letters of any script and digits, as Django\'s validator does', async () => {
+    for (const username of [`josé_${uniq()}`, `Юлия.${uniq()}`, `李${uniq()}`]) {
+      const res = await s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } });
+      expect([username, res.status]).toEqual([username, 201]);
+      expect(res.body.user.username).toBe(username);
+    }
+    const bad = await s.api('POST', '/api/auth/social/', { body: { username: 'emoji🙂', email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } });
+    expect(bad.status).toBe(400);
+  });
+
   it('accepts form-urlencoded and multipart bodies on the auth endpoints', async () => {
     const name = uniq();
     let res = await s.api('POST', '/api/auth/social/', { form: { username: name, email: `${name}@example.com`, password1: 'pw', password2: 'pw' } });
@@ -166,10 +176,13 @@ describe('tokens', () => {
     expect(bad.body.code).toBe('token_not_valid');
   });
 
-  it('verify answers 200 for a valid token and 401 otherwise', async () => {
+  it('verify answers 200 with no body for a valid token and 401 otherwise', async () => {
     const u = await s.signUp();
-    expect((await s.api('POST', '/api/auth/token/verify/', { body: { token: u.access } })).status).toBe(200);
-    expect((await s.api('POST', '/api/auth/token/verify/', { body: { token: u.refresh } })).status).toBe(200);
+    for (const token of [u.access, u.refresh]) {
+      const ok = await s.api('POST', '/api/auth/token/verify/', { body: { token } });
+      expect(ok.status).toBe(200);
+      expect(ok.text).toBe('');
+    }
     const bad = await s.api('POST', '/api/auth/token/verify/', { body: { token: `${u.access}x` } });
     expect(bad.status).toBe(401);
     expect(bad.body.code).toBe('token_not_valid');

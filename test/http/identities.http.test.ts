@@ -54,6 +54,21 @@ describe('create', () => {
     }
   });
 
+  it('400 when a JSON value has the wrong type: JSON bodies are not coerced (form fields are text and are)', async () => {
+    for (const [name, message] of [
+      [123, 'Not a valid string.'],
+      [true, 'Not a valid string.'],
+      [null, 'This field may not be null.'],
+    ] as const) {
+      const res = await create(owner.access, { name });
+      expect(res.status).toBe(400);
+      expect(res.body).toEqual({ name: [message] });
+    }
+    expect((await create(owner.access, { name: 'typed phone', provision_phone: 1 })).body).toEqual({ provision_phone: ['Must be a valid boolean.'] });
+    const list = await s.api('GET', '/api/identities/', { token: owner.access });
+    expect(list.body.map((i: { name: string }) => i.name)).not.toEqual(expect.arrayContaining(['123', 'true', 'typed phone']));
+  });
+
   it('400 when name is missing or blank', async () => {
     const missing = await create(owner.access, {});
     expect(missing.status).toBe(400);
@@ -267,6 +282,9 @@ describe('fences and scoping', () => {
     const theirs = (await create(other.access, { name: 'Theirs' })).body.uuid;
     expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: theirs })).status).toBe(403);
     expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: '0190a6f0-0000-7000-8000-000000000001' })).status).toBe(404);
+    // Not a uuid at all: no such identity either, by header or by query.
+    expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: 'not-a-uuid' })).body.code).toBe('not_found');
+    expect((await s.api('GET', '/api/identities/current/?identity=bogus', { token: owner.access })).status).toBe(404);
   });
 
   it('a token from bind-identity selects its identity', async () => {

@@ -154,6 +154,27 @@ describe('identity keys', () => {
     expect((await s.api('DELETE', `/api/auth/keys/identity/${k.uuid}/`, { token: k.key })).status).toBe(403);
   });
 
+  it('an identity key cannot change the account: profile, password, logout (403); the account is unchanged', async () => {
+    const u = await s.signUp();
+    const own = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'Fenced agent' } })).body.uuid;
+    const k = await idKey(u.access, own);
+    for (const [method, path, body] of [
+      ['PATCH', '/api/auth/user/', { first_name: 'hacked' }],
+      ['PUT', '/api/auth/user/', { username: 'renamed_by_agent' }],
+      ['POST', '/api/auth/password/change/', { new_password1: 'pw-agent', new_password2: 'pw-agent' }],
+      ['POST', '/api/auth/logout/', {}],
+    ] as const) {
+      const res = await s.api(method, path, { token: k.key, body });
+      expect([path, res.status, res.body.code]).toEqual([path, 403, 'permission_denied']);
+    }
+    expect((await s.api('GET', '/api/auth/user/', { token: k.key })).body).toMatchObject({ username: u.user.username, first_name: '' });
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } })).status).toBe(200); // not logged out
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).status).toBe(200);
+    // A management key manages the account.
+    const m = await mgmtKey(u.access, 'manager');
+    expect((await s.api('PATCH', '/api/auth/user/', { token: m.key, body: { first_name: 'Managed' } })).body.first_name).toBe('Managed');
+  });
+
   it('revocation makes the identity key fail with 401 immediately; the management path does not revoke it', async () => {
     const k = await idKey(owner.access, identity);
     expect((await s.api('DELETE', `/api/auth/keys/management/${k.uuid}/`, { token: owner.access })).status).toBe(404);
@@ -192,7 +213,7 @@ describe('whoami', () => {
     const basic = Buffer.from(`${owner.user.username}:${owner.password}`).toString('base64');
     const res = await s.api('GET', '/api/health/whoami/', { headers: { authorization: `Basic ${basic}` } });
     expect(res.status).toBe(200);
-    expect(res.body.kind).toBe('basic');
+    expect(res.body.kind).toBe('jwt'); // DECISIONS' three kinds: a user's own credential
     expect(res.body.user.pk).toBe(owner.user.pk);
   });
 
@@ -201,7 +222,7 @@ describe('whoami', () => {
     const session = await s.runtime.shared.accounts.startSession(user, { via: 'test', kind: 'cookie' });
     const res = await s.api('GET', '/api/health/whoami/', { headers: { cookie: `ais_session=${session.refresh}` } });
     expect(res.status).toBe(200);
-    expect(res.body.kind).toBe('session');
+    expect(res.body.kind).toBe('jwt');
   });
 
   it('bind-identity: the bound token reports its identity', async () => {

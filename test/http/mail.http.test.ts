@@ -432,6 +432,13 @@ describe('lists', () => {
     expect(Date.parse(second.body[0].created_dt)).toBeLessThanOrEqual(Date.parse(first.body[1].created_dt));
   });
 
+  test('a fixed path with the wrong method is 405 with Allow, never read as an id', async () => {
+    const res = await api('GET', '/api/email-messages/compose/', alice.uuid);
+    expect(res.status).toBe(405);
+    expect(res.headers.get('allow')).toContain('POST');
+    expect(res.body.code).toBe('method_not_allowed');
+  });
+
   test('an identity-scoped endpoint without an identity answers 400 identity_required', async () => {
     const res = await server.api('GET', '/api/email-inbox/', { token });
     expect(res.status).toBe(400);

@@ -1,6 +1,6 @@
-/** The indexed router matches exactly what @koa/router matches, for every path shape. */
+/** The indexed router matches exactly what @koa/router matches, for every path shape, plus preferLiteral. */
 import Router from '@koa/router';
-import { IndexedRouter } from '../../services/gateway/router.js';
+import { IndexedRouter, preferLiteral } from '../../services/gateway/router.js';
 
 const noop = async () => {};
 
@@ -52,18 +52,27 @@ const summary = (m: Router['match'] extends (...a: never[]) => infer R ? R : nev
 
 describe('IndexedRouter', () => {
   for (const sensitive of [false, true]) {
-    it(`matches like @koa/router (${sensitive ? 'case-sensitive' : 'case-insensitive'}) for every path and method`, () => {
+    it(`matches like @koa/router + preferLiteral (${sensitive ? 'case-sensitive' : 'case-insensitive'}) for every path and method`, () => {
       const stock = new Router({ sensitive });
       const indexed = new IndexedRouter({ sensitive });
       routes(stock);
       routes(indexed);
       for (const path of paths) {
         for (const method of ['GET', 'POST', 'DELETE', 'PATCH']) {
-          expect([path, method, summary(indexed.match(path, method))]).toEqual([path, method, summary(stock.match(path, method))]);
+          expect([path, method, summary(indexed.match(path, method))]).toEqual([path, method, summary(preferLiteral(stock.match(path, method), method))]);
         }
       }
     });
   }
+
+  it('a fixed path is never a parameter value: DELETE /api/identities/current/ is 405, not DELETE /:uuid/', () => {
+    const r = new IndexedRouter();
+    routes(r);
+    const del = r.match('/api/identities/current/', 'DELETE');
+    expect(summary(del)).toEqual({ path: ['/api/identities/current/'], pathAndMethod: [], route: false });
+    expect(summary(r.match('/api/identities/current/', 'GET')).pathAndMethod).toEqual(['HEAD,GET /api/identities/current/']);
+    expect(r.match('/api/identities/abc/', 'DELETE').route).toBe(true); // any other value still is one
+  });
 
   it('sees routes added after its first match', () => {
     const r = new IndexedRouter();
