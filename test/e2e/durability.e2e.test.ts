@@ -66,6 +66,23 @@ describe('durability', () => {
     expect(await again.exited).toBe(0);
   }, 60_000);
 
+  it('npm start: SIGTERM to the npm process reaches the service, which drains; npm exits 0 and nothing is left running', async () => {
+    const svc = await spawnService({ DATA_DIR: dataDir }, undefined, { viaNpm: true });
+    expect((await post(`${svc.url}/api/auth/social/`, { username: 'npmkeeper', email: 'npmkeeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+    try {
+      svc.child.kill('SIGTERM'); // npm only, as `kill <pid of npm>` would
+      expect(await svc.exited).toBe(0);
+      expect(svc.output()).toMatch(/shutting down/);
+      await expect(fetch(`${svc.url}/api/health/`)).rejects.toThrow(); // the service is gone, not orphaned
+    } finally {
+      try {
+        process.kill(-svc.child.pid!, 'SIGKILL'); // whatever is left of npm's process group
+      } catch {
+        // nothing left: the expected case
+      }
+    }
+  }, 60_000);
+
   it('bad configuration fails the start with one line naming the variable', async () => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
       cwd: ROOT,

@@ -1,4 +1,4 @@
-/** Runs `npm start`'s entry point as a child process, the way users run it. */
+/** Runs `npm start` (or its entry point) as a child process, the way users run it. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
@@ -25,10 +25,15 @@ export interface ServiceProcess {
   exited: Promise<number | null>;
 }
 
-export async function spawnService(env: Record<string, string>, script = 'services/main.ts'): Promise<ServiceProcess> {
+/**
+ * Starts `script` with the same flags as `npm start` (package.json), or, with `viaNpm`,
+ * `npm start` itself (then `child` is npm, as for a user who runs it in a terminal).
+ */
+export async function spawnService(env: Record<string, string>, script = 'services/main.ts', options: { viaNpm?: boolean } = {}): Promise<ServiceProcess> {
   const port = env.PORT ?? String(await freePort());
-  // The same flags as `npm start` (package.json).
-  const child = spawn(process.execPath, ['--require', './infra/boot.cjs', '--import', 'tsx', script], {
+  const [command, args] = options.viaNpm ? ['npm', ['start', '--silent']] : [process.execPath, ['--require', './infra/boot.cjs', '--import', 'tsx', script]];
+  const child = spawn(command, args, {
+    detached: options.viaNpm, // its own process group, so a test can always clean up what npm started
     cwd: ROOT,
     env: { ...process.env, SMTP_PORT: '0', LOG_LEVEL: 'info', ...env, PORT: port },
     stdio: ['ignore', 'pipe', 'pipe'],
