@@ -2,6 +2,11 @@
  * Runs a command against one stream: read it, fold it into state, decide the new events,
  * append them at the revision that was read. A concurrent writer makes the append fail
  * with WrongExpectedRevisionError; then the whole decision is retried on fresh state.
+ *
+ * Within one process, the commands on one stream also run one after another: a burst of
+ * independent writes to one stream (an agent storing 50 secrets at once) then never
+ * exhausts the retries, which remain for writers in other processes (cluster gateways).
+ * Hence the rule: `decide` must not run commands itself (no lock order, no deadlock).
  */
 import {
   WrongExpectedRevisionError,
@@ -12,6 +17,7 @@ import {
   type AppendResult,
 } from '../../infra/ports/event-store.js';
 import { newId } from './ids.js';
+import { keyedSerial } from './serial.js';
 
 export interface Evolver<S> {
   initial: () => S;
@@ -48,6 +54,21 @@ export async function execute<S, R = void>(
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => { events: EventData[]; result: R } | Promise<{ events: EventData[]; result: R }>,
   retries = 5,
+): Promise<{ result: R; append: AppendResult | null; state: S }> {
+  let serial = queues.get(store);
+  if (!serial) queues.set(store, (serial = keyedSerial()));
+  return serial(stream, () => decideAndAppend(store, stream, evolver, decide, retries));
+}
+
+/** Per event store (tests run several in one process): one queue per stream. */
+const queues = new WeakMap<EventStore, ReturnType<typeof keyedSerial>>();
+
+async function decideAndAppend<S, R>(
+  store: EventStore,
+  stream: string,
+  evolver: Evolver<S>,
+  decide: (state: S, revision: number) => { events: EventData[]; result: R } | Promise<{ events: EventData[]; result: R }>,
+  retries: number,
 ): Promise<{ result: R; append: AppendResult | null; state: S }> {
   for (let attempt = 0; ; attempt++) {
     const { state, revision } = await loadStream(store, stream, evolver);

@@ -11,6 +11,7 @@ import type { Collection } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event } from '../kernel/command.js';
 import { isUuid, newId, nowIso } from '../kernel/ids.js';
+import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, notFound, throttled } from '../gateway/errors.js';
 import {
   ATTACHMENT,
@@ -70,23 +71,6 @@ export interface SendRequest {
   kind: EmailQueuedData['kind'];
   /** The message answered, for replies. */
   original?: MessageDoc;
-}
-
-/** Runs work for one key at a time (threading of an identity's mail must see the previous message). */
-function keyedSerial() {
-  const tails = new Map<string, Promise<unknown>>();
-  return <T>(key: string, work: () => Promise<T>): Promise<T> => {
-    const run = (tails.get(key) ?? Promise.resolve()).then(work, work);
-    const tail = run.then(
-      () => {},
-      () => {},
-    );
-    tails.set(key, tail);
-    void tail.then(() => {
-      if (tails.get(key) === tail) tails.delete(key);
-    });
-    return run;
-  };
 }
 
 export function createMailService(platform: Platform, deps: { blobs: BlobStore; hmacKey: Buffer }) {

@@ -373,6 +373,19 @@ describe('vault secrets', () => {
     expect((await srv.api('GET', '/api/vault/?key=openai_api_key', { token: keyA1 })).body).toEqual([]); // case-sensitive
   });
 
+  test('a burst of independent writes to one identity all succeed: 60 secrets and 20 passwords at once', async () => {
+    const secrets = await Promise.all(
+      Array.from({ length: 60 }, (_, i) => srv.api('POST', '/api/vault/', { token: keyA1, body: { key: `BURST_${i}`, value: fakeCiphertext(i + 1) } })),
+    );
+    expect(secrets.map((r) => r.status)).toEqual(Array(60).fill(201));
+    const passwords = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => srv.api('POST', '/api/passwords/', { token: keyA1, body: { domain: `burst${i}.example`, password: fakeCiphertext(i + 1) } })),
+    );
+    expect(passwords.map((r) => r.status)).toEqual(Array(20).fill(201));
+    const listed = await srv.api('GET', '/api/vault/?limit=200', { token: keyA1 });
+    expect(listed.body.filter((s: { key: string }) => s.key.startsWith('BURST_'))).toHaveLength(60);
+  });
+
   test('a value moved to another key does not decrypt', async () => {
     const ct = encryptField(vaultKeyA, 'db-pass', { kind: 'secret', identity: idA1, key: 'DB_PASSWORD' });
     const moved = await srv.api('POST', '/api/vault/', { token: keyA1, body: { key: 'DB_PASSWORD_COPY', value: ct } });
