@@ -4,7 +4,7 @@
  * Only services/main.ts passes `process.env` here; everything else receives the typed object.
  */
 import path from 'node:path';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { createPrivateKey } from 'node:crypto';
 
 export interface Config {
@@ -90,6 +90,14 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const host = str('HOST', '127.0.0.1');
   const publicUrl = url('PUBLIC_URL', str('PUBLIC_URL', `http://localhost:${port}`), ['http:', 'https:']).replace(/\/+$/, '');
   const dataDir = path.resolve(cwd, str('DATA_DIR', './data'));
+  const dataDirKind = (() => {
+    try {
+      return statSync(dataDir).isDirectory() ? 'directory' : 'other';
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'missing' : 'other'; // created at start when missing
+    }
+  })();
+  if (dataDirKind === 'other') problems.push(`DATA_DIR must be a directory (or not exist yet): ${dataDir}`);
   const mailDomain = str('MAIL_DOMAIN', 'agents.localhost').toLowerCase();
   if (!/^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/.test(mailDomain)) {
     problems.push(`MAIL_DOMAIN must be a domain name (got "${mailDomain}")`);

@@ -2,7 +2,8 @@
  * `npm start`: the whole service in one process (gateway, SMTP listener, projections,
  * mailer) on the embedded store. SIGTERM/SIGINT: stop accepting, drain, flush, exit 0.
  */
-import { loadConfig, ConfigError } from '../infra/config.js';
+import path from 'node:path';
+import { loadConfig, ConfigError, type Config } from '../infra/config.js';
 import { startRuntime } from '../infra/runtime.js';
 
 let config;
@@ -16,9 +17,25 @@ try {
   throw err;
 }
 
+/** The variable behind a start failure, when the error says which (one line names it). */
+function culprit(err: NodeJS.ErrnoException & { port?: number; address?: string; hostname?: string }, c: Config): string | null {
+  const listener = (host: string, port: number) =>
+    (err.code === 'EADDRINUSE' || err.code === 'EACCES') && err.port === port ? 'port' : (err.hostname ?? err.address) === host ? 'host' : null;
+  const http = listener(c.host, c.port);
+  const smtp = c.smtpPort === 0 ? null : listener(c.smtpHost, c.smtpPort);
+  // Ports are told apart first: PORT and SMTP_PORT may share a host.
+  if (http === 'port') return 'PORT';
+  if (smtp === 'port') return 'SMTP_PORT';
+  if (http === 'host') return 'HOST';
+  if (smtp === 'host') return 'SMTP_HOST';
+  if (err.path && path.resolve(err.path).startsWith(c.dataDir)) return 'DATA_DIR';
+  return null;
+}
+
 const runtime = await startRuntime(config).catch((err: NodeJS.ErrnoException) => {
-  const hint = err.code === 'EADDRINUSE' ? ` (port in use: set PORT or SMTP_PORT)` : '';
-  process.stderr.write(`failed to start: ${err.message}${hint}\n`);
+  const variable = culprit(err, config);
+  const hint = err.code === 'EADDRINUSE' ? ' (in use)' : err.code === 'ENOTFOUND' ? ' (no such host)' : '';
+  process.stderr.write(`failed to start: ${variable ? `${variable}: ` : ''}${err.message}${hint}\n`);
   process.exit(1);
 });
 

@@ -3,7 +3,8 @@
  * exits 0; bad configuration stops the start with one line naming the variable; a rebuild
  * of the read models from the log equals the live ones.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
@@ -97,6 +98,39 @@ describe('durability', () => {
     expect(err).toMatch(/PORT/);
     expect(err).toMatch(/SMS_PROVIDER/);
   }, 30_000);
+
+  it('a start that fails on the environment names the variable at fault: port in use, unknown host, DATA_DIR a file', async () => {
+    const blocker = net.createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const busy = String((blocker.address() as net.AddressInfo).port);
+    const file = path.join(dataDir, 'a-file');
+    writeFileSync(file, 'not a directory');
+    const startWith = async (env: Record<string, string>) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+        cwd: ROOT,
+        env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent', ...env },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let err = '';
+      child.stderr.on('data', (d) => (err += d));
+      const code = await new Promise((resolve) => child.on('exit', resolve));
+      return { code, lines: err.trim().split('\n') };
+    };
+    try {
+      for (const [env, variable] of [
+        [{ PORT: busy }, /^failed to start: PORT: /],
+        [{ SMTP_PORT: busy }, /^failed to start: SMTP_PORT: /],
+        [{ HOST: 'no-such-host.invalid' }, /^failed to start: HOST: /],
+        [{ DATA_DIR: file }, /^configuration error: DATA_DIR /],
+      ] as const) {
+        const { code, lines } = await startWith(env);
+        expect([env, code, lines.length]).toEqual([env, 1, 1]);
+        expect(lines[0]).toMatch(variable);
+      }
+    } finally {
+      blocker.close();
+    }
+  }, 60_000);
 
   it('rebuilding every read model from position 0 gives the same documents as the live ones', async () => {
     const config = loadConfig({ DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0' });
