@@ -5,7 +5,7 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { forbidden, notAuthenticated, notFound } from '../gateway/errors.js';
+import { forbidden, notAuthenticated, notFound, tokenNotValid } from '../gateway/errors.js';
 import type { Accounts } from '../accounts/service.js';
 import type { PlanName, SubscriptionStatus } from './plans.js';
 import type { Billing } from './service.js';
@@ -18,13 +18,20 @@ const v = {
 export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth: () => Authenticator; adminEnabled: boolean }): HttpModule {
   const { billing } = deps;
 
-  /** The admin API does not exist without ADMIN_TOKEN (404); with it, the Bearer must match. */
-  function admin(ctx: Context): void {
+  /**
+   * The admin API does not exist without ADMIN_TOKEN (404); with it, the Bearer must match.
+   * Another valid credential (a user's JWT or key) lacks the scope: 403; anything else is
+   * a bad token: 401 token_not_valid (DECISIONS "Wire conventions").
+   */
+  async function admin(ctx: Context): Promise<void> {
     if (!deps.adminEnabled) throw notFound();
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(.+)$/i.exec(header);
     if (!m) throw notAuthenticated();
-    if (!billing.isAdminToken(m[1].trim())) throw forbidden('Invalid admin token.');
+    if (billing.isAdminToken(m[1].trim())) return;
+    const account = await deps.auth().principal(ctx).then(() => true, () => false);
+    if (account) throw forbidden('This credential is not the admin token.');
+    throw tokenNotValid('Invalid admin token.');
   }
 
   async function targetUser(ctx: Context): Promise<number> {
@@ -43,19 +50,19 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
       });
 
       r.get('/api/admin/users/:pk/subscription/', async (ctx) => {
-        admin(ctx);
+        await admin(ctx);
         ctx.body = await billing.view(await targetUser(ctx));
       });
 
       const put = async (ctx: Context) => {
-        admin(ctx);
+        await admin(ctx);
         const pk = await targetUser(ctx);
         const b = v.change(await body(ctx));
         ctx.body = await billing.change(pk, { plan: b.plan, status: b.status ?? 'active' }, 'admin');
       };
       r.put('/api/admin/users/:pk/subscription/', put);
       r.patch('/api/admin/users/:pk/subscription/', async (ctx) => {
-        admin(ctx);
+        await admin(ctx);
         const pk = await targetUser(ctx);
         const current = await billing.view(pk);
         const b = v.patch(await body(ctx));

@@ -107,19 +107,33 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
     return null;
   }
 
-  /** The caller's principal; 401 not_authenticated when there is no credential. */
+  /** The identity named by the request (header first, then query), or ''. */
+  const requestedIdentity = (ctx: Context) => (ctx.get('x-service-identity') || (typeof ctx.query.identity === 'string' ? ctx.query.identity : '')).trim();
+
+  /**
+   * The caller's principal; 401 not_authenticated when there is no credential. An identity
+   * key that names another identity is refused on every endpoint, account-level ones too
+   * (DECISIONS "Auth": identity key = its identity only).
+   */
   async function principal(ctx: Context): Promise<Principal> {
     if (ctx.state.principal) return ctx.state.principal as Principal;
     const p = await resolve(ctx);
     if (!p) throw notAuthenticated();
+    fenceCheck(ctx, p);
     ctx.state.principal = p;
     return p;
+  }
+
+  function fenceCheck(ctx: Context, p: Principal): void {
+    const requested = p.fencedIdentity ? requestedIdentity(ctx) : '';
+    if (requested && requested.toLowerCase() !== p.fencedIdentity) throw forbidden('This identity key is fenced to another identity.');
   }
 
   /** The caller's principal or null (anonymous endpoints that use a credential when given). */
   async function optionalPrincipal(ctx: Context): Promise<Principal | null> {
     if (ctx.state.principal) return ctx.state.principal as Principal;
     const p = await resolve(ctx);
+    if (p) fenceCheck(ctx, p);
     ctx.state.principal = p ?? undefined;
     return p;
   }
@@ -136,11 +150,8 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
    * then the credential's own (identity key fence, bound token).
    */
   async function identity(ctx: Context): Promise<{ principal: Principal; identityId: string }> {
-    const p = await principal(ctx);
-    const requested = (ctx.get('x-service-identity') || (typeof ctx.query.identity === 'string' ? ctx.query.identity : '')).trim();
-    if (p.fencedIdentity && requested && requested.toLowerCase() !== p.fencedIdentity) {
-      throw forbidden('This identity key is fenced to another identity.');
-    }
+    const p = await principal(ctx); // an identity key naming another identity stops there
+    const requested = requestedIdentity(ctx);
     const chosen = (requested || p.fencedIdentity || p.boundIdentity || '').toLowerCase();
     if (!chosen) {
       throw new ApiError(400, 'identity_required', 'Select an identity with the X-Service-Identity header or the identity query parameter.');

@@ -17,10 +17,12 @@ export interface OperationSpec {
   status?: number;
   response?: string;
   array?: boolean;
-  /** `none` for anonymous endpoints; default: any credential. */
-  auth?: 'none' | 'any' | 'jwt' | 'admin' | 'identity';
+  /** `none` for anonymous endpoints; `account`: any credential but an identity key; default: any credential. */
+  auth?: 'none' | 'any' | 'account' | 'jwt' | 'admin' | 'identity';
   /** Extra documented statuses. */
   errors?: number[];
+  /** A status whose body is not the common error shape: the def it may take instead. */
+  errorSchemas?: Record<string, string>;
   contentType?: string;
   description?: string;
 }
@@ -72,13 +74,24 @@ export function buildOpenApi(): Record<string, unknown> {
         [status]: { description: op.summary, ...(responseSchema ? { content: { [op.contentType ?? 'application/json']: { schema: responseSchema } } } : {}) },
       };
       for (const code of op.errors ?? []) {
+        const common = { $ref: code === 400 ? '#/components/schemas/CommonValidationError' : '#/components/schemas/CommonError' };
+        const own = op.errorSchemas?.[String(code)];
         responses[String(code)] = {
           description: code === 400 ? 'Validation error' : 'Error',
-          content: { 'application/json': { schema: { $ref: code === 400 ? '#/components/schemas/CommonValidationError' : '#/components/schemas/CommonError' } } },
+          content: { 'application/json': { schema: own ? { anyOf: [{ $ref: refOf(own, file) }, common] } : common } },
         };
       }
+      const userCredentials = [{ managementKeyAuth: [] }, { jwtAuth: [] }, { cookieAuth: [] }, { basicAuth: [] }];
       const security =
-        op.auth === 'none' ? [] : op.auth === 'jwt' ? [{ jwtAuth: [] }] : op.auth === 'admin' ? [{ adminToken: [] }] : [{ identityKeyAuth: [] }, { managementKeyAuth: [] }, { jwtAuth: [] }, { cookieAuth: [] }, { basicAuth: [] }];
+        op.auth === 'none'
+          ? []
+          : op.auth === 'jwt'
+            ? [{ jwtAuth: [] }]
+            : op.auth === 'admin'
+              ? [{ adminToken: [] }]
+              : op.auth === 'account'
+                ? userCredentials
+                : [{ identityKeyAuth: [] }, ...userCredentials];
       (paths[op.path] ??= {})[op.method] = {
         summary: op.summary,
         ...(op.description ? { description: op.description } : {}),

@@ -106,7 +106,8 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       });
 
       r.post('/api/encryption/', async (ctx) => {
-        const p = await deps.auth().principal(ctx);
+        // The one-time setup is the account's (as the re-wrap is): readable by identity keys, not writable.
+        const p = await deps.auth().accountPrincipal(ctx);
         const b = v.upload(await body(ctx));
         created(ctx, await metadata(p.userPk, await vault.uploadEncryption(p.userPk, b)));
       });

@@ -175,6 +175,16 @@ describe('identity keys', () => {
     expect((await s.api('PATCH', '/api/auth/user/', { token: m.key, body: { first_name: 'Managed' } })).body.first_name).toBe('Managed');
   });
 
+  it('an identity key naming another identity is 403 on every endpoint, account-level ones too', async () => {
+    const k = await idKey(owner.access, identity);
+    const second = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: `Elsewhere ${Date.now()}` } })).body.uuid;
+    for (const path of ['/api/subscription/', '/api/encryption/', '/api/auth/user/', '/api/passwords/generate_password/']) {
+      expect([path, (await s.api('GET', path, { token: k.key, identity: second })).status]).toEqual([path, 403]);
+      expect([path, (await s.api('GET', `${path}?identity=${second}`, { token: k.key })).status]).toEqual([path, 403]);
+      expect([path, (await s.api('GET', path, { token: k.key, identity })).status]).toEqual([path, 200]); // its own: fine
+    }
+  });
+
   it('revocation makes the identity key fail with 401 immediately; the management path does not revoke it', async () => {
     const k = await idKey(owner.access, identity);
     expect((await s.api('DELETE', `/api/auth/keys/management/${k.uuid}/`, { token: owner.access })).status).toBe(404);

@@ -29,4 +29,25 @@ describe('GET /api/schema/', () => {
     const names = refs.map((r: string) => r.replace(/.*\//, '').replace(/"$/, ''));
     expect(names.filter((n: string) => !doc.components.schemas[n])).toEqual([]);
   });
+
+  it('operations that refuse identity keys do not list identityKeyAuth, and do refuse one (403)', async () => {
+    const doc = (await s.api('GET', '/api/schema/')).body as { paths: Record<string, Record<string, { security: Record<string, unknown>[] }>> };
+    const owner = await s.signUp();
+    const identity = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Fenced' } })).body.uuid;
+    const key = (await s.api('POST', '/api/auth/keys/identity/', { token: owner.access, body: { label: 'sweep', identity_uuid: identity } })).body.key;
+    const refusing = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.entries(ops)
+        .filter(([, op]) => op.security.length > 0 && op.security.every((scheme) => !('identityKeyAuth' in scheme) && !('adminToken' in scheme)) && !op.security.every((scheme) => 'jwtAuth' in scheme))
+        .map(([method]) => ({ method: method.toUpperCase(), path: path.replace(/\{\w+\}/g, identity) })),
+    );
+    expect(refusing.map((r) => `${r.method} ${r.path.replace(identity, '{uuid}')}`)).toEqual(
+      expect.arrayContaining(['PUT /api/auth/user/', 'PATCH /api/auth/user/', 'POST /api/auth/password/change/', 'POST /api/identities/', 'POST /api/encryption/']),
+    );
+    for (const r of refusing) {
+      const res = await s.api(r.method, r.path, { token: key, ...(['GET', 'DELETE'].includes(r.method) ? {} : { body: {} }) });
+      expect([r.method, r.path, res.status]).toEqual([r.method, r.path, 403]);
+    }
+    const poll = (doc.paths['/api/auth/device/token/'] as unknown as Record<string, { responses: Record<string, unknown> }>).post.responses['400'];
+    expect(JSON.stringify(poll)).toContain('DeviceDeviceTokenError');
+  });
 });

@@ -137,11 +137,12 @@ describe('encryption metadata (per account)', () => {
     expect(await metadataOf(access)).toMatchObject({ public_key: winner.public_key, verifier: winner.verifier });
   });
 
-  test('PUT re-wrap: not before the upload (404 encryption_missing), not with an identity key, public key immutable', async () => {
+  test('PUT re-wrap: not before the upload (404 encryption_missing), not with an identity key (nor the setup), public key immutable', async () => {
     const none = await srv.api('PUT', '/api/encryption/', { token: tokenB, body: { verifier: 'v' } });
     expect(none.status).toBe(404);
     expect(none.body.code).toBe('encryption_missing');
     expect((await srv.api('PUT', '/api/encryption/', { token: keyA1, body: { verifier: 'v' } })).status).toBe(403);
+    expect((await srv.api('POST', '/api/encryption/', { token: keyA1, body: { public_key: 'pk', verifier: 'v' } })).status).toBe(403); // nor the setup
     const swap = await srv.api('PUT', '/api/encryption/', { token: tokenA, body: { verifier: 'v', public_key: 'another' } });
     expect(swap.status).toBe(400);
     expect(Object.keys(swap.body)).toEqual(['public_key']);
