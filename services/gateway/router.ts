@@ -84,9 +84,10 @@ export class IndexedRouter extends Router {
  * from a match that holds a route without any (middleware stays).
  */
 const isLiteralRoute = (layer: Layer) => layer.methods.length > 0 && layer.paramNames.length === 0;
+const isParamRoute = (layer: Layer) => layer.methods.length > 0 && layer.paramNames.length > 0;
 
 export function preferLiteral(result: MatchResult, method: string): MatchResult {
-  if (result.path.length < 2 || !result.path.some(isLiteralRoute)) return result;
+  if (result.path.length < 2 || !result.path.some(isLiteralRoute) || !result.path.some(isParamRoute)) return result;
   const keep = (layer: Layer) => layer.methods.length === 0 || layer.paramNames.length === 0;
   const pathAndMethod = result.pathAndMethod.filter(keep);
   return {
