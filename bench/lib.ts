@@ -159,6 +159,15 @@ export function rssOf(pid: number): number {
   return Number(m[1]) * 1024;
 }
 
+/**
+ * CPU time (user + system) a process has used so far, all its threads together, in
+ * microseconds (Linux /proc; clock ticks of 10 ms, so measure loads of seconds).
+ */
+export function cpuMicros(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10_000; // utime + stime, USER_HZ = 100
+}
+
 /** The soft limit on open files of this process (children inherit it). */
 export function openFileLimit(): number {
   const m = /Max open files\s+(\d+|unlimited)/.exec(readFileSync('/proc/self/limits', 'utf8'));
