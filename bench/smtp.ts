@@ -110,7 +110,7 @@ function message(to: string, c: number, i: number): string {
  * of this client: on a 2-core machine the three compete, so CPU per message is what bounds
  * a rate.
  */
-async function blast(port: number, recipients: string[], pid: number): Promise<{ rate: number; p99: number; sent: number; serverCpu: number; clientCpu: number }> {
+export async function blast(port: number, recipients: string[], pid: number): Promise<{ rate: number; p99: number; sent: number; serverCpu: number; clientCpu: number }> {
   const conns = await Promise.all(Array.from({ length: CONNECTIONS }, () => SmtpConn.open(port)));
   const waits: number[] = [];
   let sent = 0;
