@@ -282,6 +282,8 @@ function openWriter(file: string) {
         worker.postMessage(msg);
       });
     },
+    /** Test hook: kills the thread as a crash would. */
+    crash: () => worker.terminate().then(() => {}),
     /** Lets the requests already sent finish (they come first), then ends the thread. */
     close(): Promise<void> {
       closing ??= (async () => {
@@ -306,7 +308,13 @@ function openWriter(file: string) {
  * WAL with `synchronous = NORMAL`: a power loss may drop the last commits, which is fine
  * because read models are rebuildable and the checkpoint rolls back with the documents.
  */
-export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOptions | false }): ReadStore {
+/** The port plus what only this adapter offers. */
+export interface SqliteReadStore extends ReadStore {
+  /** Test hook: kills the writer thread as a crash would. */
+  crashWriterForTesting(): Promise<void>;
+}
+
+export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOptions | false }): SqliteReadStore {
   const db = openDatabase(options.file);
   const cache = createReadCache(options.cache ?? DEFAULT_READ_CACHE);
   db.pragma('journal_mode = WAL');
@@ -522,6 +530,7 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
         names.forEach(cache.clear);
       }
     },
+    crashWriterForTesting: () => writer.crash(),
     async close() {
       await writer.close();
       cache.clearAll();

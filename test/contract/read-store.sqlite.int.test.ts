@@ -56,6 +56,20 @@ describe('SQLite read store', () => {
     await second.close();
   });
 
+  it('should fail every commit once its writer thread died, and keep answering reads', async () => {
+    const store = openSqliteReadStore({ file: path.join(dir, 'read.db') });
+    try {
+      await store.commit('p', '1', [{ collection: 'agents', id: 'a1', doc: { id: 'a1', n: 1 } }]);
+      await store.crashWriterForTesting();
+      await expect(store.commit('p', '2', [{ collection: 'agents', id: 'a2', doc: { id: 'a2', n: 2 } }])).rejects.toThrow(/writer thread/);
+      await expect(store.commit('p', '3', [])).rejects.toThrow(/writer thread/);
+      await expect(store.collection('agents').get('a1')).resolves.toEqual({ id: 'a1', n: 1 });
+      await expect(store.getCheckpoint('p')).resolves.toBe('1');
+    } finally {
+      await store.close();
+    }
+  });
+
   it('should reject collection and field names that are not safe in SQL', async () => {
     const store = openSqliteReadStore({ file: path.join(dir, 'read.db') });
     try {
