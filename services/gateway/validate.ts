@@ -53,6 +53,11 @@ export function markJsonBody<T extends object>(body: T): T {
   return body;
 }
 
+/** A body rewritten before validation keeps its origin: `copy` is typed as `original` was. */
+export function sameOrigin<T extends object>(original: object, copy: T): T {
+  return jsonBodies.has(original) ? markJsonBody(copy) : copy;
+}
+
 const compiled = new Map<string, ValidateFunction>();
 
 function fieldOf(err: ErrorObject): string {

@@ -5,7 +5,7 @@ import getRawBody from 'raw-body';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, pageParams, queryFlag, sendPage } from '../gateway/http.js';
-import { validator } from '../gateway/validate.js';
+import { sameOrigin, validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
@@ -43,7 +43,7 @@ const baseType = (value: string) => value.split(';')[0].trim().toLowerCase();
 
 /** Lists may come as arrays; the schema speaks the spec's comma-separated strings. */
 function normaliseLists(raw: Record<string, unknown>): Record<string, unknown> {
-  const out = { ...raw };
+  const out = sameOrigin(raw, { ...raw });
   for (const field of ['to', 'cc', 'bcc']) {
     if (Array.isArray(out[field]) && (out[field] as unknown[]).every((x) => typeof x === 'string')) out[field] = (out[field] as string[]).join(', ');
     if (out[field] === null) delete out[field];

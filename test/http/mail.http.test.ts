@@ -275,6 +275,9 @@ describe('sending through the relay', () => {
     expect(missing.status).toBe(400);
     expect(missing.body.to).toEqual(['This field is required.']);
     expect((await api('POST', '/api/email-messages/compose/', alice.uuid, { to: '', body: 'b' })).status).toBe(400);
+    // JSON types are kept through the list normalisation: a number is not a subject; null cc is no cc.
+    const typed = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'ok@example.org', subject: 5, body: 'b', cc: null });
+    expect([typed.status, typed.body]).toEqual([400, { subject: ['Not a valid string.'] }]);
   });
 
   test('reply and reply-all: "Re: " once, In-Reply-To and References, recipients from the original', async () => {
