@@ -644,6 +644,27 @@ async function resolveIdentity(c: AisClient, ref: string | undefined): Promise<s
   return hit.uuid;
 }
 
+/**
+ * `--identity` / AIS_IDENTITY may name the identity (`--identity pager`), as `identities use`
+ * does: resolved once to its uuid. Without credentials it is left as is (the command says so).
+ */
+async function resolveIdentityName(ctx: Ctx): Promise<void> {
+  const ref = ctx.identityFlag ?? ctx.env.AIS_IDENTITY;
+  if (!ref || isUuid(ref)) return;
+  let c: AisClient;
+  try {
+    c = client(ctx);
+  } catch {
+    return;
+  }
+  try {
+    ctx.identityFlag = await resolveIdentity(c, ref);
+  } catch (err) {
+    // No such name: commands that need no identity go on; the others get the 404 as usual.
+    if (!(err instanceof CliError && err.code === 'identity_not_found')) throw err;
+  }
+}
+
 function bodyOf(v: Record<string, any>): string {
   if (v['body-file']) return readFileSync(v['body-file'], 'utf8');
   if (v.body === undefined) throw usage('--body TEXT or --body-file FILE is required');
@@ -784,7 +805,7 @@ function help(prefix?: string): string {
       'Options:',
       ...opts,
       '  --json            machine-readable output (errors as {"error": {...}} on stderr)',
-      '  --identity UUID   identity for this command (AIS_IDENTITY)',
+      '  --identity ID     identity for this command, uuid or name (AIS_IDENTITY)',
       '  --base-url URL    service address (AIS_BASE_URL)',
       '  --no-input        never prompt; missing values are an error (AIS_NO_INPUT=1)',
       '  -h, --help',
@@ -798,13 +819,24 @@ function help(prefix?: string): string {
     '',
     ...names.map((n) => `  ${n.padEnd(20)} ${commands[n].summary}`),
     '',
-    'Global: --json, --base-url URL (AIS_BASE_URL), --identity UUID (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help',
+    'Global (before or after the command): --json, --base-url URL (AIS_BASE_URL), --identity UUID|NAME (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help',
     `Config: $XDG_CONFIG_HOME/agent-identity/config.json (mode 0600). Env: AIS_API_KEY, AIS_TOKEN, AIS_PIN, AIS_NEW_PIN, AIS_RECOVERY_KEY, AIS_PASSWORD.`,
     `Exit codes: ${Object.entries(EXIT).map(([k, v]) => `${v} ${k}`).join(', ')}`,
   ].join('\n');
 }
 
+/** Global options that take a value (`--identity X`); the others are flags. */
+const GLOBAL_WITH_VALUE = new Set(['--identity', '--base-url']);
+
+/** Options written before the command (`ais --identity pager sms watch`) move behind it. */
+function commandFirst(argv: string[]): string[] {
+  let i = 0;
+  while (i < argv.length && argv[i].startsWith('-')) i += GLOBAL_WITH_VALUE.has(argv[i]) ? 2 : 1;
+  return [...argv.slice(i), ...argv.slice(0, i)];
+}
+
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io = processIo): Promise<number> {
+  argv = commandFirst(argv);
   const json = argv.includes('--json');
   if (argv[0] === 'help') argv = [...argv.slice(1), '--help'];
   let name = argv[0] && !argv[0].startsWith('-') ? argv[0] : undefined;
@@ -854,6 +886,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     };
     let c: AisClient | undefined;
     try {
+      await resolveIdentityName(ctx);
       await cmd.run(ctx, parsed.positionals, v);
     } catch (err) {
       try {

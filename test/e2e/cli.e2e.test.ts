@@ -154,6 +154,18 @@ describe('a logged-in agent', () => {
     expect(u.json).toEqual({ identity });
   });
 
+  test('global options also go before the command, and --identity / AIS_IDENTITY take a name', async () => {
+    const other = (await ais(['identities', 'create', 'ranger', '--json'])).json.uuid;
+    // `keys create` mints an identity key for the selected identity and names it.
+    const before = await ais(['--json', '--identity', 'ranger', 'keys', 'create', 'probe-flag']);
+    expect([before.code, before.json?.identity_uuid]).toEqual([0, other]);
+    const byEnv = await ais(['keys', 'create', 'probe-env', '--json'], { env: { AIS_IDENTITY: 'Ranger' } });
+    expect(byEnv.json.identity_uuid).toBe(other);
+    expect((await ais(['keys', 'create', 'probe-default', '--json'])).json.identity_uuid).toBe(identity); // the default is untouched
+    const unknown = await ais(['--identity', 'nobody-by-that-name', 'inbox', 'list', '--json']);
+    expect(unknown.code).toBe(12); // identity_not_found
+  });
+
   test('keys create / list / revoke', async () => {
     const k = await ais(['keys', 'create', 'runner', '--json']);
     expect(k.code).toBe(0);
