@@ -111,29 +111,41 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
   const requestedIdentity = (ctx: Context) => (ctx.get('x-service-identity') || (typeof ctx.query.identity === 'string' ? ctx.query.identity : '')).trim();
 
   /**
-   * The caller's principal; 401 not_authenticated when there is no credential. An identity
-   * key that names another identity is refused on every endpoint, account-level ones too
-   * (DECISIONS "Auth": identity key = its identity only).
+   * Checks every identity the request names, by header and by query, against the credential
+   * (DECISIONS "Auth"), on every endpoint, account-level ones too: an identity key naming
+   * another identity → 403; an identity of another account → 403; an unknown one (or not a
+   * uuid) → 404. Which one is selected is {@link identity}'s business (the header first).
    */
+  async function checkNamedIdentities(ctx: Context, p: Principal): Promise<void> {
+    const header = ctx.get('x-service-identity').trim().toLowerCase();
+    const query = typeof ctx.query.identity === 'string' ? ctx.query.identity.trim().toLowerCase() : '';
+    for (const named of new Set([header, query])) {
+      if (!named) continue;
+      if (p.fencedIdentity) {
+        if (named !== p.fencedIdentity) throw forbidden('This identity key is fenced to another identity.');
+        continue;
+      }
+      const found = isUuid(named) ? await resolvers.findIdentity(named) : null;
+      if (!found) throw notFound('Identity not found.');
+      if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+    }
+  }
+
+  /** The caller's principal; 401 not_authenticated when there is no credential. */
   async function principal(ctx: Context): Promise<Principal> {
     if (ctx.state.principal) return ctx.state.principal as Principal;
     const p = await resolve(ctx);
     if (!p) throw notAuthenticated();
-    fenceCheck(ctx, p);
+    await checkNamedIdentities(ctx, p);
     ctx.state.principal = p;
     return p;
-  }
-
-  function fenceCheck(ctx: Context, p: Principal): void {
-    const requested = p.fencedIdentity ? requestedIdentity(ctx) : '';
-    if (requested && requested.toLowerCase() !== p.fencedIdentity) throw forbidden('This identity key is fenced to another identity.');
   }
 
   /** The caller's principal or null (anonymous endpoints that use a credential when given). */
   async function optionalPrincipal(ctx: Context): Promise<Principal | null> {
     if (ctx.state.principal) return ctx.state.principal as Principal;
     const p = await resolve(ctx);
-    if (p) fenceCheck(ctx, p);
+    if (p) await checkNamedIdentities(ctx, p);
     ctx.state.principal = p ?? undefined;
     return p;
   }
@@ -150,7 +162,7 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
    * then the credential's own (identity key fence, bound token).
    */
   async function identity(ctx: Context): Promise<{ principal: Principal; identityId: string }> {
-    const p = await principal(ctx); // an identity key naming another identity stops there
+    const p = await principal(ctx); // every identity the request names is checked there
     const requested = requestedIdentity(ctx);
     const chosen = (requested || p.fencedIdentity || p.boundIdentity || '').toLowerCase();
     if (!chosen) {

@@ -185,6 +185,27 @@ describe('identity keys', () => {
     }
   });
 
+  it('every identity a request names (header and query) is checked on every endpoint: another account 403, unknown 404', async () => {
+    const m = await mgmtKey(owner.access, 'namer');
+    const stranger = await s.signUp();
+    const theirs = (await s.api('POST', '/api/identities/', { token: stranger.access, body: { name: 'Not yours' } })).body.uuid;
+    const unknown = '0190a6f0-0000-7000-8000-0000000000ff';
+    for (const path of ['/api/passwords/generate_password/', '/api/subscription/', '/api/encryption/']) {
+      for (const token of [m.key, owner.access]) {
+        expect([path, (await s.api('GET', path, { token, identity: theirs })).status]).toEqual([path, 403]);
+        expect([path, (await s.api('GET', `${path}?identity=${theirs}`, { token })).status]).toEqual([path, 403]);
+        expect([path, (await s.api('GET', path, { token, identity: unknown })).status]).toEqual([path, 404]);
+        expect([path, (await s.api('GET', path, { token })).status]).toEqual([path, 200]); // none named: fine here
+      }
+    }
+    // The header selects, but a different identity in the query is checked too.
+    expect((await s.api('GET', `/api/passwords/?identity=${theirs}`, { token: m.key, identity })).status).toBe(403);
+    const k = await idKey(owner.access, identity);
+    const second = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: `Second of owner ${Date.now()}` } })).body.uuid;
+    expect((await s.api('GET', `/api/vault/?identity=${second}`, { token: k.key, identity })).status).toBe(403);
+    expect((await s.api('GET', '/api/vault/', { token: k.key, identity })).status).toBe(200);
+  });
+
   it('revocation makes the identity key fail with 401 immediately; the management path does not revoke it', async () => {
     const k = await idKey(owner.access, identity);
     expect((await s.api('DELETE', `/api/auth/keys/management/${k.uuid}/`, { token: owner.access })).status).toBe(404);
