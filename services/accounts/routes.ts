@@ -72,8 +72,9 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         } catch {
           // Logout is anonymous-friendly: an expired or bad credential still logs out.
         }
-        // An identity key is one agent's runtime credential: it cannot end the account's sessions.
-        if (principal?.kind === 'identity_key') throw forbidden('An identity key cannot sign the account out; use a management key or a user token.');
+        // An identity key is one agent's runtime credential, not a sign-in: it ends no session
+        // of the account (logout stays anonymous-friendly: 200, as without a credential).
+        if (principal?.kind === 'identity_key') principal = null;
         // The accounts named by the credential and by a refresh token in the body (once each).
         const users = new Set<number>();
         if (principal) users.add(principal.userPk);
@@ -103,7 +104,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
 
       r.post('/api/auth/bind-identity/', async (ctx) => {
         const p = await auth.principal(ctx);
-        if (p.kind !== 'jwt' && p.kind !== 'session') throw forbidden('bind-identity requires a user token (JWT).');
+        if (p.kind !== 'jwt') throw forbidden('bind-identity requires a user token (JWT).'); // SPEC: "Bind-identity requires a JWT"
         const b = v.bind(await body(ctx));
         const id = b.identity.toLowerCase();
         const identity = await deps.findIdentity(id);

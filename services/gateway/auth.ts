@@ -71,7 +71,7 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
       const scheme = (space < 0 ? header : header.slice(0, space)).toLowerCase();
       const value = space < 0 ? '' : header.slice(space + 1).trim();
       if (scheme === 'bearer' || scheme === 'token') {
-        if (!value) throw tokenNotValid('Invalid Authorization header. No credentials provided.');
+        if (!value) throw notAuthenticated('Invalid Authorization header. No credentials provided.'); // no credential: DECISIONS' not_authenticated
         if (value.startsWith(KEY_PREFIXES.management) || value.startsWith(KEY_PREFIXES.identity)) {
           const key = await resolvers.findKey(value);
           if (!key) throw new ApiError(401, 'token_not_valid', 'Invalid or revoked API key.');

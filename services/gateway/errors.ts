@@ -54,8 +54,8 @@ export class ApiError extends Error {
 
 export const badRequest = (fields: FieldErrors) => new ApiError(400, 'invalid', 'Invalid input.', fields);
 export const fieldError = (field: string, message: string) => badRequest({ [field]: [message] });
-export const notAuthenticated = () =>
-  new ApiError(401, 'not_authenticated', 'Authentication credentials were not provided.');
+export const notAuthenticated = (detail = 'Authentication credentials were not provided.') =>
+  new ApiError(401, 'not_authenticated', detail);
 export const tokenNotValid = (detail = 'Given token not valid for any token type') =>
   new ApiError(401, 'token_not_valid', detail);
 export const tokenExpired = (detail = 'Token is expired') => new ApiError(401, 'token_expired', detail);

@@ -144,6 +144,9 @@ describe('tokens', () => {
     res = await s.api('GET', '/api/auth/user/', { token: 'garbage' });
     expect(res.status).toBe(401);
     expect(res.body.code).toBe('token_not_valid');
+    // "Bearer " with nothing after it carries no credential.
+    res = await s.api('GET', '/api/auth/user/', { headers: { authorization: 'Bearer ' } });
+    expect([res.status, res.body.code]).toEqual([401, 'not_authenticated']);
   });
 
   it('a refresh token is not accepted as an access token', async () => {

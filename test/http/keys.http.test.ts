@@ -154,7 +154,7 @@ describe('identity keys', () => {
     expect((await s.api('DELETE', `/api/auth/keys/identity/${k.uuid}/`, { token: k.key })).status).toBe(403);
   });
 
-  it('an identity key cannot change the account: profile, password, logout (403); the account is unchanged', async () => {
+  it('an identity key cannot change the account (profile, password: 403) nor end its sessions (logout: 200, nothing ended)', async () => {
     const u = await s.signUp();
     const own = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'Fenced agent' } })).body.uuid;
     const k = await idKey(u.access, own);
@@ -162,11 +162,11 @@ describe('identity keys', () => {
       ['PATCH', '/api/auth/user/', { first_name: 'hacked' }],
       ['PUT', '/api/auth/user/', { username: 'renamed_by_agent' }],
       ['POST', '/api/auth/password/change/', { new_password1: 'pw-agent', new_password2: 'pw-agent' }],
-      ['POST', '/api/auth/logout/', {}],
     ] as const) {
       const res = await s.api(method, path, { token: k.key, body });
       expect([path, res.status, res.body.code]).toEqual([path, 403, 'permission_denied']);
     }
+    expect((await s.api('POST', '/api/auth/logout/', { token: k.key, body: {} })).status).toBe(200); // anonymous-friendly
     expect((await s.api('GET', '/api/auth/user/', { token: k.key })).body).toMatchObject({ username: u.user.username, first_name: '' });
     expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } })).status).toBe(200); // not logged out
     expect((await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).status).toBe(200);
@@ -254,6 +254,9 @@ describe('whoami', () => {
     const res = await s.api('GET', '/api/health/whoami/', { headers: { cookie: `ais_session=${session.refresh}` } });
     expect(res.status).toBe(200);
     expect(res.body.kind).toBe('jwt');
+    // "Bind-identity requires a JWT" (SPEC): not the cookie.
+    const bind = await s.api('POST', '/api/auth/bind-identity/', { headers: { cookie: `ais_session=${session.refresh}` }, body: { identity } });
+    expect([bind.status, bind.body.code]).toEqual([403, 'permission_denied']);
   });
 
   it('bind-identity: the bound token reports its identity', async () => {
