@@ -81,6 +81,12 @@ export const eventsContext: ContextFactory = (shared) => {
     // Every refusal is a JSON error answered before the stream opens.
     const { principal, identityId } = await shared.auth.identity(ctx);
     const after = lastEventIdOf(ctx);
+    // An id beyond the log's last event was never sent: following it would drop every live
+    // event until the log caught up, so it is refused like a malformed one.
+    if (after !== null && comparePositions(after, await events.headPosition()) > 0) {
+      const message = 'Last-Event-ID is not an id received from this stream (it is beyond its last event).';
+      throw new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
+    }
     if (stopping) throw new ApiError(503, 'service_unavailable', 'The service is shutting down; reconnect shortly.', undefined, { 'Retry-After': '1' });
 
     let lastSent: string | null = after;

@@ -125,6 +125,14 @@ describe('refusals are JSON answered before the stream opens', () => {
     const r = await stream(owner.access, idA, {}, '?last_event_id=x1');
     expect(r.status).toBe(400);
   });
+
+  it('400 for a well-formed id beyond the last event (never sent: following it would miss every live event)', async () => {
+    for (const [headers, query] of [[{ 'last-event-id': '100000000' }, ''], [{}, `?last_event_id=${'9'.repeat(30)}`]] as const) {
+      const r = await stream(owner.access, idA, headers, query);
+      expect(r.status).toBe(400);
+      expect(r.errorBody).toHaveProperty('last_event_id');
+    }
+  });
 });
 
 describe('wire format', () => {
