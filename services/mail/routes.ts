@@ -268,7 +268,8 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       r.post('/api/email-attachments/presign/', async (ctx) => {
         const identityId = await identityOf(ctx);
         const b = v.presign(await body(ctx));
-        const contentType = b.content_type.trim().toLowerCase();
+        // Parameters (`; charset=utf-8`) are allowed and dropped: the upload is matched on the type.
+        const contentType = baseType(b.content_type);
         if (!MEDIA_TYPE.test(contentType)) throw badRequest({ content_type: ['Enter a valid media type, e.g. "application/pdf".'] });
         created(ctx, await mail.presign(identityId, { filename: safeFilename(b.filename), content_type: contentType, size: b.size }, baseUrl(ctx)));
       });

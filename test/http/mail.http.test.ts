@@ -363,6 +363,11 @@ describe('attachments (presign → PUT → compose)', () => {
     const tooBig = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'x', content_type: 'text/plain', size: 26 * 1024 * 1024 });
     expect(tooBig.status).toBe(400);
     expect(tooBig.body.size).toBeDefined();
+    // A media type with parameters is a media type (RFC 2045): presigned as its type.
+    const withCharset = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'notes.txt', content_type: 'Text/Plain; charset=utf-8', size: 5 });
+    expect(withCharset.status).toBe(201);
+    expect((await put(withCharset.body.upload_url, Buffer.from('hello'), 'text/plain; charset=utf-8')).status).toBe(200);
+    expect((await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'x', content_type: 'not a type', size: 5 })).status).toBe(400);
   });
 
   test('attachment_uuids must be uploaded and belong to the same identity, else 400', async () => {
