@@ -5,7 +5,7 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
-import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData } from '../../infra/ports/event-store.js';
+import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type Subscription } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Collection } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
@@ -17,10 +17,13 @@ import {
   ATTACHMENT,
   ATTACHMENT_PRESIGNED,
   ATTACHMENT_UPLOADED,
+  DELIVERY,
+  EMAIL_FAILED,
   EMAIL_MARKED_READ,
   EMAIL_MARKED_UNREAD,
   EMAIL_QUEUED,
   EMAIL_RECEIVED,
+  EMAIL_SENT,
   INLINE_BODY_LIMIT,
   MAILBOX,
   OUTBOX,
@@ -34,12 +37,14 @@ import {
 } from './events.js';
 import { decideThread, mayDependOn, type ThreadInput, type ThreadLookup } from './threading.js';
 import { createSendLimits } from './send-limits.js';
-import { addressKey, htmlToText, previewOf, replySubject } from './text.js';
+import { addressKey, domainOf, htmlToText, previewOf, replySubject } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 
 /** 25 MiB: the inbound message cap (DECISIONS "Mail") and the per-attachment cap. */
 export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
+/** How long compose waits for the outcome of mail that stays within MAIL_DOMAIN. */
+const INTERNAL_DELIVERY_WAIT_MS = 2_000;
 /** Lifetime of a presigned upload URL. */
 export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
 /** How long an uploaded attachment may be used in a compose request. */
@@ -266,7 +271,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       throw badRequest({ non_field_errors: [`At most ${MAX_RECIPIENTS} recipients per message.`] });
     }
     const attachments = await resolveAttachments(identityId, req.attachmentIds, now);
-    return serial(identityId, async () => {
+    const queued = await serial(identityId, async () => {
       const messageId = newId();
       const internetMessageId = `<${messageId}@${config.mailDomain}>`;
       const original = req.original;
@@ -315,7 +320,36 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       };
       const append = await appendWithinLimits(identityId, event(EMAIL_QUEUED, data), now);
       await settle(append.position);
-      return (await messages().get(messageId)) ?? (await waitForDoc(messageId));
+      return { messageId, position: append.position };
+    });
+    // Mail that stays within MAIL_DOMAIN is delivered in moments: answer with its outcome
+    // (sent or failed), so the recipients can read it as soon as the sender has the 201.
+    const everyone = [...req.to, ...req.cc, ...req.bcc];
+    if (everyone.length && everyone.every((a) => domainOf(a.address) === config.mailDomain)) {
+      const outcome = await deliveryOutcome(queued.messageId, queued.position, INTERNAL_DELIVERY_WAIT_MS);
+      if (outcome) await settle(outcome);
+    }
+    return (await messages().get(queued.messageId)) ?? (await waitForDoc(queued.messageId));
+  }
+
+  /**
+   * Position of the delivery outcome (EmailSent / EmailFailed) of a queued message, once
+   * the delivery reactor (in this process or a cluster worker) records it; null after
+   * `timeoutMs` (the message stays queued and is delivered later as usual).
+   */
+  function deliveryOutcome(messageId: string, after: string, timeoutMs: number): Promise<string | null> {
+    let subscription: Subscription | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = new Promise<string | null>((resolve) => {
+      timer = setTimeout(() => resolve(null), timeoutMs);
+      subscription = events.subscribeAll({ after, filter: { streams: [streamName(DELIVERY, messageId)] } }, (e) => {
+        if (e.type === EMAIL_SENT || e.type === EMAIL_FAILED) resolve(e.position);
+      });
+      subscription.done.catch(() => resolve(null));
+    });
+    return outcome.finally(() => {
+      clearTimeout(timer);
+      subscription?.close();
     });
   }
 
