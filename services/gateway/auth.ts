@@ -92,12 +92,12 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
           /* falls through to the error below */
         }
         const colon = decoded.indexOf(':');
-        if (colon < 0) throw new ApiError(401, 'authentication_failed', 'Invalid basic header. Credentials not correctly base64 encoded.');
+        if (colon < 0) throw tokenNotValid('Invalid basic header. Credentials not correctly base64 encoded.');
         const pk = await resolvers.verifyPassword(decoded.slice(0, colon), decoded.slice(colon + 1), ctx.ip);
-        if (pk === null) throw new ApiError(401, 'authentication_failed', 'Invalid username/password.');
+        if (pk === null) throw tokenNotValid('Invalid username/password.');
         return { kind: 'basic', userPk: pk };
       }
-      throw new ApiError(401, 'authentication_failed', 'Unsupported authorization scheme.');
+      throw tokenNotValid('Unsupported authorization scheme.');
     }
     const cookie = ctx.cookies.get(SESSION_COOKIE);
     if (cookie && resolvers.findSession) {

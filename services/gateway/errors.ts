@@ -9,7 +9,6 @@ export type ErrorCode =
   | 'invalid'
   | 'parse_error'
   | 'not_authenticated'
-  | 'authentication_failed'
   | 'token_expired'
   | 'token_not_valid'
   | 'permission_denied'

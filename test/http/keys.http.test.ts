@@ -246,6 +246,11 @@ describe('whoami', () => {
     expect(res.status).toBe(200);
     expect(res.body.kind).toBe('jwt'); // DECISIONS' three kinds: a user's own credential
     expect(res.body.user.pk).toBe(owner.user.pk);
+    // A bad one is a bad credential: DECISIONS' token_not_valid (no other 401 code).
+    for (const authorization of [`Basic ${Buffer.from(`${owner.user.username}:wrong`).toString('base64')}`, 'Basic !!!', 'Digest abc']) {
+      const bad = await s.api('GET', '/api/health/whoami/', { headers: { authorization } });
+      expect([authorization, bad.status, bad.body.code]).toEqual([authorization, 401, 'token_not_valid']);
+    }
   });
 
   it('session: the dashboard cookie', async () => {
