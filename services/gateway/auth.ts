@@ -118,8 +118,9 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
    */
   async function checkNamedIdentities(ctx: Context, p: Principal): Promise<void> {
     const header = ctx.get('x-service-identity').trim().toLowerCase();
-    const query = typeof ctx.query.identity === 'string' ? ctx.query.identity.trim().toLowerCase() : '';
-    for (const named of new Set([header, query])) {
+    const query = ctx.querystring && typeof ctx.query.identity === 'string' ? ctx.query.identity.trim().toLowerCase() : '';
+    if (!header && !query) return; // the common case: nothing named
+    for (const named of header === query ? [header] : [header, query]) {
       if (!named) continue;
       if (p.fencedIdentity) {
         if (named !== p.fencedIdentity) throw forbidden('This identity key is fenced to another identity.');
