@@ -121,6 +121,13 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
    */
   const unsettled = new Map<string, Set<{ internetMessageId: string | null; visible: Promise<void> }>>();
 
+  /** Decides the thread of `input` once the unseen earlier messages it may depend on are visible. */
+  async function decideAfterDependencies(input: ThreadInput): Promise<string> {
+    const earlier = [...(unsettled.get(input.identityId) ?? [])];
+    if (mayDependOn(input, earlier.map((e) => e.internetMessageId))) await Promise.all(earlier.map((e) => e.visible));
+    return decideThread(lookup, input, newId);
+  }
+
   /**
    * Records `mail` in the mailbox of each identity (one EmailReceived each), durably, and
    * resolves once the read models show it.
@@ -149,9 +156,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
         const self = { internetMessageId: mail.internetMessageId, visible: new Promise<void>((resolve) => (markVisible = resolve)) };
         // One decision at a time per identity, each seeing the messages decided before it.
         const threadId = await serial(identity.id, async () => {
-          const earlier = [...(unsettled.get(identity.id) ?? [])];
-          if (mayDependOn(input, earlier.map((e) => e.internetMessageId))) await Promise.all(earlier.map((e) => e.visible));
-          const decided = await decideThread(lookup, input, newId);
+          const decided = await decideAfterDependencies(input);
           let mine = unsettled.get(identity.id);
           if (!mine) unsettled.set(identity.id, (mine = new Set()));
           mine.add(self);
@@ -281,22 +286,17 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       const references = inReplyTo ? [...parentRefs.filter((r) => r !== inReplyTo), inReplyTo] : [];
       const from: EmailAddress = { address: identity.inbox, name: identity.name };
       const subject = original ? replySubject(original.subject) : req.subject;
-      const threadId =
-        original?.threadId ??
-        (await decideThread(
-          lookup,
-          {
-            identityId,
-            ownInbox: identity.inbox,
-            internetMessageId: null,
-            inReplyTo: null,
-            references: [],
-            subject,
-            participants: [from.address, ...req.to.map((a) => a.address), ...req.cc.map((a) => a.address)],
-            at: now,
-          },
-          newId,
-        ));
+      const threadInput: ThreadInput = {
+        identityId,
+        ownInbox: identity.inbox,
+        internetMessageId: null,
+        inReplyTo: null,
+        references: [],
+        subject,
+        participants: [from.address, ...req.to.map((a) => a.address), ...req.cc.map((a) => a.address)],
+        at: now,
+      };
+      const threadId = original?.threadId ?? (await decideAfterDependencies(threadInput));
       const text = htmlToText(req.html);
       const data: EmailQueuedData = {
         identityId,
