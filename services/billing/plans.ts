@@ -41,7 +41,7 @@ export function phoneAllowance(sub: { plan: PlanName; status: SubscriptionStatus
   return sub.status === 'active' ? PLANS[sub.plan].phoneLimit : 0;
 }
 
-/** The cheapest plan that allows `phones` numbers (what a 402 names as `plan_required`). */
-export function planRequiredFor(phones: number): PlanName {
-  return PLAN_NAMES.find((p) => PLANS[p].phoneLimit >= phones) ?? 'team';
+/** The cheapest plan that allows `phones` numbers (what a 402 names as `plan_required`), or null when none does. */
+export function planRequiredFor(phones: number): PlanName | null {
+  return PLAN_NAMES.find((p) => PLANS[p].phoneLimit >= phones) ?? null;
 }

@@ -9,16 +9,16 @@
  * - phone slots of the plan: stream `phones-<pk>`, appended at the revision read, so two
  *   concurrent provisionings cannot both take the last slot.
  */
-import { WrongExpectedRevisionError, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Collection, Page } from '../../infra/ports/read-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../../infra/ports/phone-provider.js';
 import type { Platform } from '../kernel/platform.js';
-import { event, execute, loadStream, expectedFor, type Evolver } from '../kernel/command.js';
+import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
 import { release, reserve } from '../kernel/reservations.js';
 import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
-import { currentSubscription, phoneAllowance, planRequiredFor } from '../billing/plans.js';
+import { currentSubscription, phoneAllowance, planRequiredFor, PLANS } from '../billing/plans.js';
 import {
   IdentityCreated,
   IdentityDeleted,
@@ -136,11 +136,15 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   function paymentRequired(sub: { plan: string; status: string }, phonesWanted: number): ApiError {
     const planRequired = planRequiredFor(phonesWanted);
+    const wanted = phonesWanted === 1 ? 'a phone number' : `${phonesWanted} phone numbers`;
     const detail =
       sub.status !== 'active'
         ? `Your subscription is ${sub.status}; phone numbers need an active subscription.`
-        : `Your plan (${sub.plan}) does not include ${phonesWanted === 1 ? 'a phone number' : `${phonesWanted} phone numbers`}; upgrade to ${planRequired}.`;
-    return new ApiError(402, 'payment_required', detail, undefined, undefined, { plan_required: planRequired });
+        : planRequired
+          ? `Your plan (${sub.plan}) does not include ${wanted}; upgrade to ${planRequired}.`
+          : `No plan includes ${wanted} (the largest, team, has ${PLANS.team.phoneLimit}); release a number first.`;
+    // plan_required only names a plan that would help (none beyond the largest).
+    return new ApiError(402, 'payment_required', detail, undefined, undefined, planRequired ? { plan_required: planRequired } : undefined);
   }
 
   /** Refuses early (before any reservation) when the plan has no room for one more phone. */
@@ -220,31 +224,36 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     return s;
   }
 
-  /** Renames and/or provisions a phone. Owner checks are the caller's (routes). */
+  /**
+   * Renames and/or provisions a phone. Owner checks are the caller's (routes). The phone
+   * comes first, with the new name already reserved: a refusal (402 plan, 409 name) leaves
+   * the identity as it was.
+   */
   async function update(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
-    const { state, revision } = await load(id);
+    const { state } = await load(id);
     const owner = ownerOf(id);
+    const name = input.name !== undefined ? cleanName(input.name) : state.name;
+    const renaming = name !== state.name;
+    const oldKey = nameKeyOf(state.ownerPk, state.name);
+    const newKey = nameKeyOf(state.ownerPk, name);
+    const reserving = renaming && newKey !== oldKey;
+    if (reserving && !(await reserve(store, NAME_KIND, newKey, owner))) throw nameTaken();
     let position: string | null = null;
-    if (input.name !== undefined) {
-      const name = cleanName(input.name);
-      if (name !== state.name) {
-        const oldKey = nameKeyOf(state.ownerPk, state.name);
-        const newKey = nameKeyOf(state.ownerPk, name);
-        if (newKey !== oldKey && !(await reserve(store, NAME_KIND, newKey, owner))) throw nameTaken();
-        try {
-          const appended = await store.append(identityStream(id), [event(IdentityUpdated, { identityId: id, name, at: nowIso() } satisfies IdentityUpdatedData)], {
-            expectedRevision: expectedFor(revision),
-          });
-          position = appended.position;
-        } catch (err) {
-          if (newKey !== oldKey) await release(store, NAME_KIND, newKey, owner).catch(() => undefined);
-          if (err instanceof WrongExpectedRevisionError) throw conflict('The identity was modified concurrently; retry.');
-          throw err;
-        }
-        if (newKey !== oldKey) await release(store, NAME_KIND, oldKey, owner);
+    try {
+      if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
+      if (renaming) {
+        const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
+          if (!s.exists || s.deleted) throw notFound('Identity not found.');
+          if (s.name !== state.name) throw conflict('The identity was modified concurrently; retry.');
+          return { events: [event(IdentityUpdated, { identityId: id, name, at: nowIso() } satisfies IdentityUpdatedData)], result: undefined };
+        });
+        position = append?.position ?? position;
       }
+    } catch (err) {
+      if (reserving) await release(store, NAME_KIND, newKey, owner).catch(() => undefined);
+      throw err;
     }
-    if (input.provisionPhone && !state.phone) position = (await provisionPhone(id, state.ownerPk)) ?? position;
+    if (reserving) await release(store, NAME_KIND, oldKey, owner);
     if (position) await progress.waitFor(position);
     return (await identities.get(id))!;
   }

@@ -304,7 +304,10 @@ export interface IdentitiesIdentityPatch {
 export interface IdentitiesPaymentRequired {
   detail: string;
   code: 'payment_required';
-  plan_required: 'free' | 'email' | 'developer' | 'team';
+  /**
+   * The cheapest plan with room; absent when no plan has (beyond the largest).
+   */
+  plan_required?: 'free' | 'email' | 'developer' | 'team';
 }
 /**
  * The target identity is named `identity_uuid` (formal schema) or `identity` (worked example); one is required.

@@ -99,6 +99,18 @@ describe('phone provisioning', () => {
     expect((await s.api('PATCH', `/api/identities/${plain.body.uuid}/`, { token: u.access, body: { provision_phone: true } })).status).toBe(402);
   });
 
+  it('25 phones on team, the largest plan: the 26th is 402 without a plan to name', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'team' });
+    const created = await Promise.all(
+      Array.from({ length: 25 }, (_, i) => s.api('POST', '/api/identities/', { token: u.access, body: { name: `t${i}`, provision_phone: true } })),
+    );
+    expect(created.map((r) => r.status)).toEqual(Array(25).fill(201));
+    const beyond = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 't25', provision_phone: true } });
+    expect(beyond.status).toBe(402);
+    expect(beyond.body).toEqual({ detail: expect.stringMatching(/no plan/i), code: 'payment_required' });
+  });
+
   it('concurrent provisioning never exceeds the plan', async () => {
     const u = await s.signUp();
     await admin(u.user.pk, { plan: 'developer' });

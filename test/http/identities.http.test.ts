@@ -303,4 +303,16 @@ describe('phone (plan)', () => {
     expect(res.body).toEqual({ detail: expect.any(String), code: 'payment_required', plan_required: 'developer' });
     expect((await create(owner.access, { name: 'Wants Phone', provision_phone: 'false' })).status).toBe(201);
   });
+
+  it('a PUT or PATCH refused with 402 changes nothing: the rename is not applied and the new name stays free', async () => {
+    const id = (await create(owner.access, { name: 'Keeps Its Name' })).body.uuid;
+    for (const method of ['PUT', 'PATCH']) {
+      const res = await s.api(method, `/api/identities/${id}/`, { token: owner.access, body: { name: `Renamed by ${method}`, provision_phone: true } });
+      expect([method, res.status]).toEqual([method, 402]);
+      expect((await s.api('GET', `/api/identities/${id}/`, { token: owner.access })).body).toMatchObject({ name: 'Keeps Its Name', phone: null });
+    }
+    expect((await create(owner.access, { name: 'Renamed by PUT' })).status).toBe(201); // the name was not kept reserved
+    const renamed = await s.api('PATCH', `/api/identities/${id}/`, { token: owner.access, body: { name: 'Renamed at last' } });
+    expect([renamed.status, renamed.body.name]).toEqual([200, 'Renamed at last']);
+  });
 });

@@ -40,6 +40,7 @@ describe('plans (DECISIONS)', () => {
     expect(phoneAllowance({ plan: 'developer', status: 'active' })).toBe(3);
     expect(planRequiredFor(1)).toBe('developer');
     expect(planRequiredFor(4)).toBe('team');
+    expect(planRequiredFor(26)).toBeNull(); // beyond the largest plan: no plan to name
   });
 });
 
