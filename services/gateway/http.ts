@@ -63,9 +63,11 @@ export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R,
   ctx.body = json;
 }
 
-/** `?unread=true` style booleans. */
+/** `?unread=true` style booleans: true/1/yes, false/0/no or absent; anything else is a 400. */
 export function queryFlag(ctx: Context, name: string): boolean {
   const v = ctx.query[name];
-  const s = (Array.isArray(v) ? v[0] : v)?.toLowerCase();
-  return s === 'true' || s === '1' || s === 'yes';
+  const s = (Array.isArray(v) ? v[0] : v)?.trim().toLowerCase();
+  if (s === undefined || s === '' || s === 'false' || s === '0' || s === 'no') return false;
+  if (s === 'true' || s === '1' || s === 'yes') return true;
+  throw badRequest({ [name]: ['Must be a valid boolean (true or false).'] });
 }

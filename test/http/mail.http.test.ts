@@ -431,6 +431,13 @@ describe('lists', () => {
     expect(Date.parse(second.body[0].created_dt)).toBeLessThanOrEqual(Date.parse(first.body[1].created_dt));
   });
 
+  test('unread takes true/false (1/0, yes/no); anything else is a 400, not an unfiltered list', async () => {
+    expect((await api('GET', '/api/email-inbox/?unread=false', alice.uuid)).status).toBe(200);
+    const bad = await api('GET', '/api/email-inbox/?unread=garbage', alice.uuid);
+    expect([bad.status, bad.body]).toEqual([400, { unread: ['Must be a valid boolean (true or false).'] }]);
+    expect((await api('GET', '/api/email-messages/?unread=maybe', alice.uuid)).status).toBe(400);
+  });
+
   test('a fixed path with the wrong method is 405 with Allow, never read as an id', async () => {
     const res = await api('GET', '/api/email-messages/compose/', alice.uuid);
     expect(res.status).toBe(405);
