@@ -10,6 +10,23 @@ import { ApiError } from './errors.js';
 import { markJsonBody } from './validate.js';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
+/**
+ * No request body of this API nests beyond a few levels; deeper ones are refused before
+ * anything recursive (validation, copies) could run out of stack on them.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** Whether `value` nests objects/arrays deeper than `max` levels (iterative: no recursion). */
+function nestedDeeperThan(value: object, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length) {
+    const [node, depth] = stack.pop()!;
+    if (node === null || typeof node !== 'object') continue;
+    if (depth > max) return true;
+    for (const child of Object.values(node)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+  }
+  return false;
+}
 
 const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.');
 
@@ -36,6 +53,9 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
     }
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
       throw new ApiError(400, 'parse_error', 'The request body must be a JSON object.');
+    }
+    if (nestedDeeperThan(parsed, MAX_JSON_DEPTH)) {
+      throw new ApiError(400, 'parse_error', `The request body is nested too deeply (more than ${MAX_JSON_DEPTH} levels).`);
     }
     return markJsonBody(parsed as Record<string, unknown>);
   }

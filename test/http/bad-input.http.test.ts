@@ -26,6 +26,8 @@ afterAll(async () => s?.close());
 /** Bodies that break the operation's schema in every way we can think of. */
 function badBodies(schemaRef: string | undefined): unknown[] {
   const bodies: unknown[] = ['', '[]', '"text"', 'null', '{"unterminated":', '{}', JSON.stringify({ extra: { nested: [1, 2, { deep: true }] } })];
+  // Nested thousands of levels inside the object (well under 1 MiB): nothing recursive may overflow on it.
+  bodies.push(`{"x":${'{"a":'.repeat(3000)}1${'}'.repeat(3000)}}`, `{"x":${'['.repeat(6000)}${']'.repeat(6000)}}`);
   const name = schemaRef?.replace('#/components/schemas/', '');
   const props = (name && doc.components.schemas[name]?.properties) || {};
   const wrong = [123, -1, 1.5, true, false, null, [], ['a', 1], { a: 1 }, '', ' ', 'x'.repeat(5000), '\u0000\uffff\ud800', 'not-a-uuid', '../../etc/passwd', '<script>alert(1)</script>'];
