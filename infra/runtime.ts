@@ -5,6 +5,7 @@
  * mail delivery, ...), and stops them in reverse order.
  */
 import http from 'node:http';
+import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { mkdirSync } from 'node:fs';
@@ -209,6 +210,26 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const app = createApp({ logger, modules });
 
   const server = http.createServer(app.callback());
+  // Requests in progress per connection, so a shutdown can close every other connection at
+  // once (Node's closeIdleConnections leaves a connection that has not sent a request yet).
+  const inProgress = new Map<Socket, number>();
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    inProgress.set(socket, (inProgress.get(socket) ?? 0) + 1);
+    res.once('close', () => {
+      const left = (inProgress.get(socket) ?? 1) - 1;
+      if (left > 0) inProgress.set(socket, left);
+      else inProgress.delete(socket);
+    });
+  });
+  const connections = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    connections.add(socket);
+    socket.once('close', () => connections.delete(socket));
+  });
+  const closeIdle = () => {
+    for (const socket of connections) if (!inProgress.has(socket)) socket.destroy();
+  };
   if (options.serve === false) {
     return { config, logger, events, reads, runner, server, url: '', shared, parts, role, routes: app.routeTable, close: async () => {
       await runner!.stop();
@@ -234,13 +255,16 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   let closing: Promise<void> | null = null;
   async function close(): Promise<void> {
     closing ??= (async () => {
-      // Stop accepting, let in-flight requests finish, then cut the long-lived ones (SSE).
+      // Stop accepting; end the long-lived responses (the parts end SSE streams and answer
+      // long polls); let every request in flight finish with its normal answer, closing
+      // keep-alive connections as they fall idle; cut what is still open after 5 s.
       const drained = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      const force = setTimeout(() => server.closeAllConnections(), 5_000);
+      closeIdle();
       for (const p of [...parts].reverse()) await p.stop?.().catch((err) => logger.error({ err, context: p.name }, 'stop failed'));
-      server.closeAllConnections();
+      const idle = setInterval(closeIdle, 20);
+      const force = setTimeout(() => server.closeAllConnections(), 5_000);
       await drained;
+      clearInterval(idle);
       clearTimeout(force);
       await runner!.stop();
       await events.close();

@@ -67,6 +67,39 @@ describe('durability', () => {
     expect(await again.exited).toBe(0);
   }, 60_000);
 
+  it('SIGTERM lets the requests in flight finish with their normal answer; a request cut off was never applied', async () => {
+    const svc = await spawnService({ DATA_DIR: dataDir });
+    // Registrations hash with argon2id (tens of ms each, 8 at a time): many are in flight.
+    const names = Array.from({ length: 64 }, (_, i) => `inflight${i}`);
+    let killedAt = Infinity;
+    const answers = names.map((username) =>
+      post(`${svc.url}/api/auth/social/`, { username, email: `${username}@example.com`, password1: 'pw', password2: 'pw' }).then(
+        (res) => ({ username, status: res.status, after: performance.now() > killedAt }),
+        (err: Error & { cause?: { code?: string } }) => ({ username, status: `refused: ${err.cause?.code ?? err.message}`, after: true }),
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 150));
+    killedAt = performance.now();
+    svc.child.kill('SIGTERM');
+    const settled = await Promise.all(answers);
+    expect(await svc.exited).toBe(0);
+    // Every answer is the normal one, or the connection was refused before the request was
+    // taken (not accepted yet when the listener closed); none is cut off half way (a 500 or
+    // a reset after the work was done).
+    for (const a of settled) expect([a.username, a.status === 201 || /^refused: ECONN(RESET|REFUSED)$/.test(String(a.status))]).toEqual([a.username, true]);
+    expect(settled.filter((a) => a.status === 201 && a.after).length).toBeGreaterThan(0); // drained after the signal
+    const again = await spawnService({ DATA_DIR: dataDir });
+    try {
+      for (const a of settled) {
+        const login = await post(`${again.url}/api/auth/login/`, { username: a.username, password: 'pw' });
+        expect([a.username, a.status, login.status]).toEqual([a.username, a.status, a.status === 201 ? 200 : 400]);
+      }
+    } finally {
+      again.child.kill('SIGTERM');
+      await again.exited;
+    }
+  }, 60_000);
+
   it('npm start: SIGTERM to the npm process reaches the service, which drains; npm exits 0 and nothing is left running', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir }, undefined, { viaNpm: true });
     expect((await post(`${svc.url}/api/auth/social/`, { username: 'npmkeeper', email: 'npmkeeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
