@@ -8,7 +8,7 @@
  */
 import type { Context } from 'koa';
 import { isUuid } from '../kernel/ids.js';
-import { ApiError, forbidden, notAuthenticated, notFound, tokenNotValid } from './errors.js';
+import { ApiError, badRequest, forbidden, notAuthenticated, notFound, tokenNotValid } from './errors.js';
 
 export type PrincipalKind = 'jwt' | 'management_key' | 'identity_key' | 'session' | 'basic';
 
@@ -118,6 +118,7 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
    */
   async function checkNamedIdentities(ctx: Context, p: Principal): Promise<void> {
     const header = ctx.get('x-service-identity').trim().toLowerCase();
+    if (ctx.querystring && Array.isArray(ctx.query.identity)) throw badRequest({ identity: ['Give one identity.'] });
     const query = ctx.querystring && typeof ctx.query.identity === 'string' ? ctx.query.identity.trim().toLowerCase() : '';
     if (!header && !query) return; // the common case: nothing named
     for (const named of header === query ? [header] : [header, query]) {

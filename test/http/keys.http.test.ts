@@ -204,6 +204,8 @@ describe('identity keys', () => {
     const second = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: `Second of owner ${Date.now()}` } })).body.uuid;
     expect((await s.api('GET', `/api/vault/?identity=${second}`, { token: k.key, identity })).status).toBe(403);
     expect((await s.api('GET', '/api/vault/', { token: k.key, identity })).status).toBe(200);
+    const twice = await s.api('GET', `/api/passwords/?identity=${identity}&identity=${identity}`, { token: m.key });
+    expect([twice.status, twice.body]).toEqual([400, { identity: ['Give one identity.'] }]);
   });
 
   it('revocation makes the identity key fail with 401 immediately; the management path does not revoke it', async () => {
