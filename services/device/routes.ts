@@ -8,7 +8,7 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { forbidden } from '../gateway/errors.js';
 import { body } from '../gateway/http.js';
-import { validator } from '../gateway/validate.js';
+import { isTrue, validator } from '../gateway/validate.js';
 import { DEVICE_GRANT_TYPE, type DeviceService } from './service.js';
 
 const v = {
@@ -68,7 +68,7 @@ export function deviceRoutes(deps: DeviceRoutesDeps): HttpModule {
         const onClose = () => abort.abort();
         ctx.res.once('close', onClose);
         try {
-          const answer = await service.poll({ deviceCode: b.device_code, wait: b.wait === true || b.wait === 'true', abort: abort.signal });
+          const answer = await service.poll({ deviceCode: b.device_code, wait: isTrue(b.wait), abort: abort.signal });
           ctx.status = answer.status;
           ctx.body = answer.body;
           if (answer.status === 200 && raw.grant_type === DEVICE_GRANT_TYPE) {

@@ -107,8 +107,14 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
     return null;
   }
 
-  /** The identity named by the request (header first, then query), or ''. */
-  const requestedIdentity = (ctx: Context) => (ctx.get('x-service-identity') || (typeof ctx.query.identity === 'string' ? ctx.query.identity : '')).trim();
+  /** The identities the request names, lower-cased ('' when absent); `?identity=` twice is a 400. */
+  function namedIdentities(ctx: Context): { header: string; query: string } {
+    const header = ctx.get('x-service-identity').trim().toLowerCase();
+    if (!ctx.querystring) return { header, query: '' };
+    const q = ctx.query.identity;
+    if (Array.isArray(q)) throw badRequest({ identity: ['Give one identity.'] });
+    return { header, query: (q ?? '').trim().toLowerCase() };
+  }
 
   /**
    * Checks every identity the request names, by header and by query, against the credential
@@ -117,9 +123,7 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
    * uuid) → 404. Which one is selected is {@link identity}'s business (the header first).
    */
   async function checkNamedIdentities(ctx: Context, p: Principal): Promise<void> {
-    const header = ctx.get('x-service-identity').trim().toLowerCase();
-    if (ctx.querystring && Array.isArray(ctx.query.identity)) throw badRequest({ identity: ['Give one identity.'] });
-    const query = ctx.querystring && typeof ctx.query.identity === 'string' ? ctx.query.identity.trim().toLowerCase() : '';
+    const { header, query } = namedIdentities(ctx);
     if (!header && !query) return; // the common case: nothing named
     for (const named of header === query ? [header] : [header, query]) {
       if (!named) continue;
@@ -165,8 +169,8 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
    */
   async function identity(ctx: Context): Promise<{ principal: Principal; identityId: string }> {
     const p = await principal(ctx); // every identity the request names is checked there
-    const requested = requestedIdentity(ctx);
-    const chosen = (requested || p.fencedIdentity || p.boundIdentity || '').toLowerCase();
+    const { header, query } = namedIdentities(ctx); // the header selects
+    const chosen = (header || query || p.fencedIdentity || p.boundIdentity || '').toLowerCase();
     if (!chosen) {
       throw new ApiError(400, 'identity_required', 'Select an identity with the X-Service-Identity header or the identity query parameter.');
     }

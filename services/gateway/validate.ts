@@ -53,10 +53,8 @@ export function markJsonBody<T extends object>(body: T): T {
   return body;
 }
 
-/** A body rewritten before validation keeps its origin: `copy` is typed as `original` was. */
-export function sameOrigin<T extends object>(original: object, copy: T): T {
-  return jsonBodies.has(original) ? markJsonBody(copy) : copy;
-}
+/** A flag that takes JSON true or the text "true" (forms; fields whose type the spec leaves open). */
+export const isTrue = (value: unknown): boolean => value === true || value === 'true';
 
 const compiled = new Map<string, ValidateFunction>();
 

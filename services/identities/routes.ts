@@ -4,7 +4,7 @@ import type { Context } from 'koa';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator, Principal } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
-import { validator } from '../gateway/validate.js';
+import { isTrue, validator } from '../gateway/validate.js';
 import { forbidden, notFound } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { IdentityDoc } from '../../projections/identities/index.js';
@@ -12,8 +12,6 @@ import { toIdentity, type Identities } from './service.js';
 
 type CreateBody = { name: string; email_identifier?: string | null; provision_phone?: boolean | 'true' | 'false' | null };
 type UpdateBody = { name?: string; provision_phone?: boolean | 'true' | 'false' | null };
-/** JSON true or the text "true" (form bodies, and JSON clients that send it as text: the spec leaves its type open). */
-const wantsPhone = (value: unknown) => value === true || value === 'true';
 
 const v = {
   create: validator<CreateBody>('identities.json#IdentityCreate'),
@@ -54,7 +52,7 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
       r.post('/api/identities/', async (ctx) => {
         const p = await deps.auth().accountPrincipal(ctx);
         const b = v.create(await body(ctx));
-        const doc = await identities.create(p.userPk, { name: b.name, emailIdentifier: b.email_identifier, provisionPhone: wantsPhone(b.provision_phone) });
+        const doc = await identities.create(p.userPk, { name: b.name, emailIdentifier: b.email_identifier, provisionPhone: isTrue(b.provision_phone) });
         created(ctx, toIdentity(doc));
       });
 
@@ -76,7 +74,7 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
         const doc = await visible(ctx, p);
         if (p.kind === 'identity_key') throw forbidden('An identity key cannot modify identities; use a management key or a user token.');
         const b = validate(await body(ctx));
-        ctx.body = toIdentity(await identities.update(doc.id, { name: b.name, provisionPhone: wantsPhone(b.provision_phone) }));
+        ctx.body = toIdentity(await identities.update(doc.id, { name: b.name, provisionPhone: isTrue(b.provision_phone) }));
       };
       r.put('/api/identities/:uuid/', update(v.put));
       r.patch('/api/identities/:uuid/', update(v.patch));

@@ -5,7 +5,7 @@ import getRawBody from 'raw-body';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, pageParams, queryFlag, sendPage } from '../gateway/http.js';
-import { sameOrigin, validator } from '../gateway/validate.js';
+import { validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
@@ -41,9 +41,12 @@ const v = {
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$/;
 const baseType = (value: string) => value.split(';')[0].trim().toLowerCase();
 
-/** Lists may come as arrays; the schema speaks the spec's comma-separated strings. */
-function normaliseLists(raw: Record<string, unknown>): Record<string, unknown> {
-  const out = sameOrigin(raw, { ...raw });
+/**
+ * Lists may come as arrays; the schema speaks the spec's comma-separated strings. Rewrites
+ * the request's own parsed body in place (it is nobody else's), so a JSON body stays
+ * validated with its JSON types.
+ */
+function normaliseLists(out: Record<string, unknown>): Record<string, unknown> {
   for (const field of ['to', 'cc', 'bcc']) {
     if (Array.isArray(out[field]) && (out[field] as unknown[]).every((x) => typeof x === 'string')) out[field] = (out[field] as string[]).join(', ');
     if (out[field] === null) delete out[field];

@@ -141,6 +141,11 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     threads = await api('GET', '/api/email-inbox/?unread=true', alice.uuid);
     expect(threads.body.find((t: { subject: string }) => t.subject === 'Project kickoff')).toMatchObject({ unread_count: 1 });
     expect((await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: 'maybe' })).status).toBe(400);
+    // JSON null is not false: refused, and a read message stays read.
+    expect((await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: true })).body.read).toBe(true);
+    expect((await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: null })).body).toEqual({ read: ['This field may not be null.'] });
+    expect((await api('GET', '/api/email-messages/?unread=true', alice.uuid)).body.some((m: { uuid: string }) => m.uuid === firstId)).toBe(false);
+    expect((await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: false })).body.read).toBe(false); // as the next test expects
   });
 
   test('RFC 5322 §3.6.4: a reply carrying In-Reply-To joins the thread; opening the thread marks all read', async () => {

@@ -87,6 +87,17 @@ function deferred(): { promise: Promise<void>; resolve(): void; reject(e: Error)
   return { promise, resolve, reject };
 }
 
+/** Makes every handled event settle only when the test resolves its job (by position). */
+function settleLater(setHandler: (h: (e: RecordedEvent) => Promise<void | Pending>) => unknown): Map<string, ReturnType<typeof deferred>> {
+  const jobs = new Map<string, ReturnType<typeof deferred>>();
+  setHandler(async (e) => {
+    const job = deferred();
+    jobs.set(e.position, job);
+    return { settled: job.promise };
+  });
+  return jobs;
+}
+
 function setup(options: { after?: string | null; fromLatest?: boolean; filter?: { eventTypes?: string[] } } = {}) {
   const consumer = new FakeConsumer();
   const groups: string[] = [];
@@ -134,12 +145,7 @@ describe('Kafka event feed', () => {
 
   it('commits up to the watermark: never past an event whose effects are not settled', async () => {
     const { consumer, setHandler } = setup();
-    const jobs = new Map<string, ReturnType<typeof deferred>>();
-    setHandler(async (e) => {
-      const job = deferred();
-      jobs.set(e.position, job);
-      return { settled: job.promise };
-    });
+    const jobs = settleLater(setHandler);
     for (let i = 0; i < 4; i++) await consumer.deliver(i, event(i + 1));
     await settle();
     expect(consumer.commits).toEqual([]);
@@ -168,12 +174,7 @@ describe('Kafka event feed', () => {
 
   it('skips a redelivery after a rebalance; it counts as settled only with its first delivery', async () => {
     const { consumer, handled, setHandler } = setup();
-    const jobs = new Map<string, ReturnType<typeof deferred>>();
-    setHandler(async (e) => {
-      const job = deferred();
-      jobs.set(e.position, job);
-      return { settled: job.promise };
-    });
+    const jobs = settleLater(setHandler);
     await consumer.deliver(0, event(1));
     await consumer.deliver(1, event(2));
     jobs.get('1')!.resolve();
@@ -204,12 +205,7 @@ describe('Kafka event feed', () => {
 
   it('keeps a watermark per partition', async () => {
     const { consumer, setHandler } = setup();
-    const jobs = new Map<string, ReturnType<typeof deferred>>();
-    setHandler(async (e) => {
-      const job = deferred();
-      jobs.set(e.position, job);
-      return { settled: job.promise };
-    });
+    const jobs = settleLater(setHandler);
     await consumer.deliver(5, event(1), 0);
     await consumer.deliver(9, event(2), 1);
     jobs.get('2')!.resolve();
