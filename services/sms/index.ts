@@ -159,7 +159,13 @@ export const smsContext: ContextFactory = (shared) => {
     });
   };
 
-  return { name: 'sms', projections: [smsProjection], module: { routes } };
+  async function start(): Promise<void> {
+    if (config.smsProvider === 'local' && !config.smsWebhookSecret) {
+      log.warn('the local SMS webhook is open: anyone who can reach the gateway can post simulated SMS; set SMS_WEBHOOK_SECRET to require X-Webhook-Secret');
+    }
+  }
+
+  return { name: 'sms', projections: [smsProjection], module: { routes }, start };
 };
 
 function toConversation(c: SmsConversationDoc) {

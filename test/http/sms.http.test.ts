@@ -264,13 +264,18 @@ describe('twilio provider: X-Twilio-Signature', () => {
 });
 
 describe('local provider without SMS_WEBHOOK_SECRET', () => {
-  it('the webhook is closed with a clear detail', async () => {
-    const t = await startTestServer();
+  it('the simulator webhook is open: an SMS posted without a secret reaches the identity', async () => {
+    const t = await startTestServer({ ADMIN_TOKEN: ADMIN });
     try {
-      const res = await t.api('POST', '/api/webhooks/sms/', { form: { From: '+1555', To: '+1666', MessageSid: 'SM1' }, headers: { 'x-webhook-secret': '' } });
-      expect(res.status).toBe(403);
-      expect(res.body).toMatchObject({ code: 'webhook_not_configured' });
-      expect(res.body.detail).toMatch(/SMS_WEBHOOK_SECRET/);
+      const { access, user } = await t.signUp();
+      const admin = await t.api('PUT', `/api/admin/users/${user.pk}/subscription/`, { token: ADMIN, body: { plan: 'developer', status: 'active' } });
+      expect(admin.status).toBe(200);
+      const identity = (await t.api('POST', '/api/identities/', { token: access, body: { name: 'open-sms', provision_phone: true } })).body;
+      expect(identity.phone).toMatch(/^\+\d+$/);
+      const res = await t.api('POST', '/api/webhooks/sms/', { form: { From: '+15550001111', To: identity.phone, Body: 'no secret set', MessageSid: 'SMopen1' } });
+      expect(res.status).toBe(200);
+      const list = await t.api('GET', '/api/messages/', { token: access, identity: identity.uuid });
+      expect(list.body.map((m: { body: string }) => m.body)).toEqual(['no secret set']);
     } finally {
       await t.close();
     }
