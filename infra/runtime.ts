@@ -191,7 +191,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     userExists: async (pk) => (await accounts.findUser(pk)) !== null,
   };
   for (const p of parts) Object.assign(resolvers, p.resolvers ?? {});
-  shared.auth = createAuthenticator(resolvers);
+  shared.auth = createAuthenticator(resolvers, { publicUrl: config.publicUrl });
 
   const projections = [usersProjection, sessionsProjection, ...parts.flatMap((p) => p.projections ?? [])];
   // The cluster worker (the only writer) follows Kafka in group ais-projections; gateways

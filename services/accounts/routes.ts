@@ -57,9 +57,10 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
 
       r.post('/api/auth/login/', async (ctx) => {
         const b = v.login(await body(ctx));
-        const login = b.username?.trim() || b.email?.trim();
+        const byUsername = b.username?.trim();
+        const login = byUsername || b.email?.trim();
         if (!login) throw badRequest({ non_field_errors: ['Must include "username" or "email" and "password".'] });
-        const user = await accounts.checkPassword(login, b.password, ctx.ip);
+        const user = await accounts.checkPassword(login, b.password, ctx.ip, byUsername ? 'username' : 'email');
         if (!user) throw badRequest({ non_field_errors: ['Unable to log in with provided credentials.'] });
         ctx.body = await accounts.tokenPair(user, 'password');
       });
@@ -68,9 +69,10 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         const b = v.logout(await body(ctx));
         let principal = null;
         try {
-          principal = await auth.optionalPrincipal(ctx);
+          principal = await auth.credential(ctx);
         } catch {
           // Logout is anonymous-friendly: an expired or bad credential still logs out.
+          // (Identities named in the request are not checked: a stale one must not keep a session alive.)
         }
         // An identity key is one agent's runtime credential, not a sign-in: it ends no session
         // of the account (logout stays anonymous-friendly: 200, as without a credential).
@@ -78,8 +80,11 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         // The accounts named by the credential and by a refresh token in the body (once each).
         const users = new Set<number>();
         if (principal) users.add(principal.userPk);
+        // A refresh token counts only while it is its family's live one (a spent or revoked one
+        // someone kept must not end the account's current sessions).
         const claims = b.refresh ? await tokens.verify(b.refresh, 'refresh').catch(() => null) : null;
-        if (claims) users.add(claims.userPk);
+        const session = claims ? await accounts.liveSession(claims.sessionId) : null;
+        if (claims && session && session.tokenId === claims.jti) users.add(claims.userPk);
         for (const pk of users) await accounts.revokeAllSessions(pk, 'logout');
         ctx.cookies.set(SESSION_COOKIE, null);
         ctx.body = { detail: 'Successfully logged out.' };
@@ -93,8 +98,11 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       r.post('/api/auth/token/verify/', async (ctx) => {
         const b = v.verify(await body(ctx));
         const claims = await tokens.verify(b.token, 'any');
-        if (claims.tokenType === 'refresh' && !(await accounts.liveSession(claims.sessionId))) {
-          throw new ApiError(401, 'token_expired', 'Token has been revoked.');
+        if (claims.tokenType === 'refresh') {
+          const session = await accounts.liveSession(claims.sessionId);
+          if (!session) throw new ApiError(401, 'token_expired', 'Token has been revoked.');
+          // Rotated away: only the family's newest refresh token is valid (using this one would revoke the family).
+          if (session.tokenId !== claims.jti) throw new ApiError(401, 'token_not_valid', 'Token has already been used (refresh tokens rotate).');
         }
         // "200, no body" (SPEC). Koa turns a null body into 204, so: an empty one, untyped.
         ctx.status = 200;

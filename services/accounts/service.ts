@@ -9,7 +9,7 @@ import { streamName } from '../../infra/ports/event-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { release, reserve } from '../kernel/reservations.js';
+import { holderOf, release, reserve } from '../kernel/reservations.js';
 import { ApiError, badRequest, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
@@ -30,6 +30,8 @@ import {
 } from './events.js';
 import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
 import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
+
+const USERNAME_IS_AN_EMAIL = "This username is another account's e-mail address.";
 
 export interface PublicUser {
   pk: number;
@@ -93,9 +95,24 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return result;
   }
 
-  async function findByLogin(login: string): Promise<UserDoc | null> {
+  /**
+   * The account a login names. The `email` field matches emails only. A `username` field (or
+   * HTTP basic) that looks like an email matches an email first: a username may contain `@`,
+   * and must not be able to capture the logins of the account whose email it spells (new
+   * usernames and emails are also kept from spelling another account's, see
+   * {@link crossTaken}).
+   */
+  async function findByLogin(login: string, field: 'username' | 'email' = 'username'): Promise<UserDoc | null> {
     const key = login.trim().toLowerCase();
-    return (await users.findOne({ usernameKey: key })) ?? (key.includes('@') ? await users.findOne({ emailKey: key }) : null);
+    const byEmail = () => (key.includes('@') ? users.findOne({ emailKey: key }) : Promise.resolve(null));
+    if (field === 'email') return byEmail();
+    return (await byEmail()) ?? (await users.findOne({ usernameKey: key }));
+  }
+
+  /** Whether a username (email) spells another account's email (username). */
+  async function crossTaken(kind: 'username' | 'useremail', key: string, owner: string): Promise<boolean> {
+    const holder = await holderOf(store, kind === 'username' ? 'useremail' : 'username', key);
+    return holder !== null && holder !== owner;
   }
 
   async function getUser(pk: number): Promise<UserDoc> {
@@ -119,6 +136,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const owner = `user-${pk}`;
     const usernameKey = input.username.toLowerCase();
     const emailKey = input.email.toLowerCase();
+    if (await crossTaken('username', usernameKey, owner)) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+    if (await crossTaken('useremail', emailKey, owner)) throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
     if (!(await reserve(store, 'username', usernameKey, owner))) {
       throw badRequest({ username: ['A user with that username already exists.'] });
     }
@@ -150,14 +169,14 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   /** Checks a login (username or email) and password, with brute-force throttling. */
-  async function checkPassword(login: string, password: string, ip: string): Promise<UserDoc | null> {
+  async function checkPassword(login: string, password: string, ip: string, field: 'username' | 'email' = 'username'): Promise<UserDoc | null> {
     const accountKey = `login:acct:${login.trim().toLowerCase()}`;
     const ipKey = `login:ip:${ip}`;
     for (const [key, limit] of [[accountKey, LOGIN_FAILURES_PER_ACCOUNT], [ipKey, LOGIN_FAILURES_PER_IP]] as const) {
       const d = await limiter.peek(key, limit, LOGIN_WINDOW_S);
       if (!d.allowed) throw throttled(d.retryAfter, `Too many failed sign-in attempts. Try again in ${d.retryAfter} seconds.`);
     }
-    const user = await findByLogin(login);
+    const user = await findByLogin(login, field);
     const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
     if (!user || !user.passwordHash || !ok) {
       await Promise.all([
@@ -197,7 +216,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const stream = sessionStream(claims.sessionId);
     let reused = false;
     const { result } = await execute(store, stream, sessionEvolver, async (s) => {
-      if (!s.exists || s.userPk !== claims.userPk) throw tokenNotValid('Token is invalid');
+      // A dashboard cookie is a browser session, not a refresh token of the API (refreshing it would end the session).
+      if (!s.exists || s.userPk !== claims.userPk || s.kind === 'cookie') throw tokenNotValid('Token is invalid');
       if (s.revoked || s.generation !== user.sessionGeneration) throw tokenExpired('Token has been revoked; sign in again.');
       if (s.tokenId !== claims.jti) {
         reused = true;
@@ -247,20 +267,31 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const current = await getUser(pk);
     const owner = `user-${pk}`;
     const newKey = patch.username?.toLowerCase();
-    const oldKey = current.usernameKey;
-    const changingName = newKey !== undefined && newKey !== oldKey;
-    if (changingName && !(await reserve(store, 'username', newKey!, owner))) {
+    const reserving = newKey !== undefined && newKey !== current.usernameKey;
+    if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+    if (reserving && !(await reserve(store, 'username', newKey!, owner))) {
       throw badRequest({ username: ['A user with that username already exists.'] });
     }
-    const changes: Record<string, string> = {};
-    if (patch.username !== undefined && patch.username !== current.username) changes.username = patch.username;
-    if (patch.firstName !== undefined && patch.firstName !== current.firstName) changes.firstName = patch.firstName;
-    if (patch.lastName !== undefined && patch.lastName !== current.lastName) changes.lastName = patch.lastName;
-    if (Object.keys(changes).length) {
-      const appended = await store.append(userStream(pk), [event(UserProfileUpdated, { ...changes, at: nowIso() })]);
-      await settle(appended.position);
+    // Decided on the stream, so concurrent renames each release the name they replaced.
+    let replaced: string | null = null;
+    try {
+      const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+        if (!s.exists) throw tokenNotValid('User not found.');
+        const changes: Record<string, string> = {};
+        if (patch.username !== undefined && patch.username !== s.username) changes.username = patch.username;
+        if (patch.firstName !== undefined && patch.firstName !== s.firstName) changes.firstName = patch.firstName;
+        if (patch.lastName !== undefined && patch.lastName !== s.lastName) changes.lastName = patch.lastName;
+        if (!Object.keys(changes).length) return { events: [], result: undefined };
+        const oldKey = s.username.toLowerCase();
+        replaced = newKey !== undefined && newKey !== oldKey ? oldKey : null;
+        return { events: [event(UserProfileUpdated, { ...changes, at: nowIso() })], result: undefined };
+      });
+      await settle(append?.position);
+    } catch (err) {
+      if (reserving) await release(store, 'username', newKey!, owner);
+      throw err;
     }
-    if (changingName) await release(store, 'username', oldKey, owner);
+    if (replaced !== null) await release(store, 'username', replaced, owner);
     return getUser(pk);
   }
 

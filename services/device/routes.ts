@@ -34,15 +34,7 @@ export function deviceRoutes(deps: DeviceRoutesDeps): HttpModule {
     if (p.kind === 'management_key' || p.kind === 'identity_key') {
       throw forbidden('Approving a device needs a user sign-in (JWT or session), not an API key.');
     }
-    if (p.kind === 'session') {
-      // Cookie-authenticated API calls must not be forgeable by a form on another site:
-      // only JSON (which needs a CORS preflight cross-origin) from our own origin.
-      const type = (ctx.get('content-type') || '').split(';')[0].trim().toLowerCase();
-      const origin = ctx.get('origin');
-      if (type !== 'application/json' || (origin && origin !== new URL(publicUrl).origin)) {
-        throw forbidden('Cookie-authenticated requests must be JSON from this site.', 'csrf_failed');
-      }
-    }
+    // A session cookie's writes are CSRF-checked by the authenticator (services/gateway/auth.ts).
     return p;
   }
 

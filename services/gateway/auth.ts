@@ -63,7 +63,27 @@ export interface CredentialResolvers {
 export const SESSION_COOKIE = 'ais_session';
 export const KEY_PREFIXES = { management: 'svc_mgmt_', identity: 'svc_id_' } as const;
 
-export function createAuthenticator(resolvers: CredentialResolvers) {
+/** Methods a cross-site page can make a browser send with its cookies (forms, simple requests). */
+const UNSAFE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/**
+ * Cookie-authenticated API writes must not be forgeable by another page (CSRF): a body must be
+ * JSON, which a page of another origin can only send after a CORS preflight (this gateway
+ * grants none), and an `Origin`, when the browser sends one, must be ours. Form and
+ * text/plain posts are what a hostile page can send without asking.
+ */
+function checkCookieWrite(ctx: Context, publicOrigin: string | null): void {
+  // The HTML pages (dashboard, /device) post forms and carry their own CSRF tokens.
+  if (!UNSAFE_METHODS.has(ctx.method) || !ctx.path.startsWith('/api/')) return;
+  const type = (ctx.get('content-type') || '').split(';')[0].trim().toLowerCase();
+  const origin = ctx.get('origin');
+  if ((type && type !== 'application/json') || (origin && publicOrigin !== null && origin !== publicOrigin)) {
+    throw forbidden('Cookie-authenticated requests must be JSON from this site.', 'csrf_failed');
+  }
+}
+
+export function createAuthenticator(resolvers: CredentialResolvers, opts: { publicUrl?: string } = {}) {
+  const publicOrigin = opts.publicUrl ? new URL(opts.publicUrl).origin : null;
   async function resolve(ctx: Context): Promise<Principal | null> {
     const header = ctx.get('authorization');
     if (header) {
@@ -102,7 +122,10 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
     const cookie = ctx.cookies.get(SESSION_COOKIE);
     if (cookie && resolvers.findSession) {
       const session = await resolvers.findSession(cookie);
-      if (session) return { kind: 'session', userPk: session.userPk, sessionId: session.sessionId };
+      if (session) {
+        checkCookieWrite(ctx, publicOrigin);
+        return { kind: 'session', userPk: session.userPk, sessionId: session.sessionId };
+      }
     }
     return null;
   }
@@ -156,6 +179,15 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
     return p;
   }
 
+  /**
+   * Who the credential is, or null, without checking the identities the request names:
+   * for logout (a stale `X-Service-Identity` must not stop a sign-out) and the dashboard's
+   * cookie session. Throws 401 for a bad credential.
+   */
+  async function credential(ctx: Context): Promise<Principal | null> {
+    return resolve(ctx);
+  }
+
   /** Refuses identity keys (they cannot manage the account: create identities or keys). */
   async function accountPrincipal(ctx: Context): Promise<Principal> {
     const p = await principal(ctx);
@@ -184,7 +216,7 @@ export function createAuthenticator(resolvers: CredentialResolvers) {
     return { principal: p, identityId: chosen };
   }
 
-  return { principal, optionalPrincipal, accountPrincipal, identity };
+  return { principal, optionalPrincipal, credential, accountPrincipal, identity };
 }
 
 export type Authenticator = ReturnType<typeof createAuthenticator>;

@@ -65,7 +65,7 @@ export async function currentSession(ctx: Context, auth: () => Authenticator): P
   const cookie = ctx.cookies.get(SESSION_COOKIE);
   let found: WebSession | null = null;
   if (cookie && !ctx.get('authorization')) {
-    const p = await auth().optionalPrincipal(ctx).catch(() => null);
+    const p = await auth().credential(ctx).catch(() => null);
     if (p && p.kind === 'session' && p.sessionId) found = { userPk: p.userPk, sessionId: p.sessionId, cookie };
   }
   ctx.state.webSession = found;

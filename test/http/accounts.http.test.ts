@@ -98,6 +98,44 @@ describe('login (POST /api/auth/login/)', () => {
     expect(byEmail.status).toBe(200);
   });
 
+  it('a username spelling another account\'s email cannot capture its logins, and cannot be taken', async () => {
+    const victim = await s.signUp();
+    const password = 'attacker-pass-1';
+    // The victim's email as a username: refused at registration and at rename.
+    const squat = await s.api('POST', '/api/auth/social/', { body: { username: victim.user.email.toUpperCase(), email: `${uniq()}@example.com`, password1: password, password2: password } });
+    expect(squat.status).toBe(400);
+    expect(squat.body.username).toEqual([expect.stringMatching(/e-mail/)]);
+    const attacker = await s.signUp();
+    const rename = await s.api('PATCH', '/api/auth/user/', { token: attacker.access, body: { username: victim.user.email } });
+    expect(rename.status).toBe(400);
+    // An email spelling another account's username is refused too.
+    const owner = await s.api('POST', '/api/auth/social/', { body: { username: `${uniq()}@names.example`, email: `${uniq()}@example.com`, password1: password, password2: password } });
+    expect(owner.status).toBe(201);
+    const clash = await s.api('POST', '/api/auth/social/', { body: { username: uniq(), email: owner.body.user.username, password1: password, password2: password } });
+    expect(clash.status).toBe(400);
+    expect(clash.body.email).toBeDefined();
+    // The email field matches emails only; the victim signs in by email in either field.
+    for (const body of [{ email: victim.user.email, password: victim.password }, { username: victim.user.email, password: victim.password }]) {
+      const res = await s.api('POST', '/api/auth/login/', { body });
+      expect([res.status, res.body.user?.pk]).toEqual([200, victim.user.pk]);
+    }
+    expect((await s.api('POST', '/api/auth/login/', { body: { email: owner.body.user.username, password } })).status).toBe(400);
+  });
+
+  it('concurrent renames release every name they replaced', async () => {
+    const u = await s.signUp();
+    const [a, b] = [uniq(), uniq()];
+    const answers = await Promise.all([a, b].map((username) => s.api('PATCH', '/api/auth/user/', { token: u.access, body: { username } })));
+    expect(answers.map((r) => r.status)).toEqual([200, 200]);
+    const final = (await s.api('GET', '/api/auth/user/', { token: u.access })).body.username;
+    const lost = final === a ? b : a;
+    // The name that lost (and the original) can be registered again by someone else.
+    for (const username of [lost, u.user.username]) {
+      const res = await s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } });
+      expect(res.status).toBe(201);
+    }
+  });
+
   it('refuses a wrong password without saying which part was wrong', async () => {
     const u = await s.signUp();
     const res = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: 'wrong' } });
@@ -192,6 +230,15 @@ describe('tokens', () => {
     expect((await s.api('POST', '/api/auth/token/verify/', { body: {} })).status).toBe(400);
   });
 
+  it('verify refuses a rotated (spent) refresh token without revoking its family', async () => {
+    const u = await s.signUp();
+    const next = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    expect(next.status).toBe(200);
+    const spent = await s.api('POST', '/api/auth/token/verify/', { body: { token: u.refresh } });
+    expect([spent.status, spent.body.code]).toEqual([401, 'token_not_valid']);
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: next.body.refresh } })).status).toBe(200);
+  });
+
   it('an expired access token answers 401 token_expired', async () => {
     const short = await startTestServer({ ACCESS_TOKEN_TTL: '1' });
     try {
@@ -281,6 +328,26 @@ describe('password change, logout and reset', () => {
     for (const refresh of [u.refresh, other.body.refresh]) {
       const res = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh } });
       expect([res.status, res.body.code]).toEqual([401, 'token_expired']);
+    }
+  });
+
+  it('logout ends the sessions even when the request names an identity that is gone', async () => {
+    const u = await s.signUp();
+    const identity = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'soon gone' } })).body;
+    expect((await s.api('DELETE', `/api/identities/${identity.uuid}/`, { token: u.access })).status).toBe(204);
+    const res = await s.api('POST', '/api/auth/logout/', { token: u.access, identity: identity.uuid });
+    expect(res.status).toBe(200);
+    const refresh = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    expect([refresh.status, refresh.body.code]).toEqual([401, 'token_expired']);
+  });
+
+  it('a spent refresh token in the logout body ends nothing', async () => {
+    const u = await s.signUp();
+    const rotated = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } });
+    const current = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } });
+    expect((await s.api('POST', '/api/auth/logout/', { body: { refresh: u.refresh } })).status).toBe(200);
+    for (const refresh of [rotated.body.refresh, current.body.refresh]) {
+      expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh } })).status).toBe(200);
     }
   });
 

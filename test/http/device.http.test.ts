@@ -334,6 +334,20 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     const forged = await fetch(`${s.url}/api/auth/device/approve/`, { method: 'POST', headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' }, body: `user_code=${d.user_code}` });
     expect(forged.status).toBe(403);
     expect((await poll(d.device_code)).body.error).toBe('authorization_pending');
+    // Nor any other write of the API: forms and text/plain (what another page can post), or
+    // JSON from another origin, are refused; the account is unchanged.
+    const cookieWrite = (path: string, type: string, payload: string, origin?: string) =>
+      fetch(`${s.url}${path}`, { method: 'POST', headers: { cookie: cookieHeader(), 'content-type': type, ...(origin ? { origin } : {}) }, body: payload });
+    const newPassword = JSON.stringify({ new_password1: 'forged-pass-1', new_password2: 'forged-pass-1' });
+    expect((await cookieWrite('/api/auth/password/change/', 'text/plain', newPassword)).status).toBe(403);
+    expect((await cookieWrite('/api/auth/password/change/', 'application/json', newPassword, 'https://evil.example')).status).toBe(403);
+    expect((await cookieWrite('/api/auth/keys/management/', 'application/x-www-form-urlencoded', 'label=forged')).status).toBe(403);
+    const keys = await fetch(`${s.url}/api/auth/keys/management/`, { headers: { cookie: cookieHeader() } });
+    expect(((await keys.json()) as { label: string }[]).map((k) => k.label)).not.toContain('forged');
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: human.user.username, password: human.password } })).status).toBe(200);
+    // The cookie is a browser session, not a refresh token of the API.
+    const asRefresh = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: decodeURIComponent(cookieJar.get('ais_session')!) } });
+    expect(asRefresh.status).toBe(401);
 
     const done = await post('/device/approve', { user_code: d.user_code, csrf: csrfOf(approval.html) });
     expect(done.res.status).toBe(200);
