@@ -63,8 +63,13 @@ export function createMailer(options: MailerOptions): Mailer {
     const message = toNodemailer(mail, options.domain);
     if (transport) {
       try {
-        const info = await transport.sendMail(message);
-        return { messageId: info.messageId ?? message.messageId, via: 'relay' };
+        const info = (await transport.sendMail(message)) as { messageId?: string; rejectedErrors?: { recipient?: string; responseCode?: number; response?: string; message: string }[] };
+        const refused = (info.rejectedErrors ?? []).map((e) => ({
+          address: String(e.recipient ?? ''),
+          reason: e.response ?? e.message,
+          temporary: e.responseCode !== undefined && e.responseCode < 500,
+        }));
+        return { messageId: info.messageId ?? message.messageId, via: 'relay', refused };
       } catch (err) {
         const e = err as { responseCode?: number; code?: string };
         // 5xx replies are permanent; 4xx replies and connection trouble are worth a retry.
@@ -79,7 +84,7 @@ export function createMailer(options: MailerOptions): Mailer {
     // Write then rename: a reader never sees a half-written message.
     await writeFile(`${file}.tmp`, raw);
     await rename(`${file}.tmp`, file);
-    return { messageId: message.messageId, via: 'outbox', location: file };
+    return { messageId: message.messageId, via: 'outbox', location: file, refused: [] };
   }
 
   return { send, compile, close: async () => transport?.close() };

@@ -31,6 +31,11 @@ export interface SendResult {
   /** Where it went: `relay` or `outbox` (a file path). */
   via: 'relay' | 'outbox';
   location?: string;
+  /**
+   * Envelope recipients the relay refused at RCPT while it took the message for the others
+   * (a refusal of all of them is an error instead); `temporary` for a 4xx reply.
+   */
+  refused: { address: string; reason: string; temporary: boolean }[];
 }
 
 /** A temporary failure (4xx SMTP reply, connection error): retry later. Others are permanent. */

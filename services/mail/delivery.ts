@@ -51,6 +51,23 @@ export interface DeliveryOptions {
   concurrency?: number;
 }
 
+/** External recipients settled by earlier attempts (recorded in EmailDeferred). */
+interface DeliveryProgress {
+  relayed: string[];
+  rejected: { address: string; reason: string }[];
+}
+
+interface AttemptOutcome {
+  internal: string[];
+  /** External recipients handed over, this attempt and before. */
+  relayed: string[];
+  rejectedLocal: { address: string; reason: string }[];
+  rejectedExternal: { address: string; reason: string }[];
+  /** External recipients the relay refused with a 4xx: retried alone. */
+  pending: { address: string; reason: string }[];
+  via: EmailSentData['via'];
+}
+
 class Rejected extends Error {
   constructor(readonly rejected: { address: string; reason: string }[]) {
     super(rejected.map((r) => `${r.address}: ${r.reason}`).join('; '));
@@ -98,11 +115,18 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
 
   const delayFor = (attempt: number) => Math.min(maxDelay, baseDelay * 2 ** Math.max(0, attempt - 1));
 
-  async function attempt(q: EmailQueuedData): Promise<Omit<EmailSentData, 'attempts' | 'at'>> {
+  /**
+   * One delivery attempt. `progress` is what earlier attempts settled for external
+   * recipients (handed over, or refused for good), so a retry after a relay refused some
+   * recipients with a 4xx goes to those only. Internal delivery is idempotent (event ids).
+   * Throws TemporaryMailError when the relay took nothing and may later.
+   */
+  async function attempt(q: EmailQueuedData, progress: DeliveryProgress): Promise<AttemptOutcome> {
     const everyone = [...q.to, ...q.cc, ...q.bcc];
     const local = everyone.filter((a) => domainOf(a.address) === config.mailDomain);
-    const external = everyone.filter((a) => domainOf(a.address) !== config.mailDomain);
-    const rejected: { address: string; reason: string }[] = [];
+    const settledBefore = new Set([...progress.relayed, ...progress.rejected.map((r) => r.address)]);
+    const external = everyone.filter((a) => domainOf(a.address) !== config.mailDomain && !settledBefore.has(a.address));
+    const rejectedLocal: { address: string; reason: string }[] = [];
     const internal: string[] = [];
 
     const identities: IdentityDoc[] = [];
@@ -111,7 +135,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
       if (identity) {
         identities.push(identity);
         internal.push(a.address);
-      } else rejected.push({ address: a.address, reason: '550 5.1.1 no such mailbox' });
+      } else rejectedLocal.push({ address: a.address, reason: '550 5.1.1 no such mailbox' });
     }
     if (identities.length) {
       // Bcc stays with the sender: recipients see From/To/Cc only.
@@ -138,7 +162,10 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
       );
     }
 
-    let via: EmailSentData['via'] = 'internal';
+    const relayed = [...progress.relayed];
+    const rejectedExternal = [...progress.rejected];
+    const pending: { address: string; reason: string }[] = [];
+    let outlet: 'relay' | 'outbox' | null = relayed.length ? (config.smtpRelayUrl ? 'relay' : 'outbox') : null;
     if (external.length) {
       const attachments: OutboundAttachment[] = [];
       for (const a of q.attachments) {
@@ -158,26 +185,25 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           inReplyTo: q.inReplyTo ?? undefined,
           references: q.references.length ? q.references : undefined,
           attachments,
-          // Only the external recipients go to the relay; local ones were delivered above.
+          // Only the external recipients not settled yet go to the relay; local ones were delivered above.
           envelope: { from: q.from.address, to: external.map((a) => a.address) },
         });
-        via = identities.length ? 'mixed' : result.via;
+        outlet = result.via;
+        const refused = new Map(result.refused.map((r) => [r.address.toLowerCase(), r]));
+        for (const a of external) {
+          const r = refused.get(a.address);
+          if (!r) relayed.push(a.address);
+          else if (r.temporary) pending.push({ address: a.address, reason: r.reason });
+          else rejectedExternal.push({ address: a.address, reason: r.reason });
+        }
       } catch (err) {
         if (err instanceof TemporaryMailError) throw err;
         const reason = (err as Error).message;
-        for (const a of external) rejected.push({ address: a.address, reason });
+        for (const a of external) rejectedExternal.push({ address: a.address, reason });
       }
     }
-    const delivered = internal.length + (external.length - rejected.filter((r) => external.some((e) => e.address === r.address)).length);
-    if (delivered === 0) throw new Rejected(rejected);
-    return {
-      identityId: q.identityId,
-      messageId: q.messageId,
-      internal,
-      external: external.map((a) => a.address).filter((a) => !rejected.some((r) => r.address === a)),
-      via,
-      rejected,
-    };
+    const via: EmailSentData['via'] = outlet === null ? 'internal' : identities.length ? 'mixed' : outlet;
+    return { internal, relayed, rejectedLocal, rejectedExternal, pending, via };
   }
 
   /** True once the message has an outcome; false when stopped first. */
@@ -195,9 +221,40 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         if (stopped) return false;
       }
       const attemptNo = deferred.length + 1;
+      const progress: DeliveryProgress = { relayed: last?.relayed ?? [], rejected: last?.rejected ?? [] };
+      const defer = async (error: string, next: DeliveryProgress) => {
+        const data: EmailDeferredData = {
+          identityId: q.identityId,
+          messageId: q.messageId,
+          attempt: attemptNo,
+          error,
+          retryAt: new Date(Date.now() + delayFor(attemptNo)).toISOString(),
+          relayed: next.relayed,
+          rejected: next.rejected,
+          at: nowIso(),
+        };
+        await events.append(stream, [{ id: derivedId(q.messageId, 'deferred', String(attemptNo)), type: EMAIL_DEFERRED, data }]);
+        log.warn({ messageId: q.messageId, attempt: attemptNo, error }, 'email delivery deferred');
+      };
       try {
-        const sent = await attempt(q);
-        const data: EmailSentData = { ...sent, attempts: attemptNo, at: nowIso() };
+        const r = await attempt(q, progress);
+        if (r.pending.length && attemptNo < maxAttempts) {
+          await defer(r.pending.map((p) => `${p.address}: ${p.reason}`).join('; '), { relayed: r.relayed, rejected: r.rejectedExternal });
+          continue;
+        }
+        // Out of attempts, recipients still refused for now are refused.
+        const rejected = [...r.rejectedLocal, ...r.rejectedExternal, ...r.pending];
+        if (r.internal.length + r.relayed.length === 0) throw new Rejected(rejected);
+        const data: EmailSentData = {
+          identityId: q.identityId,
+          messageId: q.messageId,
+          internal: r.internal,
+          external: r.relayed,
+          via: r.via,
+          rejected,
+          attempts: attemptNo,
+          at: nowIso(),
+        };
         await events.append(stream, [{ id: derivedId(q.messageId, 'sent'), type: EMAIL_SENT, data }]);
         log.info({ messageId: q.messageId, via: data.via, attempts: attemptNo }, 'email delivered');
         return true;
@@ -206,16 +263,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         const temporary = err instanceof TemporaryMailError;
         const error = (err as Error).message ?? String(err);
         if (temporary && attemptNo < maxAttempts) {
-          const data: EmailDeferredData = {
-            identityId: q.identityId,
-            messageId: q.messageId,
-            attempt: attemptNo,
-            error,
-            retryAt: new Date(Date.now() + delayFor(attemptNo)).toISOString(),
-            at: nowIso(),
-          };
-          await events.append(stream, [{ id: derivedId(q.messageId, 'deferred', String(attemptNo)), type: EMAIL_DEFERRED, data }]);
-          log.warn({ messageId: q.messageId, attempt: attemptNo, error }, 'email delivery deferred');
+          await defer(error, progress);
           continue;
         }
         if (!temporary && !(err instanceof Rejected)) log.error({ err, messageId: q.messageId }, 'email delivery failed');

@@ -99,6 +99,9 @@ export interface EmailDeferredData {
   attempt: number;
   error: string;
   retryAt: string;
+  /** External recipients handed over so far, and those refused for good (absent before per-recipient retries). */
+  relayed?: string[];
+  rejected?: { address: string; reason: string }[];
   at: string;
 }
 

@@ -28,10 +28,22 @@ export function parseAddressList(input: unknown): { addresses: EmailAddress[]; i
       continue;
     }
     if (part.trim() === '') continue;
+    // A line break or other control character has no place in an address list (it could
+    // smuggle a header), and addressparser would read past it: refuse the whole entry.
+    if (/[\x00-\x1f\x7f]/.test(part)) {
+      invalid.push(part.replace(/[\x00-\x1f\x7f]+/g, ' ').trim());
+      continue;
+    }
     for (const entry of flatten(addressparser(part))) {
       const address = entry.address.trim();
       if (!address || !isEmailAddress(address)) {
         invalid.push(address || entry.name);
+        continue;
+      }
+      // `a@x.com b@x.com` and `a@x.com <b@x.com>` parse as a name plus one address: an
+      // unquoted name that is itself an address is a malformed list, not a display name.
+      if (entry.name.includes('@') && !part.includes(`"${entry.name}"`)) {
+        invalid.push(`${entry.name} ${address}`);
         continue;
       }
       const key = addressKey(address);

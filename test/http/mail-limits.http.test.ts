@@ -19,6 +19,8 @@ async function eventually<T>(probe: () => Promise<T | undefined | null | false>,
 
 /** A relay that refuses recipients by rule: `tempfail-once@` gets one 451, `reject@` always 550. */
 let attempts: Record<string, number> = {};
+/** The RCPT list of each message the relay took. */
+const envelopes: string[][] = [];
 const relay = new SMTPServer({
   authOptional: true,
   disabledCommands: ['AUTH', 'STARTTLS'],
@@ -30,7 +32,8 @@ const relay = new SMTPServer({
     if (a.startsWith('reject@')) return callback(Object.assign(new Error('5.1.1 no such user'), { responseCode: 550 }));
     callback();
   },
-  onData(stream, _session, callback) {
+  onData(stream, session, callback) {
+    envelopes.push(session.envelope.rcptTo.map((r) => r.address));
     stream.resume();
     stream.on('end', () => callback());
   },
@@ -102,5 +105,18 @@ describe('delivery reactor', () => {
     });
     expect(failed.error).toMatch(/550|5\.1\.1/);
     expect(attempts['reject@example.com']).toBe(1);
+  }, 30_000);
+
+  test('recipients refused one by one: a 5xx is listed in `rejected`, a 4xx is retried alone; the others get it once', async () => {
+    const fourth = await server.api('POST', '/api/identities/', { token, body: { name: 'Mixed' } });
+    const res = await compose(fourth.body.uuid, 'ok-mixed@example.com, reject@example.com, tempfail-once@example.net', 'mixed');
+    expect(res.status).toBe(201);
+    const sent = await eventually(async () => {
+      const m = await server.api('GET', `/api/email-messages/${res.body.uuid}/`, { token, identity: fourth.body.uuid });
+      return m.body.status === 'sent' && m.body;
+    });
+    expect(sent.rejected).toEqual(['reject@example.com']);
+    const mine = envelopes.filter((to) => to.some((a) => a === 'ok-mixed@example.com' || a === 'tempfail-once@example.net'));
+    expect(mine).toEqual([['ok-mixed@example.com'], ['tempfail-once@example.net']]);
   }, 30_000);
 });

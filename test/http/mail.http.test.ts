@@ -283,6 +283,11 @@ describe('sending through the relay', () => {
     // JSON types are kept through the list normalisation: a number is not a subject; null cc is no cc.
     const typed = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'ok@example.org', subject: 5, body: 'b', cc: null });
     expect([typed.status, typed.body]).toEqual([400, { subject: ['Not a valid string.'] }]);
+    // A malformed list is refused, not read as other recipients (a dropped one, a smuggled Bcc).
+    for (const to of ['x@example.org y@example.org', 'x@example.org <y@example.org>', 'x@example.org\r\nBcc: evil@example.org']) {
+      const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to, subject: 's', body: 'b' });
+      expect([to, res.status, Object.keys(res.body)]).toEqual([to, 400, ['to']]);
+    }
   });
 
   test('reply and reply-all: "Re: " once, In-Reply-To and References, recipients from the original', async () => {

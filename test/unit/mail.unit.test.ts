@@ -28,6 +28,18 @@ describe('addresses', () => {
     expect(r.addresses.map((a) => a.address)).toEqual(['ok@example.com']);
     expect(r.invalid.length).toBeGreaterThanOrEqual(3);
   });
+
+  test('a malformed list is refused, never read as other recipients', () => {
+    // Two addresses without a comma, an address as an unquoted display name, a smuggled header.
+    for (const input of ['x@ext.com y@ext.com', 'x@ext.com <y@ext.com>', 'x@ext.com\r\nBcc: evil@ext.com', 'x@ext.com\nBcc: evil@ext.com', 'a@x.com\u0000']) {
+      const r = parseAddressList(input);
+      expect([input, r.invalid.length > 0]).toEqual([input, true]);
+      expect(r.addresses.map((a) => a.address)).not.toContain('evil@ext.com');
+    }
+    // A quoted display name may contain @; groups and semicolons are lists.
+    expect(parseAddressList('"a@b.com" <c@d.com>').addresses).toEqual([{ address: 'c@d.com', name: 'a@b.com' }]);
+    expect(parseAddressList('Team: a@x.com, b@x.com;').addresses).toHaveLength(2);
+  });
 });
 
 describe('subjects and bodies', () => {
