@@ -14,7 +14,7 @@ import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
 import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
-import { addressKey, parseAddressList, safeFilename } from './text.js';
+import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 
 interface ComposeBody {
   to: string;
@@ -121,6 +121,8 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     preview: m.preview,
     text: bodies ? bodies.text : m.text,
     html: bodies ? bodies.html : m.html,
+    // Bodies over 256 KiB are kept out of the message list (null here): GET the message, or its thread.
+    truncated: !bodies && Boolean(m.textBlob || m.htmlBlob),
     attachments: m.attachments.map(attachmentOut(base)),
     read: m.read,
     message_id: m.internetMessageId,
@@ -180,6 +182,9 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     const target = original.direction === 'inbound' ? (original.replyTo.length ? original.replyTo : [original.from]) : original.to;
     let to = without(all ? [...target, ...(original.direction === 'inbound' ? original.to : [])] : target, all ? [own] : []);
     if (to.length === 0) to = without(target.length ? target : [original.from], []);
+    // A sender header without a usable address (`From: bad <not an address>`, no From at all).
+    to = to.filter((a) => isEmailAddress(a.address));
+    if (to.length === 0) throw badRequest({ non_field_errors: ['The original message has no address to reply to.'] });
     const cc = all ? without([...original.cc, ...extra.cc], [own, ...to.map((a) => a.address)]) : without(extra.cc, to.map((a) => a.address));
     const bcc = without(extra.bcc, [...to, ...cc].map((a) => a.address));
     const doc = await mail.send(identityId, {
@@ -212,14 +217,14 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         if (!thread || thread.identityId !== identityId) throw notFound('Thread not found.');
         let list = await threadMessages(thread.id);
         const unread = list.filter((m) => !m.read);
-        if (unread.length) {
+        if (unread.length && ctx.method === 'GET') { // HEAD is safe (RFC 9110 §9.2.1): it marks nothing
           // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events").
           await mail.markRead(identityId, unread, true);
           thread = (await threads().get(thread.id)) ?? thread;
           list = await threadMessages(thread.id);
         }
-        const out = messageOut(baseUrl(ctx));
-        ctx.body = { ...threadOut(thread), messages: list.map(out) };
+        const base = baseUrl(ctx);
+        ctx.body = { ...threadOut(thread), messages: await Promise.all(list.map(async (m) => messageOut(base, await fullBodies(m))(m))) };
       });
 
       r.get('/api/email-messages/', async (ctx) => {
@@ -249,7 +254,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       r.get('/api/email-messages/:id/', async (ctx) => {
         const identityId = await identityOf(ctx);
         let m = await ownMessage(identityId, ctx.params.id);
-        if (!m.read) {
+        if (!m.read && ctx.method === 'GET') { // HEAD marks nothing
           await mail.markRead(identityId, [m], true);
           m = (await messages().get(m.id)) ?? m;
         }

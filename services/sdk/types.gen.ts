@@ -478,6 +478,10 @@ export interface MailEmailMessage {
   preview: string;
   text?: string | null;
   html?: string | null;
+  /**
+   * True in the message list when the bodies are over 256 KiB and left out (text and html null): read the message or its thread for them.
+   */
+  truncated?: boolean;
   attachments: MailAttachment[];
   read: boolean;
   message_id?: string | null;

@@ -148,6 +148,29 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect((await api('PATCH', `/api/email-messages/${firstId}/`, alice.uuid, { read: false })).body.read).toBe(false); // as the next test expects
   });
 
+  test('HEAD marks nothing read; bodies over 256 KiB are left out of the list (truncated) and in the thread and message', async () => {
+    const big = 'x'.repeat(300 * 1024);
+    await outsideSender().sendMail({ from: 'bulk@example.com', to: alice.inbox, subject: `Big body ${suffix}`, text: big });
+    const listed = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((m: { subject: string }) => m.subject === `Big body ${suffix}`);
+    expect(listed).toMatchObject({ truncated: true, text: null, read: false });
+    const head = await fetch(`${server.url}/api/email-messages/${listed.uuid}/`, { method: 'HEAD', headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid } });
+    expect(head.status).toBe(200);
+    const headThread = await fetch(`${server.url}/api/email-inbox/${listed.thread_id}/`, { method: 'HEAD', headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid } });
+    expect(headThread.status).toBe(200);
+    expect((await api('GET', '/api/email-messages/?unread=true', alice.uuid)).body.some((m: { uuid: string }) => m.uuid === listed.uuid)).toBe(true);
+    const thread = await api('GET', `/api/email-inbox/${listed.thread_id}/`, alice.uuid);
+    expect(thread.body.messages[0].text.trim()).toBe(big);
+    expect(thread.body.messages[0].truncated).toBe(false);
+    expect((await api('GET', `/api/email-messages/${listed.uuid}/`, alice.uuid)).body.text.trim()).toBe(big);
+  });
+
+  test('a reply to a message without a usable sender address is a 400, not a mail to nobody', async () => {
+    await outsideSender().sendMail({ envelope: { from: 'bounce@example.com', to: [alice.inbox] }, raw: `From: "bad" <not an address>\r\nTo: ${alice.inbox}\r\nSubject: No sender ${suffix}\r\n\r\nhello\r\n` });
+    const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === `No sender ${suffix}`);
+    const res = await api('POST', `/api/email-messages/${m.uuid}/reply/`, alice.uuid, { body: 'hi' });
+    expect([res.status, Object.keys(res.body)]).toEqual([400, ['non_field_errors']]);
+  });
+
   test('RFC 5322 §3.6.4: a reply carrying In-Reply-To joins the thread; opening the thread marks all read', async () => {
     await outsideSender().sendMail({
       from: 'Carol <carol@example.com>',
