@@ -44,6 +44,28 @@ export function pageParams(ctx: Context): { limit: number; cursor: string | null
  */
 const serialized = new WeakMap<object, WeakMap<object, Buffer>>();
 
+/**
+ * A page of a small list kept in one document (e.g. an identity's phone numbers), with the
+ * same limit/cursor rules as the read store's lists: the cursor names the last key given.
+ */
+export function pageOfList<T>(items: readonly T[], keyOf: (item: T) => string, params: { limit: number; cursor: string | null }): Page<T> {
+  let start = 0;
+  if (params.cursor !== null) {
+    let after: unknown;
+    try {
+      after = JSON.parse(Buffer.from(params.cursor, 'base64url').toString('utf8'));
+    } catch {
+      after = undefined;
+    }
+    const at = typeof after === 'string' ? items.findIndex((item) => keyOf(item) === after) : -1;
+    if (at < 0) throw badRequest({ cursor: ['Invalid cursor.'] });
+    start = at + 1;
+  }
+  const slice = items.slice(start, start + params.limit);
+  const more = start + params.limit < items.length;
+  return { items: slice, next: more ? Buffer.from(JSON.stringify(keyOf(slice[slice.length - 1]))).toString('base64url') : null };
+}
+
 /** Answers a page as a JSON array, with an RFC 8288 `Link: <...>; rel="next"` when more remain. */
 export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R, publicUrl: string): void {
   if (page.next) {

@@ -25,6 +25,30 @@ export interface OperationSpec {
   errorSchemas?: Record<string, string>;
   contentType?: string;
   description?: string;
+  /** Query parameters beyond the common ones (lists get limit/cursor, identity-scoped ones `identity`). */
+  query?: { name: string; description: string; schema?: Record<string, unknown> }[];
+  /** Another success status with the same body (e.g. an upsert's 200 beside its 201). */
+  alsoStatus?: number;
+  /** The request is the raw bytes of an upload, not a document. */
+  rawBody?: boolean;
+  /** Request media types beyond JSON (default: JSON; auth endpoints also take forms). */
+  requestTypes?: string[];
+}
+
+/** Query parameters of every list (DECISIONS "Wire conventions"). */
+const PAGE_PARAMS = [
+  { name: 'limit', in: 'query', required: false, description: 'Page size (default 50, max 200).', schema: { type: 'integer', minimum: 1, maximum: 200, default: 50 } },
+  { name: 'cursor', in: 'query', required: false, description: 'Opaque cursor from the previous page\'s Link rel="next".', schema: { type: 'string' } },
+];
+const LINK_HEADER = { Link: { description: 'RFC 8288 `<url>; rel="next"` when more items remain.', schema: { type: 'string' } } };
+/** 400 is a field map for validation, or `{detail, code}` for other bad requests (identity_required, parse_error). */
+const BAD_REQUEST = { anyOf: [{ $ref: '#/components/schemas/CommonValidationError' }, { $ref: '#/components/schemas/CommonError' }] };
+
+/** The body of a success answer that has no JSON Schema def, by media type. */
+function untypedBody(contentType: string): Record<string, unknown> {
+  if (contentType === 'application/json') return { type: 'object' };
+  if (contentType.startsWith('text/')) return { type: 'string' };
+  return { type: 'string', contentMediaType: contentType, contentEncoding: 'binary' };
 }
 
 const prefixOf = (file: string) =>
@@ -56,6 +80,16 @@ function refOf(ref: string, file: string): string {
   return `#/components/schemas/${prefixOf(f || file)}${def}`;
 }
 
+/** JSON (and forms where taken); optional when the request def requires nothing (e.g. logout, device start). */
+function requestBodyOf(op: OperationSpec, file: string, schema: Record<string, unknown>): Record<string, unknown> {
+  const ref = { $ref: refOf(op.request!, file) };
+  const types = op.requestTypes ?? (op.tag === 'auth' ? ['application/json', 'application/x-www-form-urlencoded', 'multipart/form-data'] : ['application/json']);
+  const [defFile, defName] = op.request!.includes('#') ? op.request!.split('#') : [file, op.request!];
+  const owner = defFile === file ? schema : loadSchemaFiles()[defFile];
+  const def = ((owner?.$defs ?? {}) as Record<string, { required?: string[] }>)[defName];
+  return { required: Boolean(def?.required?.length), content: Object.fromEntries(types.map((t) => [t, { schema: ref }])) };
+}
+
 export function buildOpenApi(): Record<string, unknown> {
   const files = loadSchemaFiles();
   const schemas: Record<string, unknown> = {};
@@ -64,20 +98,43 @@ export function buildOpenApi(): Record<string, unknown> {
     const defs = (schema.$defs ?? {}) as Record<string, unknown>;
     for (const [name, def] of Object.entries(defs)) schemas[`${prefixOf(file)}${name}`] = rewriteRefs(def, file);
     for (const op of (schema['x-operations'] ?? []) as OperationSpec[]) {
-      const params = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+      const params: Record<string, unknown>[] = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
       if (op.auth === 'identity') {
-        params.push({ name: 'X-Service-Identity', in: 'header', required: false, schema: { type: 'string', format: 'uuid' } } as never);
+        params.push({ name: 'X-Service-Identity', in: 'header', required: false, schema: { type: 'string', format: 'uuid' } });
+        params.push({ name: 'identity', in: 'query', required: false, description: 'The identity, instead of X-Service-Identity (management keys and user tokens).', schema: { type: 'string', format: 'uuid' } });
       }
+      if (op.array) params.push(...PAGE_PARAMS);
+      for (const q of op.query ?? []) params.push({ name: q.name, in: 'query', required: false, description: q.description, schema: q.schema ?? { type: 'string' } });
+
       const status = String(op.status ?? 200);
-      const responseSchema = op.response ? (op.array ? { type: 'array', items: { $ref: refOf(op.response, file) } } : { $ref: refOf(op.response, file) }) : undefined;
-      const responses: Record<string, unknown> = {
-        [status]: { description: op.summary, ...(responseSchema ? { content: { [op.contentType ?? 'application/json']: { schema: responseSchema } } } : {}) },
+      const contentType = op.contentType ?? 'application/json';
+      const responseSchema = op.response
+        ? op.array
+          ? { type: 'array', items: { $ref: refOf(op.response, file) } }
+          : { $ref: refOf(op.response, file) }
+        : status === '204' || status.startsWith('3') || (op.path === '/api/auth/token/verify/')
+          ? undefined
+          : untypedBody(contentType);
+      const success = {
+        description: op.summary,
+        ...(op.array ? { headers: LINK_HEADER } : {}),
+        ...(responseSchema ? { content: { [contentType]: { schema: responseSchema } } } : {}),
       };
-      for (const code of op.errors ?? []) {
-        const common = { $ref: code === 400 ? '#/components/schemas/CommonValidationError' : '#/components/schemas/CommonError' };
+      const responses: Record<string, unknown> = { [status]: success };
+      if (op.alsoStatus) responses[String(op.alsoStatus)] = success;
+      // Statuses every operation of a kind can answer: bad query/paging and bodies (400), bodies
+      // over 1 MiB (413) or of a media type not taken (415).
+      const codes = new Set(op.errors ?? []);
+      if (op.array || op.request || op.auth === 'identity') codes.add(400);
+      if (op.request) {
+        codes.add(413);
+        codes.add(415);
+      }
+      for (const code of [...codes].sort((a, b) => a - b)) {
+        const common = code === 400 ? BAD_REQUEST : { $ref: '#/components/schemas/CommonError' };
         const own = op.errorSchemas?.[String(code)];
         responses[String(code)] = {
-          description: code === 400 ? 'Validation error' : 'Error',
+          description: code === 400 ? 'Validation error or bad request' : 'Error',
           content: { 'application/json': { schema: own ? { anyOf: [{ $ref: refOf(own, file) }, common] } : common } },
         };
       }
@@ -98,17 +155,7 @@ export function buildOpenApi(): Record<string, unknown> {
         tags: [op.tag ?? prefixOf(file)],
         operationId: `${op.method}_${op.path.replace(/[^\w]+/g, '_').replace(/^_|_$/g, '')}`,
         ...(params.length ? { parameters: params } : {}),
-        ...(op.request
-          ? {
-              requestBody: {
-                required: true,
-                content: {
-                  'application/json': { schema: { $ref: refOf(op.request, file) } },
-                  ...(op.tag === 'auth' ? { 'application/x-www-form-urlencoded': { schema: { $ref: refOf(op.request, file) } } } : {}),
-                },
-              },
-            }
-          : {}),
+        ...(op.request ? { requestBody: requestBodyOf(op, file, schema) } : op.rawBody ? { requestBody: { required: true, content: { '*/*': { schema: { type: 'string', contentEncoding: 'binary' } } } } } : {}),
         security,
         responses,
       };

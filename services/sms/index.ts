@@ -7,7 +7,7 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { body, pageParams, queryFlag, sendPage } from '../gateway/http.js';
+import { body, pageOfList, pageParams, queryFlag, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { ApiError, notFound } from '../gateway/errors.js';
 import { isUuid, newId, nowIso } from '../kernel/ids.js';
@@ -154,8 +154,10 @@ export const smsContext: ContextFactory = (shared) => {
 
     r.get('/api/phone/', async (ctx) => {
       const identityId = await identityOf(ctx);
+      const params = pageParams(ctx);
       const doc = await reads.collection<SmsPhonesDoc>(SMS_PHONES).get(identityId);
-      ctx.body = (doc?.numbers ?? []).map((n) => ({ number: n.number, provider: n.provider, capabilities: ['sms'], created_dt: n.createdAt }));
+      const page = pageOfList(doc?.numbers ?? [], (n) => n.number, params);
+      sendPage(ctx, page, (n) => ({ number: n.number, provider: n.provider, capabilities: ['sms'], created_dt: n.createdAt }), config.publicUrl);
     });
   };
 

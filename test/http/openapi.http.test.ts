@@ -1,8 +1,10 @@
 /** DECISIONS "Wire conventions": the OpenAPI 3.1 document, version 1.0.0, lists every endpoint the service has. */
-import { startTestServer, type TestServer } from '../support/server.js';
+import Ajv2020 from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { startTestServer, type ApiResponse, type TestServer } from '../support/server.js';
 
 let s: TestServer;
-beforeAll(async () => (s = await startTestServer({ ADMIN_TOKEN: 'admin-secret' })));
+beforeAll(async () => (s = await startTestServer({ ADMIN_TOKEN: 'admin-secret', SMS_WEBHOOK_SECRET: 'hook' })));
 afterAll(async () => s?.close());
 
 describe('GET /api/schema/', () => {
@@ -49,5 +51,72 @@ describe('GET /api/schema/', () => {
     }
     const poll = (doc.paths['/api/auth/device/token/'] as unknown as Record<string, { responses: Record<string, unknown> }>).post.responses['400'];
     expect(JSON.stringify(poll)).toContain('DeviceDeviceTokenError');
+  });
+
+  it('real answers, successes and errors, match what the document declares for their operation and status', async () => {
+    const doc = (await s.api('GET', '/api/schema/')).body as { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>>; components: object };
+    const ajv = new (Ajv2020 as unknown as typeof Ajv2020.default)({ strict: false, allErrors: true });
+    (addFormats as unknown as typeof addFormats.default)(ajv);
+    // Fixed paths first (compose before {id}), as the router matches them.
+    const params = (t: string) => (t.match(/\{/g) ?? []).length;
+    const templates = Object.keys(doc.paths)
+      .sort((x, y) => params(x) - params(y))
+      .map((t) => ({ t, re: new RegExp(`^${t.replace(/\{\w+\}/g, '[^/]+')}$`) }));
+    const problems: string[] = [];
+    let checked = 0;
+    const check = (method: string, path: string, res: ApiResponse) => {
+      const template = templates.find((x) => x.re.test(path.split('?')[0]))?.t;
+      const op = template ? doc.paths[template][method.toLowerCase()] : undefined;
+      const declared = op?.responses[String(res.status)];
+      if (!declared) return void problems.push(`${method} ${path}: ${res.status} not declared`);
+      const schema = declared.content?.['application/json']?.schema;
+      if (!schema || !(res.headers.get('content-type') ?? '').includes('json')) return;
+      const validate = ajv.compile({ ...schema, components: doc.components });
+      checked += 1;
+      if (!validate(res.body)) problems.push(`${method} ${path} ${res.status}: ${ajv.errorsText(validate.errors)}`);
+    };
+    const call = async (method: string, path: string, opts: Parameters<TestServer['api']>[2] = {}) => {
+      const res = await s.api(method, path, opts);
+      check(method, path, res);
+      return res;
+    };
+    const raw = async (method: string, path: string, token: string, body: string, type: string) => {
+      const res = await fetch(s.url + path, { method, headers: { authorization: `Bearer ${token}`, 'content-type': type }, body });
+      const text = await res.text();
+      const parsed = { status: res.status, headers: res.headers, text, body: text ? JSON.parse(text) : null } as ApiResponse;
+      check(method, path, parsed);
+    };
+
+    const owner = await s.signUp();
+    const token = owner.access;
+    await s.api('PUT', `/api/admin/users/${owner.user.pk}/subscription/`, { token: 'admin-secret', body: { plan: 'developer', status: 'active' } });
+    const a = (await call('POST', '/api/identities/', { token, body: { name: 'Doc A', provision_phone: true } })).body;
+    const b = (await call('POST', '/api/identities/', { token, body: { name: 'Doc B' } })).body;
+    await call('POST', '/api/auth/keys/identity/', { token, body: { label: 'doc', identity_uuid: a.uuid } });
+    await call('POST', '/api/auth/keys/management/', { token, body: { label: 'doc' } });
+    const e2e = 'e2e::AAAA';
+    await call('POST', '/api/passwords/', { token, identity: a.uuid, body: { domain: 'example.com', username: e2e, password: e2e, notes: e2e } });
+    await call('POST', '/api/vault/', { token, identity: a.uuid, body: { key: 'k', value: e2e } });
+    await call('POST', '/api/vault/', { token, identity: a.uuid, body: { key: 'k', value: e2e } }); // the upsert's 200
+    const sent = (await call('POST', '/api/email-messages/compose/', { token, identity: a.uuid, body: { to: b.inbox, subject: 'doc', body: '<p>hi</p>' } })).body;
+    await call('POST', '/api/email-attachments/presign/', { token, identity: a.uuid, body: { filename: 'a.txt', content_type: 'text/plain', size: 3 } });
+    await s.api('POST', '/api/webhooks/sms/', { form: { From: '+15550007777', To: a.phone, Body: 'hello', MessageSid: 'SMdoc1' }, headers: { 'x-webhook-secret': 'hook' } });
+    for (const path of ['/api/identities/', '/api/auth/keys/identity/', '/api/auth/keys/management/', '/api/auth/user/', '/api/master/', '/api/subscription/', '/api/encryption/', '/api/health/whoami/', '/api/passwords/generate_password/']) {
+      await call('GET', path, { token });
+    }
+    for (const path of ['/api/email-inbox/', '/api/email-messages/', '/api/sms-inbox/', '/api/messages/', '/api/phone/', '/api/passwords/', '/api/vault/', '/api/email-inbox/?limit=1', `/api/email-messages/${sent.uuid}/`, `/api/email-inbox/${sent.thread_id}/`]) {
+      await call('GET', path, { token, identity: a.uuid });
+    }
+    // Errors: no identity, unknown identity, bad paging, bad JSON, wrong media type, too large, a validation error.
+    await call('GET', '/api/passwords/', { token });
+    await call('GET', '/api/vault/', { token, identity: '0190a000-0000-7000-8000-000000000000' });
+    await call('GET', '/api/identities/?limit=abc', { token });
+    await call('GET', '/api/phone/?cursor=nope', { token, identity: a.uuid });
+    await call('POST', '/api/identities/', { token, body: {} });
+    await raw('POST', '/api/vault/', token, '{bad', 'application/json');
+    await raw('POST', '/api/identities/', token, '<x/>', 'application/xml');
+    await raw('POST', '/api/identities/', token, JSON.stringify({ name: 'x'.repeat(1_100_000) }), 'application/json');
+    expect(problems).toEqual([]);
+    expect(checked).toBeGreaterThan(25);
   });
 });
