@@ -72,6 +72,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     try {
       const u = new URL(value);
       if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${value}")`);
+      else if (!u.hostname) problems.push(`${name} must name a host (got "${value}")`);
     } catch {
       problems.push(`${name} must be a URL (got "${value}")`);
     }
@@ -104,6 +105,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   }
   const smtpPort = int('SMTP_PORT', 2525, 0, 65535);
   const smtpHost = str('SMTP_HOST', '127.0.0.1');
+  if (smtpPort !== 0 && smtpPort === port) problems.push(`SMTP_PORT must differ from PORT (both ${port})`);
   const relay = opt('SMTP_RELAY_URL');
   if (relay) url('SMTP_RELAY_URL', relay, ['smtp:', 'smtps:']);
 
@@ -137,8 +139,14 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     const mongo = opt('MONGO_URL');
     const kafka = opt('KAFKA_BROKERS');
     if (!es) problems.push('EVENTSTORE_URL is required when STORE=cluster');
+    // Connection strings may list several hosts (`esdb://a:2113,b:2113`), which URL cannot parse.
+    else if (!/^esdb(\+discover)?:\/\/[^/?#\s]+/.test(es)) problems.push(`EVENTSTORE_URL must be an esdb:// or esdb+discover:// connection string (got "${es}")`);
     if (!mongo) problems.push('MONGO_URL is required when STORE=cluster');
+    else if (!/^mongodb(\+srv)?:\/\/[^/?#\s]+/.test(mongo)) problems.push(`MONGO_URL must be a mongodb:// or mongodb+srv:// connection string (got "${mongo}")`);
     if (!kafka) problems.push('KAFKA_BROKERS is required when STORE=cluster');
+    else {
+      if (kafka.split(',').some((b) => !/^\S+:\d{1,5}$/.test(b.trim()))) problems.push(`KAFKA_BROKERS must be host:port[,host:port...] (got "${kafka}")`);
+    }
     cluster = { eventStoreUrl: es ?? '', mongoUrl: mongo ?? '', kafkaBrokers: (kafka ?? '').split(',').map((b) => b.trim()).filter(Boolean) };
   }
 

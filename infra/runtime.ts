@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
@@ -130,9 +130,23 @@ export interface StartOptions {
   serve?: boolean;
 }
 
+/**
+ * `mkdir -p` one level at a time: Node's recursive mkdir never returns when a parent refuses
+ * children with ENOENT (e.g. under /proc), so a bad DATA_DIR would hang the start instead
+ * of failing with a line naming it.
+ */
+function createDirectory(dir: string): void {
+  const missing: string[] = [];
+  for (let d = path.resolve(dir); !existsSync(d); d = path.dirname(d)) {
+    missing.unshift(d);
+    if (path.dirname(d) === d) break;
+  }
+  for (const d of missing) mkdirSync(d);
+}
+
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
-  mkdirSync(config.dataDir, { recursive: true });
+  createDirectory(config.dataDir);
   const keys = loadKeyRing(config.dataDir);
 
   const role = processRole(config);

@@ -155,6 +155,11 @@ describe('durability', () => {
         [{ SMTP_PORT: busy }, /^failed to start: SMTP_PORT: /],
         [{ HOST: 'no-such-host.invalid' }, /^failed to start: HOST: /],
         [{ DATA_DIR: file }, /^configuration error: DATA_DIR /],
+        [{ DATA_DIR: '/proc/no-such-dir' }, /^failed to start: DATA_DIR: /], // recursive mkdir used to spin here forever
+        [{ PORT: '47999', SMTP_PORT: '47999' }, /^configuration error: SMTP_PORT must differ from PORT/],
+        [{ SMTP_RELAY_URL: 'smtp://' }, /^configuration error: SMTP_RELAY_URL must name a host/],
+        [{ STORE: 'cluster', EVENTSTORE_URL: 'notaurl', MONGO_URL: 'mongodb://m:27017', KAFKA_BROKERS: 'k:9092' }, /^configuration error: EVENTSTORE_URL /],
+        [{ STORE: 'cluster', EVENTSTORE_URL: 'esdb://a:2113,b:2113?tls=false', MONGO_URL: 'notaurl', KAFKA_BROKERS: 'k' }, /^configuration error: MONGO_URL .*; KAFKA_BROKERS /],
       ] as const) {
         const { code, lines } = await startWith(env);
         expect([env, code, lines.length]).toEqual([env, 1, 1]);
