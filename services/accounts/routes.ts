@@ -6,7 +6,7 @@ import type { Authenticator, IdentityRecord } from '../gateway/auth.js';
 import { SESSION_COOKIE } from '../gateway/auth.js';
 import { body, created } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { ApiError, badRequest, forbidden, notFound } from '../gateway/errors.js';
+import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import { toPublicUser, type Accounts } from './service.js';
 import type { TokenService } from './tokens.js';
 
@@ -100,9 +100,9 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         const claims = await tokens.verify(b.token, 'any');
         if (claims.tokenType === 'refresh') {
           const session = await accounts.liveSession(claims.sessionId);
-          if (!session) throw new ApiError(401, 'token_expired', 'Token has been revoked.');
+          if (!session) throw tokenExpired('Token has been revoked.');
           // Rotated away: only the family's newest refresh token is valid (using this one would revoke the family).
-          if (session.tokenId !== claims.jti) throw new ApiError(401, 'token_not_valid', 'Token has already been used (refresh tokens rotate).');
+          if (session.tokenId !== claims.jti) throw tokenNotValid('Token has already been used (refresh tokens rotate).');
         }
         // "200, no body" (SPEC). Koa turns a null body into 204, so: an empty one, untyped.
         ctx.status = 200;

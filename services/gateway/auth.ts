@@ -94,7 +94,7 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
         if (!value) throw notAuthenticated('Invalid Authorization header. No credentials provided.'); // no credential: DECISIONS' not_authenticated
         if (value.startsWith(KEY_PREFIXES.management) || value.startsWith(KEY_PREFIXES.identity)) {
           const key = await resolvers.findKey(value);
-          if (!key) throw new ApiError(401, 'token_not_valid', 'Invalid or revoked API key.');
+          if (!key) throw tokenNotValid('Invalid or revoked API key.');
           resolvers.touchKey?.(key.keyId);
           return key.kind === 'identity_key'
             ? { kind: 'identity_key', userPk: key.userPk, keyId: key.keyId, fencedIdentity: key.identityId }
@@ -209,7 +209,7 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
     // Not a uuid: no such identity, as a malformed id in a path is (404 either way).
     const found = isUuid(chosen) ? await resolvers.findIdentity(chosen) : null;
     if (!found) {
-      if (p.fencedIdentity) throw new ApiError(401, 'token_not_valid', 'The identity of this key was deleted.');
+      if (p.fencedIdentity) throw tokenNotValid('The identity of this key was deleted.');
       throw notFound('Identity not found.');
     }
     if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');

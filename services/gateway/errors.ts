@@ -53,11 +53,13 @@ export class ApiError extends Error {
 
 export const badRequest = (fields: FieldErrors) => new ApiError(400, 'invalid', 'Invalid input.', fields);
 export const fieldError = (field: string, message: string) => badRequest({ [field]: [message] });
+/** RFC 6750 §3 / RFC 9110 §11.6.1: a 401 names the scheme to use (Bearer, not Basic: no browser login prompt). */
+const challenge = (error?: string) => ({ 'WWW-Authenticate': error ? `Bearer realm="api", error="${error}"` : 'Bearer realm="api"' });
 export const notAuthenticated = (detail = 'Authentication credentials were not provided.') =>
-  new ApiError(401, 'not_authenticated', detail);
+  new ApiError(401, 'not_authenticated', detail, undefined, challenge());
 export const tokenNotValid = (detail = 'Given token not valid for any token type') =>
-  new ApiError(401, 'token_not_valid', detail);
-export const tokenExpired = (detail = 'Token is expired') => new ApiError(401, 'token_expired', detail);
+  new ApiError(401, 'token_not_valid', detail, undefined, challenge('invalid_token'));
+export const tokenExpired = (detail = 'Token is expired') => new ApiError(401, 'token_expired', detail, undefined, challenge('invalid_token'));
 export const forbidden = (detail = 'You do not have permission to perform this action.', code: ErrorCode = 'permission_denied') =>
   new ApiError(403, code, detail);
 export const notFound = (detail = 'Not found.') => new ApiError(404, 'not_found', detail);

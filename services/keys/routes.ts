@@ -5,7 +5,7 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { ApiError, badRequest, forbidden, notFound } from '../gateway/errors.js';
+import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { Accounts } from '../accounts/service.js';
 import { toIdentityKey, toManagementKey, type Keys } from './service.js';
@@ -108,7 +108,7 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
         const selects = Boolean(ctx.get('x-service-identity') || (typeof ctx.query.identity === 'string' && ctx.query.identity) || p.fencedIdentity || p.boundIdentity);
         const identity = selects ? (await auth.identity(ctx)).identityId : null;
         const user = await deps.accounts.findUser(p.userPk);
-        if (!user) throw new ApiError(401, 'token_not_valid', 'User not found.');
+        if (!user) throw tokenNotValid('User not found.');
         const key = p.keyId ? await keys.get(p.keyId) : null;
         ctx.body = {
           // DECISIONS names three kinds: a user's own sign-in (session cookie, HTTP basic)

@@ -179,9 +179,11 @@ describe('tokens', () => {
     let res = await s.api('GET', '/api/auth/user/');
     expect(res.status).toBe(401);
     expect(res.body).toEqual({ detail: expect.any(String), code: 'not_authenticated' });
+    expect(res.headers.get('www-authenticate')).toBe('Bearer realm="api"'); // RFC 6750 §3
     res = await s.api('GET', '/api/auth/user/', { token: 'garbage' });
     expect(res.status).toBe(401);
     expect(res.body.code).toBe('token_not_valid');
+    expect(res.headers.get('www-authenticate')).toBe('Bearer realm="api", error="invalid_token"');
     // "Bearer " with nothing after it carries no credential.
     res = await s.api('GET', '/api/auth/user/', { headers: { authorization: 'Bearer ' } });
     expect([res.status, res.body.code]).toEqual([401, 'not_authenticated']);
