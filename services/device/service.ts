@@ -199,7 +199,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   const expiredAnswer = () =>
     err('expired_token', {
       code: 'device_code_expired',
-      detail: 'The device code has expired before it was approved. Request a new one at POST /api/auth/device/.',
+      detail: 'The device code has expired (it lives expires_in seconds from its request). Request a new one at POST /api/auth/device/.',
     });
 
   async function poll(input: { deviceCode: string; wait: boolean; abort?: AbortSignal }): Promise<PollAnswer> {
