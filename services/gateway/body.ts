@@ -30,16 +30,27 @@ function nestedDeeperThan(value: object, max: number): boolean {
 
 const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.');
 
+/** Bodies are UTF-8 (RFC 8259 §8.1 for JSON); a byte sequence that is not is refused, never replaced by U+FFFD. */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
 export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
-  const type = (ctx.get('content-type') || '').split(';')[0].trim().toLowerCase();
+  const contentType = ctx.get('content-type') || '';
+  const type = contentType.split(';')[0].trim().toLowerCase();
   const declared = Number(ctx.get('content-length') || 0);
   if (declared > MAX_BODY_BYTES) throw tooLarge();
+  const encoding = (ctx.get('content-encoding') || 'identity').trim().toLowerCase();
+  if (encoding !== 'identity') throw new ApiError(415, 'unsupported_media_type', `Unsupported Content-Encoding "${encoding}": send the body uncompressed.`);
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType)?.[1].toLowerCase();
+  if (charset && charset !== 'utf-8' && charset !== 'utf8' && type !== 'multipart/form-data') {
+    throw new ApiError(415, 'unsupported_media_type', `Unsupported charset "${charset}": bodies are UTF-8.`);
+  }
   if (type === 'multipart/form-data') return readMultipart(ctx);
   let raw: string;
   try {
-    raw = await getRawBody(ctx.req, { limit: MAX_BODY_BYTES, encoding: 'utf8' });
+    raw = utf8.decode(await getRawBody(ctx.req, { limit: MAX_BODY_BYTES }));
   } catch (err) {
     if ((err as { type?: string }).type === 'entity.too.large') throw tooLarge();
+    if (err instanceof TypeError) throw new ApiError(400, 'parse_error', 'The request body is not valid UTF-8.');
     throw new ApiError(400, 'parse_error', 'Could not read the request body.');
   }
   if (raw.trim() === '') return {};

@@ -109,3 +109,19 @@ it('a garbage credential or identity header is a 4xx on every endpoint', async (
     }
   }
 }, 120_000);
+
+it('bodies are UTF-8: invalid bytes, another charset or a Content-Encoding are refused, never stored as U+FFFD', async () => {
+  const post = (body: Buffer | string, headers: Record<string, string>) =>
+    fetch(`${s.url}/api/identities/`, { method: 'POST', headers: { authorization: `Bearer ${token}`, ...headers }, body });
+  const latin1 = Buffer.concat([Buffer.from('{"name":"lat'), Buffer.from([0xe9]), Buffer.from('"}')]);
+  let res = await post(latin1, { 'content-type': 'application/json' });
+  expect([res.status, ((await res.json()) as { code: string }).code]).toEqual([400, 'parse_error']);
+  res = await post(latin1, { 'content-type': 'application/json; charset=iso-8859-1' });
+  expect(res.status).toBe(415);
+  res = await post('{"name":"gz"}', { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+  expect(res.status).toBe(415);
+  res = await post('\ufeff{"name":"With BOM é"}', { 'content-type': 'application/json; charset=UTF-8' });
+  expect([res.status, ((await res.json()) as { name: string }).name]).toEqual([201, 'With BOM é']);
+  const names = ((await s.api('GET', '/api/identities/', { token })).body as { name: string }[]).map((i) => i.name);
+  expect(names.some((n) => n.includes('\ufffd') || n === 'gz')).toBe(false);
+});
