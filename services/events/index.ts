@@ -34,7 +34,8 @@ const EVENT_ID = /^\d{1,30}$/;
 export function lastEventIdOf(ctx: Context): string | null {
   const header = ctx.get('last-event-id');
   const q = ctx.query.last_event_id;
-  const raw = header !== '' ? header : Array.isArray(q) ? q[0] : q;
+  if (Array.isArray(q)) throw new ApiError(400, 'invalid_last_event_id', 'Give one last_event_id.', { last_event_id: ['Give one last_event_id.'] });
+  const raw = header !== '' ? header : q;
   if (raw === undefined || raw === '') return null;
   const value = raw.trim();
   if (!EVENT_ID.test(value)) {

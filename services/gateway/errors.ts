@@ -41,7 +41,8 @@ export class ApiError extends Error {
   ) {
     super(detail);
     this.name = 'ApiError';
-    this.expose = status < 500;
+    // Deliberate 5xx answers (503 with Retry-After) say why; an unexpected 500 says nothing.
+    this.expose = status !== 500;
   }
 
   /** The JSON body for this error. */

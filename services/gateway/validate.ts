@@ -53,8 +53,12 @@ export function markJsonBody<T extends object>(body: T): T {
   return body;
 }
 
-/** A flag that takes JSON true or the text "true" (forms; fields whose type the spec leaves open). */
-export const isTrue = (value: unknown): boolean => value === true || value === 'true';
+/**
+ * A flag whose schema took the spellings of Django REST framework's BooleanField (forms;
+ * fields whose type the spec leaves open): JSON true or 1, or the text true/1/yes/on.
+ */
+export const isTrue = (value: unknown): boolean =>
+  value === true || value === 1 || (typeof value === 'string' && ['true', '1', 'yes', 'on'].includes(value.toLowerCase()));
 
 const compiled = new Map<string, ValidateFunction>();
 

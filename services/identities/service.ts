@@ -135,7 +135,9 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   }
 
   function paymentRequired(sub: { plan: string; status: string }, phonesWanted: number): ApiError {
-    const planRequired = planRequiredFor(phonesWanted);
+    // A plan that would help; not the current one when only the status is wrong (reactivate it).
+    const needed = planRequiredFor(phonesWanted);
+    const planRequired = needed === sub.plan ? null : needed;
     const wanted = phonesWanted === 1 ? 'a phone number' : `${phonesWanted} phone numbers`;
     const detail =
       sub.status !== 'active'

@@ -30,9 +30,10 @@ export type DeviceHtmlPage = string;
 export type EventsLastEventId = string;
 export type IdentitiesName = string;
 /**
- * Requests a phone number (true, false, "true" or "false"); subject to the plan: 402 when a paid add-on is needed.
+ * Requests a phone number (true or false; also 1/0 and the texts true/false, 1/0, yes/no, on/off, as Django REST framework's BooleanField); subject to the plan: 402 when a paid add-on is needed.
  */
-export type IdentitiesProvisionPhone = true | false | 'true' | 'false' | null;
+export type IdentitiesProvisionPhone =
+  true | false | 1 | 0 | 'true' | 'false' | 'True' | 'False' | '1' | '0' | 'yes' | 'no' | 'on' | 'off' | null;
 export type KeysLabel = string;
 export type MailEmailThreadDetail = MailEmailThread & {
   messages: MailEmailMessage[];
@@ -206,7 +207,7 @@ export interface DeviceDeviceTokenRequest {
   /**
    * Hold the poll (up to DEVICE_WAIT_MAX seconds) until the code is approved, denied or expired.
    */
-  wait?: true | false | 'true' | 'false';
+  wait?: true | false | 1 | 0 | 'true' | 'false' | 'True' | 'False' | '1' | '0' | 'yes' | 'no' | 'on' | 'off';
   grant_type?: 'urn:ietf:params:oauth:grant-type:device_code';
   client_id?: string;
 }

@@ -73,6 +73,10 @@ describe('phone provisioning', () => {
   it('plan upgrade, then provision_phone succeeds: the identity shows an E.164 number', async () => {
     const u = await s.signUp();
     expect((await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'early', provision_phone: true } })).status).toBe(402);
+    // BooleanField's other spellings of true ask for a phone too.
+    for (const provision_phone of [1, '1', 'yes', 'on', 'True']) {
+      expect([provision_phone, (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'early', provision_phone } })).status]).toEqual([provision_phone, 402]);
+    }
     expect((await admin(u.user.pk, { plan: 'developer', status: 'active' })).status).toBe(200);
     const res = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'Caller', provision_phone: 'true' } });
     expect(res.status).toBe(201);
@@ -126,6 +130,8 @@ describe('phone provisioning', () => {
     const res = await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'late payer', provision_phone: true } });
     expect(res.status).toBe(402);
     expect(res.body.code).toBe('payment_required');
+    expect(res.body.detail).toMatch(/past_due/);
+    expect(res.body).not.toHaveProperty('plan_required'); // the plan it is on already: the status is what to fix
   });
 
   it('deleting an identity releases its phone slot; PATCH provision_phone then works', async () => {

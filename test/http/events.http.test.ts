@@ -124,6 +124,8 @@ describe('refusals are JSON answered before the stream opens', () => {
   it('400 for a malformed last_event_id query parameter', async () => {
     const r = await stream(owner.access, idA, {}, '?last_event_id=x1');
     expect(r.status).toBe(400);
+    const twice = await stream(owner.access, idA, {}, '?last_event_id=1&last_event_id=2');
+    expect([twice.status, twice.errorBody]).toEqual([400, { last_event_id: ['Give one last_event_id.'] }]);
   });
 
   it('400 for a well-formed id beyond the last event (never sent: following it would miss every live event)', async () => {
