@@ -135,9 +135,9 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   }
 
   function paymentRequired(sub: { plan: string; status: string }, phonesWanted: number): ApiError {
-    // A plan that would help; not the current one when only the status is wrong (reactivate it).
-    const needed = planRequiredFor(phonesWanted);
-    const planRequired = needed === sub.plan ? null : needed;
+    // A plan that would help: none when the current plan has room and only the status is wrong.
+    const roomy = (PLANS as Record<string, { phoneLimit: number }>)[sub.plan]?.phoneLimit >= phonesWanted;
+    const planRequired = roomy ? null : planRequiredFor(phonesWanted);
     const wanted = phonesWanted === 1 ? 'a phone number' : `${phonesWanted} phone numbers`;
     const detail =
       sub.status !== 'active'
