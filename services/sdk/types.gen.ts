@@ -580,7 +580,7 @@ export interface VaultPasswordCreate {
   notes?: VaultNullableCiphertext;
 }
 /**
- * Full replacement: username and notes left out become null.
+ * Replaces domain and password (required); username and notes change only when given (null clears them), as Django REST framework's PUT.
  */
 export interface VaultPasswordPut {
   domain: VaultDomain;

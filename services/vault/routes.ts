@@ -151,7 +151,11 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
         const { identityId } = await deps.auth().identity(ctx);
         const id = pathUuid(ctx);
         const b = v.put(await body(ctx));
-        const changes: PasswordFields = { domain: b.domain, username: b.username ?? null, password: b.password, notes: b.notes ?? null };
+        // As Django REST framework's PUT: required fields replace, optional ones left out keep
+        // their ciphertext (explicit null clears it), so a PUT without them loses nothing.
+        const changes: PasswordFields = { domain: b.domain, password: b.password };
+        if (b.username !== undefined) changes.username = b.username;
+        if (b.notes !== undefined) changes.notes = b.notes;
         ctx.body = toPasswordEntry(await vault.updateEntry(identityId, id, changes));
       });
 

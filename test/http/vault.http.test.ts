@@ -261,7 +261,7 @@ describe('password entries: server rules', () => {
     expect(ok.body.uuid).toMatch(/^[0-9a-f-]{36}$/);
   });
 
-  test('CRUD: PUT replaces, PATCH merges, DELETE 204 then 404; a used uuid is 409', async () => {
+  test('CRUD: PUT replaces what it is given (optional fields left out keep their ciphertext, null clears), PATCH merges, DELETE 204 then 404; a used uuid is 409', async () => {
     const id = crypto.randomUUID();
     const c = await srv.api('POST', '/api/passwords/', { token: keyA1, body: { uuid: id, domain: 'x.com', username: fakeCiphertext(1), password: fakeCiphertext(2), notes: fakeCiphertext(3) } });
     expect(c.status).toBe(201);
@@ -270,8 +270,10 @@ describe('password entries: server rules', () => {
 
     const put = await srv.api('PUT', `/api/passwords/${id}/`, { token: keyA1, body: { domain: 'y.com', password: fakeCiphertext(4) } });
     expect(put.status).toBe(200);
-    expect(put.body).toMatchObject({ uuid: id, domain: 'y.com', username: null, password: fakeCiphertext(4), notes: null, created_dt: c.body.created_dt });
+    expect(put.body).toMatchObject({ uuid: id, domain: 'y.com', username: fakeCiphertext(1), password: fakeCiphertext(4), notes: fakeCiphertext(3), created_dt: c.body.created_dt });
     expect(put.body.updated_dt >= c.body.updated_dt).toBe(true);
+    const cleared = await srv.api('PUT', `/api/passwords/${id}/`, { token: keyA1, body: { domain: 'y.com', password: fakeCiphertext(4), username: null, notes: null } });
+    expect(cleared.body).toMatchObject({ username: null, notes: null });
     expect((await srv.api('PUT', `/api/passwords/${id}/`, { token: keyA1, body: { domain: 'y.com' } })).status).toBe(400);
 
     const patch = await srv.api('PATCH', `/api/passwords/${id}/`, { token: keyA1, body: { notes: fakeCiphertext(5) } });
