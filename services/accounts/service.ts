@@ -9,7 +9,7 @@ import { streamName } from '../../infra/ports/event-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { holderOf, release, reserve } from '../kernel/reservations.js';
+import { acquire, holderOf, release, reserve } from '../kernel/reservations.js';
 import { ApiError, badRequest, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
@@ -269,9 +269,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const newKey = patch.username?.toLowerCase();
     const reserving = newKey !== undefined && newKey !== current.usernameKey;
     if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
-    if (reserving && !(await reserve(store, 'username', newKey!, owner))) {
-      throw badRequest({ username: ['A user with that username already exists.'] });
-    }
+    const taken = reserving ? await acquire(store, 'username', newKey!, owner) : null;
+    if (taken === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
     // Decided on the stream, so concurrent renames each release the name they replaced.
     let replaced: string | null = null;
     try {
@@ -288,7 +287,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       });
       await settle(append?.position);
     } catch (err) {
-      if (reserving) await release(store, 'username', newKey!, owner);
+      if (taken === 'acquired') await release(store, 'username', newKey!, owner); // only what this request took
       throw err;
     }
     if (replaced !== null) await release(store, 'username', replaced, owner);

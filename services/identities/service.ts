@@ -15,7 +15,8 @@ import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '..
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { release, reserve } from '../kernel/reservations.js';
+import { acquire, release, reserve } from '../kernel/reservations.js';
+import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { currentSubscription, phoneAllowance, planRequiredFor, PLANS } from '../billing/plans.js';
@@ -115,16 +116,19 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const identities = reads.collection<IdentityDoc>(IDENTITIES);
 
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
+  const serial = keyedSerial();
 
   /** Takes a phone slot of the plan for `identityId`, or answers 402. */
-  async function claimSlot(ownerPk: number, identityId: string): Promise<void> {
+  /** Claims a phone slot for the identity; true when this call claimed it (false: it held one already). */
+  async function claimSlot(ownerPk: number, identityId: string): Promise<boolean> {
     const sub = await currentSubscription(reads, ownerPk);
     const allowance = phoneAllowance(sub);
-    await execute(store, phonesStream(ownerPk), slotsEvolver, (slots) => {
-      if (slots.has(identityId)) return { events: [], result: undefined };
+    const { result } = await execute(store, phonesStream(ownerPk), slotsEvolver, (slots) => {
+      if (slots.has(identityId)) return { events: [], result: false };
       if (slots.size >= allowance) throw paymentRequired(sub, slots.size + 1);
-      return { events: [event(PhoneSlotClaimed, { identityId, at: nowIso() } satisfies PhoneSlotData)], result: undefined };
+      return { events: [event(PhoneSlotClaimed, { identityId, at: nowIso() } satisfies PhoneSlotData)], result: true };
     }, 20);
+    return result;
   }
 
   async function freeSlot(ownerPk: number, identityId: string): Promise<void> {
@@ -197,10 +201,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     let slot = false;
     let number: AllocatedNumber | null = null;
     try {
-      if (input.provisionPhone) {
-        await claimSlot(ownerPk, id);
-        slot = true;
-      }
+      if (input.provisionPhone) slot = await claimSlot(ownerPk, id);
       const inbox = await reserveInbox(id, name, input.emailIdentifier);
       if (input.provisionPhone) number = await allocateNumber(id);
       const at = nowIso();
@@ -232,6 +233,12 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
    * the identity as it was.
    */
   async function update(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
+    // One update of an identity at a time in this process: a retried or duplicated request
+    // then sees the first one's outcome (its name, its phone) instead of racing it.
+    return serial(id, () => updateNow(id, input));
+  }
+
+  async function updateNow(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
     const { state } = await load(id);
     const owner = ownerOf(id);
     const name = input.name !== undefined ? cleanName(input.name) : state.name;
@@ -239,7 +246,8 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const oldKey = nameKeyOf(state.ownerPk, state.name);
     const newKey = nameKeyOf(state.ownerPk, name);
     const reserving = renaming && newKey !== oldKey;
-    if (reserving && !(await reserve(store, NAME_KIND, newKey, owner))) throw nameTaken();
+    const taken = reserving ? await acquire(store, NAME_KIND, newKey, owner) : null;
+    if (taken === 'taken') throw nameTaken();
     let position: string | null = null;
     try {
       if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
@@ -252,7 +260,8 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
         position = append?.position ?? position;
       }
     } catch (err) {
-      if (reserving) await release(store, NAME_KIND, newKey, owner).catch(() => undefined);
+      // Only what this request took (another process's concurrent rename may rely on a held one).
+      if (taken === 'acquired') await release(store, NAME_KIND, newKey, owner).catch(() => undefined);
       throw err;
     }
     if (reserving) await release(store, NAME_KIND, oldKey, owner);
@@ -262,7 +271,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   async function provisionPhone(id: string, ownerPk: number): Promise<string | null> {
     await precheckPhone(ownerPk);
-    await claimSlot(ownerPk, id);
+    const claimed = await claimSlot(ownerPk, id);
     let number: AllocatedNumber | null = null;
     try {
       number = await allocateNumber(id);
@@ -275,7 +284,8 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       return append?.position ?? null;
     } catch (err) {
       if (number) await phones.release(id, number).catch(() => undefined);
-      await freeSlot(ownerPk, id).catch(() => undefined);
+      // The slot only if this request claimed it: a concurrent one that got the phone holds it.
+      if (claimed) await freeSlot(ownerPk, id).catch(() => undefined);
       throw err;
     }
   }

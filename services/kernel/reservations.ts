@@ -29,19 +29,28 @@ async function current(store: EventStore, stream: string): Promise<{ owner: stri
  * released (inbox addresses: a deleted identity's address is never handed out again).
  */
 export async function reserve(store: EventStore, kind: string, value: string, owner: string, permanent = false): Promise<boolean> {
+  return (await acquire(store, kind, value, owner, permanent)) !== 'taken';
+}
+
+/**
+ * {@link reserve}, telling whether this call took the value (`acquired`) or `owner` held it
+ * already (`held`): only a call that acquired may undo it, or a failed concurrent request of
+ * the same owner would release what a successful one relies on.
+ */
+export async function acquire(store: EventStore, kind: string, value: string, owner: string, permanent = false): Promise<'acquired' | 'held' | 'taken'> {
   const stream = reservationStream(kind, value);
   for (let attempt = 0; attempt < 5; attempt++) {
     const { owner: holder, revision } = await current(store, stream);
-    if (holder === owner) return true;
-    if (holder !== null) return false;
+    if (holder === owner) return 'held';
+    if (holder !== null) return 'taken';
     try {
       await store.append(stream, [event(RESERVED, { kind, owner, permanent })], { expectedRevision: expectedFor(revision) });
-      return true;
+      return 'acquired';
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError)) throw err;
     }
   }
-  return false;
+  return 'taken';
 }
 
 /** Releases `value` if `owner` holds it and the reservation is not permanent. */

@@ -124,6 +124,23 @@ describe('phone provisioning', () => {
     expect((await s.api('GET', '/api/subscription/', { token: u.access })).body.phones_used).toBe(3);
   });
 
+  it('parallel requests for a phone on one identity: one phone, one slot, every answer shows it; the plan still holds', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    for (let i = 0; i < 4; i++) {
+      const id = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: `same${i}` } })).body.uuid;
+      const answers = await Promise.all(Array.from({ length: 6 }, () => s.api('PATCH', `/api/identities/${id}/`, { token: u.access, body: { provision_phone: true } })));
+      if (i < 3) {
+        expect(answers.map((r) => r.status)).toEqual(Array(6).fill(200));
+        expect(new Set(answers.map((r) => r.body.phone)).size).toBe(1);
+        expect(answers[0].body.phone).toMatch(/^\+\d+$/);
+      } else {
+        expect(answers.map((r) => r.status)).toEqual(Array(6).fill(402)); // the 4th phone: the losers freed nobody's slot
+      }
+      expect((await s.api('GET', '/api/subscription/', { token: u.access })).body.phones_used).toBe(Math.min(i + 1, 3));
+    }
+  });
+
   it('a subscription that is not active → 402 even with room in the plan', async () => {
     const u = await s.signUp();
     await admin(u.user.pk, { plan: 'team', status: 'past_due' });

@@ -229,6 +229,14 @@ describe('read and update', () => {
     expect(caseOnly.status).toBe(200);
     expect(caseOnly.body.name).toBe('RENAMED');
   });
+
+  it('the same rename sent many times at once (a client retrying) keeps the name reserved: another identity cannot take it', async () => {
+    const a = await create(owner.access, { name: 'Before Burst' });
+    const answers = await Promise.all(Array.from({ length: 10 }, () => s.api('PATCH', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: { name: 'After Burst' } })));
+    expect(answers.map((r) => [r.status, r.body.name])).toEqual(Array(10).fill([200, 'After Burst']));
+    expect((await create(owner.access, { name: 'after burst' })).status).toBe(409);
+    expect((await create(owner.access, { name: 'Before Burst' })).status).toBe(201);
+  });
 });
 
 describe('fences and scoping', () => {
