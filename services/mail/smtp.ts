@@ -89,18 +89,10 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
   const log = deps.logger.child({ component: 'smtp' });
   const tls = config.tls ? { key: readFileSync(config.tls.keyFile), cert: readFileSync(config.tls.certFile) } : null;
 
-  /**
-   * The identities found at RCPT time, per session and address, so DATA does not look them
-   * up again. Cleared at each MAIL FROM (a new transaction on the same connection).
-   */
-  const rcptIdentities = new WeakMap<SMTPServerSession, Map<string, IdentityDoc>>();
-
   async function recipientsOf(session: SMTPServerSession): Promise<IdentityDoc[]> {
-    const known = rcptIdentities.get(session);
     const found: IdentityDoc[] = [];
     for (const rcpt of session.envelope.rcptTo) {
-      const key = addressKey(rcpt.address);
-      const identity = known?.get(key) ?? (await mail.identityByInbox(key));
+      const identity = await mail.identityByInbox(addressKey(rcpt.address));
       if (identity && !found.some((f) => f.id === identity.id)) found.push(identity);
     }
     return found;
@@ -119,11 +111,6 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     closeTimeout: 10_000, // SIGTERM: idle clients are cut after this
     logger: false,
 
-    onMailFrom(_address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
-      rcptIdentities.delete(session);
-      callback();
-    },
-
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
       if (session.envelope.rcptTo.length >= MAX_RCPT) return callback(smtpError(452, '4.5.3 Too many recipients'));
       const rcpt = addressKey(address.address);
@@ -132,9 +119,6 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
         .identityByInbox(rcpt)
         .then((identity) => {
           if (!identity) return callback(smtpError(550, '5.1.1 Recipient address rejected: no such mailbox'));
-          let known = rcptIdentities.get(session);
-          if (!known) rcptIdentities.set(session, (known = new Map()));
-          known.set(rcpt, identity);
           callback();
         })
         .catch((err) => {

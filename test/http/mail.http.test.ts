@@ -2,6 +2,7 @@
  * Email end to end over real SMTP both ways: nodemailer as an outside sender into the MX
  * listener, smtp-server as the relay sink (parsed with mailparser), the API in between.
  */
+import net from 'node:net';
 import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 import { simpleParser, type ParsedMail } from 'mailparser';
@@ -235,6 +236,29 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     await expect(outsideSender().sendMail({ from: 'carol@example.com', to: 'someone@elsewhere.example', subject: 'x', text: 'x' })).rejects.toMatchObject({
       responseCode: 550,
     });
+  });
+
+  test('an inbox deleted between RCPT and the end of DATA gets nothing: 550 5.1.1', async () => {
+    const doomed = (await server.api('POST', '/api/identities/', { token, body: { name: `Doomed ${suffix}` } })).body;
+    const socket = net.connect(smtpPort, '127.0.0.1');
+    let buffer = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (d: string) => (buffer += d));
+    const reply = async (code: RegExp) => {
+      for (let i = 0; i < 200 && !code.test(buffer); i++) await new Promise((r) => setTimeout(r, 10));
+      const seen = buffer;
+      buffer = '';
+      return seen;
+    };
+    await reply(/^220 /m);
+    for (const [line, code] of [['EHLO test.example', /^250 /m], ['MAIL FROM:<x@example.com>', /^250 /m], [`RCPT TO:<${doomed.inbox}>`, /^250 /m], ['DATA', /^354 /m]] as const) {
+      socket.write(`${line}\r\n`);
+      expect(await reply(code)).toMatch(code);
+    }
+    expect((await server.api('DELETE', `/api/identities/${doomed.uuid}/`, { token })).status).toBe(204);
+    socket.write('Subject: too late\r\n\r\nhello\r\n.\r\n');
+    expect(await reply(/^\d{3} /m)).toMatch(/^550 5\.1\.1/m);
+    socket.end('QUIT\r\n');
   });
 
   test('a message over 25 MiB is refused with 552', async () => {
