@@ -215,7 +215,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!user) throw tokenNotValid('User not found.');
     const stream = sessionStream(claims.sessionId);
     let reused = false;
-    const { result } = await execute(store, stream, sessionEvolver, async (s) => {
+    const { result, append } = await execute(store, stream, sessionEvolver, async (s) => {
       // A dashboard cookie is a browser session, not a refresh token of the API (refreshing it would end the session).
       if (!s.exists || s.userPk !== claims.userPk || s.kind === 'cookie') throw tokenNotValid('Token is invalid');
       if (s.revoked || s.generation !== user.sessionGeneration) throw tokenExpired('Token has been revoked; sign in again.');
@@ -230,6 +230,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         result: { access: access.token, refresh: next.token },
       };
     });
+    await settle(append?.position); // read-your-writes: verify and the cookie check read the session's current token
     if (reused || !result) {
       logger.warn({ session: claims.sessionId, user: claims.userPk }, 'refresh token reuse: session family revoked');
       throw tokenExpired('Token has been revoked; sign in again.');
