@@ -102,7 +102,8 @@ export interface CreateIdentityInput {
   provisionPhone?: boolean;
 }
 
-const nameKeyOf = (ownerPk: number, name: string) => `${ownerPk}:${name.toLowerCase()}`;
+/** Names collide case-insensitively and by Unicode equivalence (NFC: "é" and "e\u0301" are one name). */
+const nameKeyOf = (ownerPk: number, name: string) => `${ownerPk}:${name.normalize('NFC').toLowerCase()}`;
 const ownerOf = (id: string) => `identity-${id}`;
 
 function cleanName(raw: string): string {

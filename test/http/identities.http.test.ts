@@ -103,6 +103,15 @@ describe('create', () => {
 });
 
 describe('conflicts (409)', () => {
+  it('a name with control characters is a 400; names equal after Unicode normalisation collide', async () => {
+    for (const name of ['a\nb', 'tab\there', '\u0000nul']) {
+      const res = await create(owner.access, { name });
+      expect([name, res.status, Object.keys(res.body)]).toEqual([name, 400, ['name']]);
+    }
+    expect((await create(owner.access, { name: 'Caf\u00e9 bot' })).status).toBe(201);
+    expect((await create(owner.access, { name: 'CAFE\u0301 BOT' })).status).toBe(409);
+  });
+
   it('409 when the name is taken within the account, case-insensitively', async () => {
     expect((await create(owner.access, { name: 'Unique Name' })).status).toBe(201);
     const dup = await create(owner.access, { name: 'unique NAME' });
