@@ -3,7 +3,7 @@
  * written atomically with mode 0600 in a 0700 directory, because it holds tokens, the
  * management key and the device secret of the vault's two-secret key derivation.
  */
-import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -49,4 +49,41 @@ export function saveConfig(config: CliConfig, env: NodeJS.ProcessEnv = process.e
 
 export function removeConfig(env: NodeJS.ProcessEnv = process.env): void {
   rmSync(configFile(env), { force: true });
+}
+
+/** A lock older than this is a crashed holder's: taken over. */
+const STALE_LOCK_MS = 30_000;
+const LOCK_WAIT_MS = 20_000;
+
+/**
+ * Runs `work` holding the config's lock file (`config.json.lock`, created exclusively), so
+ * ais processes sharing one config refresh their tokens one at a time: refresh tokens rotate,
+ * and a second process sending the spent one would revoke the session (RFC 9700).
+ */
+export async function withConfigLock<T>(env: NodeJS.ProcessEnv, work: () => Promise<T>): Promise<T> {
+  const dir = configDir(env);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const lock = `${configFile(env)}.lock`;
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      closeSync(openSync(lock, 'wx', 0o600));
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      let stale = false;
+      try {
+        stale = Date.now() - statSync(lock).mtimeMs > STALE_LOCK_MS;
+      } catch {
+        continue; // released meanwhile: try again at once
+      }
+      if (stale || Date.now() > deadline) rmSync(lock, { force: true });
+      else await new Promise((resolve) => setTimeout(resolve, 25 + Math.random() * 50));
+    }
+  }
+  try {
+    return await work();
+  } finally {
+    rmSync(lock, { force: true });
+  }
 }

@@ -12,7 +12,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, createClient, NetworkError, type AisClient, type Attachment, type DeviceAuthorization } from '../sdk/client.js';
 import { changePin, CryptoError, fileLockStore, parseKdf, recover, setupEncryption, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
 import { UnlockedVault } from '../sdk/unlocked.js';
-import { configDir, configFile, loadConfig, removeConfig, saveConfig, type CliConfig } from './config.js';
+import { configDir, configFile, loadConfig, removeConfig, saveConfig, withConfigLock, type CliConfig } from './config.js';
 
 /** Distinct exit codes per condition (documented in docs/CLI.md). */
 export const EXIT = {
@@ -132,6 +132,16 @@ function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
       ctx.config = { ...loadConfig(ctx.env), access: t.access, refresh: t.refresh };
       saveConfig(ctx.config, ctx.env);
     },
+    // Other ais processes share this config: refresh one at a time, adopting what they stored.
+    sharedTokens: ctx.env.AIS_TOKEN
+      ? undefined
+      : {
+          lock: (work) => withConfigLock(ctx.env, work),
+          stored: () => {
+            const c = loadConfig(ctx.env);
+            return c.access && c.refresh ? { access: c.access, refresh: c.refresh } : null;
+          },
+        },
   });
 }
 
@@ -173,18 +183,27 @@ async function translate(ctx: Ctx, err: unknown, c?: AisClient): Promise<unknown
 let stdinLines: string[] | null = null;
 /**
  * A secret, in this order: the env var; the next line of stdin when stdin is not a terminal
- * (agents pipe values in, one per line); else a prompt on the terminal with echo off.
+ * (agents pipe values in, one per line; a value to store takes the rest of stdin); else a
+ * prompt on the terminal with echo off.
  * With --no-input (AIS_NO_INPUT=1) it never prompts.
  */
-async function readSecret(ctx: Ctx, envName: string, prompt: string): Promise<string> {
+async function readSecret(ctx: Ctx, envName: string, prompt: string, opts: { value?: boolean } = {}): Promise<string> {
   const fromEnv = ctx.env[envName];
-  if (fromEnv) return fromEnv.trim();
+  // A stored value is kept exactly (spaces, tabs); PINs, keys and passwords to sign in are trimmed.
+  if (fromEnv) return opts.value ? fromEnv : fromEnv.trim();
   const missing = () => new CliError('usage', `${prompt} needed: set ${envName} or give it on stdin (one value per line).`, EXIT.usage);
   if (!process.stdin.isTTY) {
     if (stdinLines === null) {
       const chunks: Buffer[] = [];
       for await (const c of process.stdin) chunks.push(c as Buffer);
       stdinLines = Buffer.concat(chunks).toString('utf8').split(/\r?\n/);
+    }
+    if (opts.value) {
+      // The value to store is the last thing read: the rest of stdin, as is (a multi-line PEM),
+      // less the one line break that ends it.
+      const rest = stdinLines.splice(0).join('\n');
+      if (rest === '') throw missing();
+      return rest.replace(/\n$/, '');
     }
     const line = stdinLines.shift();
     if (line === undefined || line === '') throw missing();
@@ -202,7 +221,8 @@ async function readSecret(ctx: Ctx, envName: string, prompt: string): Promise<st
     }
   };
   try {
-    return (await new Promise<string>((r) => rl.question(`${prompt}: `, r))).trim();
+    const answer = await new Promise<string>((r) => rl.question(`${prompt}: `, r));
+    return opts.value ? answer : answer.trim();
   } finally {
     rl.close();
     process.stderr.write('\n');
@@ -499,11 +519,22 @@ const commands: Record<string, Command> = {
       const metadata = await metadataFor(c);
       const recoveryKey = await readSecret(ctx, 'AIS_RECOVERY_KEY', 'Recovery key');
       const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN');
-      const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: ctx.config.device_secret, lockStore: lockStore(ctx) });
+      const known = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
+      const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx) });
       await c.encryption.rewrap(r.upload);
       ctx.config.device_secret = r.deviceSecret;
       saveConfig(ctx.config, ctx.env);
-      show(ctx, { recovered: true, device_secret: r.deviceSecret }, () => 'PIN reset; the vault is unlocked again.');
+      // Without the old device secret the vault key is now wrapped under a new one: every other
+      // machine needs it (else its PIN no longer opens the vault), so say so, loudly.
+      show(ctx, { recovered: true, device_secret: r.deviceSecret, new_device_secret: !known }, () =>
+        known
+          ? 'PIN reset; the vault is unlocked again.'
+          : [
+              'PIN reset; the vault is unlocked again, under a NEW device secret (this machine had none):',
+              `  ${r.deviceSecret}`,
+              'Your other machines need it to unlock: set AIS_DEVICE_SECRET there (or run `ais pin recover` there with AIS_DEVICE_SECRET set).',
+            ].join('\n'),
+      );
     },
   },
   'passwords list': {
@@ -524,7 +555,7 @@ const commands: Record<string, Command> = {
     async run(ctx, p, o) {
       if (!p[0] || !o.username) throw usage('ais passwords add <domain> --username U --password P');
       const v = await unlocked(ctx);
-      const password = o.generate ? (await v.client.passwords.generate()).password : (o.password ?? (await readSecret(ctx, 'AIS_ENTRY_PASSWORD', 'Password to store')));
+      const password = o.generate ? (await v.client.passwords.generate()).password : (o.password ?? (await readSecret(ctx, 'AIS_ENTRY_PASSWORD', 'Password to store', { value: true })));
       const e = await v.addPassword({ domain: p[0], username: o.username, password, notes: o.notes ?? '' });
       show(ctx, e, () => `Stored ${e.domain} (${e.uuid}).`);
     },
@@ -573,7 +604,7 @@ const commands: Record<string, Command> = {
     async run(ctx, p) {
       if (!p[0]) throw usage('ais secrets set <key> [value]');
       const v = await unlocked(ctx);
-      const value = p[1] ?? (await readSecret(ctx, 'AIS_SECRET_VALUE', 'Secret value'));
+      const value = p[1] ?? (await readSecret(ctx, 'AIS_SECRET_VALUE', 'Secret value', { value: true }));
       const s = await v.setSecret(p[0], value);
       show(ctx, { uuid: s.uuid, key: s.key }, () => `Stored secret ${s.key} (${s.uuid}).`);
     },
@@ -586,7 +617,8 @@ const commands: Record<string, Command> = {
       if (!p[0]) throw usage('ais secrets get <key|uuid>');
       const v = await unlocked(ctx);
       const s = await v.getSecret(p[0]).catch((e) => {
-        if (e?.code === 'not_found') throw new CliError('not_found', e.message, EXIT.api_error);
+        // A missing secret name; an API 404 goes through translate (it may be the identity that is gone).
+        if (e?.code === 'not_found' && !(e instanceof ApiRequestError)) throw new CliError('not_found', e.message, EXIT.api_error);
         throw e;
       });
       show(ctx, s, () => s.value ?? '');

@@ -173,6 +173,13 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   /** Called after every refresh with the new pair (persist it). */
   onTokens?: (tokens: Tokens) => void | Promise<void>;
+  /**
+   * For clients whose tokens are shared by several processes (the CLI's config file): runs
+   * each refresh under a lock those processes share, and tells the pair stored now. A pair
+   * another process rotated meanwhile is adopted instead of sending the spent refresh token,
+   * which would revoke the whole family (RFC 9700 reuse detection).
+   */
+  sharedTokens?: { lock<T>(work: () => Promise<T>): Promise<T>; stored(): Tokens | null };
   /** Retries after the first attempt (default 3). */
   retries?: number;
   /** First backoff step in ms (default 250); doubles each attempt, full jitter. */
@@ -205,6 +212,16 @@ interface Credentials {
 }
 
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
+
+/** Whether a JWT's `exp` is less than `seconds` away (or unreadable). No signature check: only timing. */
+function expiresWithin(jwt: string | undefined, seconds: number): boolean {
+  try {
+    const payload = JSON.parse(Buffer.from((jwt ?? '').split('.')[1] ?? '', 'base64url').toString('utf8')) as { exp?: number };
+    return typeof payload.exp !== 'number' || payload.exp - Date.now() / 1000 < seconds;
+  } catch {
+    return true;
+  }
+}
 
 export function createClient(options: ClientOptions): AisClient {
   return new AisClient(options);
@@ -379,30 +396,41 @@ export class AisClient {
    */
   async refresh(): Promise<Tokens> {
     if (!this.#creds.refresh) throw new ApiRequestError(401, 'token_expired', 'No refresh token held; log in again.', undefined, null);
+    const shared = this.#options.sharedTokens;
     this.#refreshing ??= (async () => {
       try {
-        const res = await this.#fetch(this.url('/api/auth/token/refresh/'), {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'application/json' },
-          body: JSON.stringify({ refresh: this.#creds.refresh }),
-        });
-        if (!res.ok) {
-          const err = await toError(res);
-          if (res.status === 401 || res.status === 400) {
-            throw new ApiRequestError(401, 'token_expired', `The session has ended (${err.detail}); log in again.`, err.fields, err.body);
-          }
-          throw err;
-        }
-        const body = (await res.json()) as { access?: string; access_token?: string; refresh?: string };
-        this.#creds.token = body.access ?? body.access_token;
-        if (body.refresh) this.#creds.refresh = body.refresh;
-        await this.#options.onTokens?.({ access: this.#creds.token!, refresh: this.#creds.refresh! });
+        await (shared ? shared.lock(() => this.#exchange(shared.stored())) : this.#exchange(null));
       } finally {
         this.#refreshing = null;
       }
     })();
     await this.#refreshing;
     return { access: this.#creds.token!, refresh: this.#creds.refresh! };
+  }
+
+  /** The refresh exchange itself; `stored` is the pair other processes may have rotated to. */
+  async #exchange(stored: Tokens | null): Promise<void> {
+    if (stored && stored.refresh && stored.refresh !== this.#creds.refresh) {
+      this.#creds.token = stored.access;
+      this.#creds.refresh = stored.refresh;
+      if (!expiresWithin(stored.access, 30)) return; // fresh enough: nothing to exchange
+    }
+    const res = await this.#fetch(this.url('/api/auth/token/refresh/'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json' },
+      body: JSON.stringify({ refresh: this.#creds.refresh }),
+    });
+    if (!res.ok) {
+      const err = await toError(res);
+      if (res.status === 401 || res.status === 400) {
+        throw new ApiRequestError(401, 'token_expired', `The session has ended (${err.detail}); log in again.`, err.fields, err.body);
+      }
+      throw err;
+    }
+    const body = (await res.json()) as { access?: string; access_token?: string; refresh?: string };
+    this.#creds.token = body.access ?? body.access_token;
+    if (body.refresh) this.#creds.refresh = body.refresh;
+    await this.#options.onTokens?.({ access: this.#creds.token!, refresh: this.#creds.refresh! });
   }
 
   /** Every page of a list (follows `Link: rel="next"`). */

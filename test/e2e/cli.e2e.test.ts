@@ -7,7 +7,7 @@
  * service whose device codes live one second). `--help` is checked on every command.
  * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
@@ -141,6 +141,13 @@ describe('a logged-in agent', () => {
     expect(config().refresh).not.toBe(before); // the rotated pair was saved
   });
 
+  test('several ais processes sharing the config refresh one at a time: none reuses a rotated refresh token', async () => {
+    await new Promise((r) => setTimeout(r, 3100)); // the stored access token has expired
+    const runs = await Promise.all(Array.from({ length: 4 }, () => ais(['whoami', '--json'])));
+    expect(runs.map((r) => r.code)).toEqual([0, 0, 0, 0]);
+    expect((await ais(['whoami', '--json'])).code).toBe(0); // the session is alive
+  });
+
   test('identities create / list / use', async () => {
     const c = await ais(['identities', 'create', 'scout', '--json']);
     expect(c.code).toBe(0);
@@ -234,6 +241,36 @@ describe('a logged-in agent', () => {
     expect(pw2.json).toMatchObject({ username: 'bob', password: 'hunter2' });
     // ... and the old PIN no longer does.
     expect((await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '654321' } })).error.code).toBe('wrong_pin');
+
+    // Values to store are kept exactly: padding from the environment, a multi-line PEM as the rest of stdin.
+    expect((await ais(['secrets', 'set', 'padded', '--json'], { env: { AIS_PIN: '111222', AIS_SECRET_VALUE: '  padded\tvalue  ' } })).code).toBe(0);
+    expect((await ais(['secrets', 'get', 'padded', '--json'], { env: { AIS_PIN: '111222' } })).json.value).toBe('  padded\tvalue  ');
+    const pem = '-----BEGIN KEY-----\nAAAA\nBBBB\n-----END KEY-----';
+    expect((await ais(['secrets', 'set', 'pem', '--json'], { input: `111222\n${pem}\n` })).code).toBe(0);
+    expect((await ais(['secrets', 'get', 'pem', '--json'], { env: { AIS_PIN: '111222' } })).json.value).toBe(pem);
+
+    // pin recover on another machine: with AIS_DEVICE_SECRET the others keep working; without
+    // one, the new device secret is announced (the others need it).
+    // (Another machine signs in on its own; here it uses the management key: a copied refresh
+    // token would be shared by two configs without a common lock.)
+    const { device_secret: deviceSecret, access: _access, refresh: _refresh, ...withoutSecret } = config();
+    const machine = (name: string) => {
+      const home = mkdtempSync(path.join(os.tmpdir(), `ais-cli-${name}-`));
+      mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o700 });
+      writeFileSync(path.join(home, 'agent-identity/config.json'), JSON.stringify(withoutSecret), { mode: 0o600 });
+      return home;
+    };
+    const second = machine('second');
+    const kept = await runCli(['pin', 'recover', '--json'], { url: svc.url, home: second, env: { AIS_RECOVERY_KEY: setup.json.recovery_key, AIS_NEW_PIN: '333444', AIS_DEVICE_SECRET: deviceSecret } });
+    expect(kept.json).toMatchObject({ recovered: true, new_device_secret: false, device_secret: deviceSecret });
+    expect((await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '333444' } })).json.value).toBe('s3cr3t-value');
+    const third = machine('third');
+    const fresh = await runCli(['pin', 'recover'], { url: svc.url, home: third, env: { AIS_RECOVERY_KEY: setup.json.recovery_key, AIS_NEW_PIN: '333444' } });
+    expect(fresh.code).toBe(0);
+    expect(fresh.stdout).toMatch(/NEW device secret[\s\S]*SK1-[\s\S]*AIS_DEVICE_SECRET/);
+    // This machine takes the vault back under its own device secret (the next tests use PIN 111222).
+    expect((await ais(['pin', 'recover', '--json'], { env: { AIS_RECOVERY_KEY: setup.json.recovery_key, AIS_NEW_PIN: '111222' } })).code).toBe(0);
+    for (const home of [second, third]) rmSync(home, { recursive: true, force: true });
   });
 
   test('identity_not_found: the configured identity was deleted', async () => {
@@ -242,6 +279,8 @@ describe('a logged-in agent', () => {
     const r = await ais(['sms', 'list', '--json']);
     expect(r.code).toBe(12);
     expect(r.error.code).toBe('identity_not_found');
+    const secret = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '111222' } });
+    expect([secret.code, secret.error?.code]).toEqual([12, 'identity_not_found']);
   });
 
   test('token_expired: the refresh token was invalidated elsewhere (logout)', async () => {
