@@ -47,8 +47,12 @@ export function pageCsp(extraFormTargets: string[] = []): string {
 }
 export const PAGE_CSP = pageCsp();
 
-/** CSP inside a mail's sandboxed srcdoc frame: nothing loads, nothing runs (remote images neither). */
-export const MAIL_FRAME_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'";
+/**
+ * CSP of a mail's HTML document (framed by the thread page): a sandbox (opaque origin, no
+ * script, even when opened on its own), nothing loads (remote images neither: no tracking),
+ * the mail's own inline styles apply; only this site may frame it.
+ */
+export const MAIL_FRAME_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
 
 export interface Nav {
   username: string;

@@ -354,14 +354,15 @@ ${identities.length
 
   // ---------- mail and SMS ----------
 
-  function messageBody(m: any): Safe {
-    const htmlBody = str(m.html ?? m.body_html ?? (typeof m.body === 'string' && /<[a-z]/i.test(m.body) ? m.body : ''));
+  const htmlOf = (m: any): string => str(m.html ?? m.body_html ?? (typeof m.body === 'string' && /<[a-z]/i.test(m.body) ? m.body : ''));
+
+  function messageBody(m: any, identity: string): Safe {
     const text = str(m.text ?? m.body_text ?? m.body ?? m.preview);
-    if (htmlBody) {
-      // The sender's HTML never runs: a sandboxed frame without allow-scripts/allow-same-origin,
-      // and a CSP inside it that loads nothing (no remote images, no tracking).
-      const doc = `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="${MAIL_FRAME_CSP}"><base target="_blank"></head><body>${htmlBody}</body></html>`;
-      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" srcdoc="${doc}"></iframe>
+    if (htmlOf(m)) {
+      // The sender's HTML never runs: a sandboxed frame (no allow-scripts, no allow-same-origin)
+      // showing a document of its own, whose CSP loads nothing but lets the mail's own styles
+      // apply (a srcdoc frame would inherit this page's `style-src 'self'` and lose them).
+      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" src="/identities/${identity}/mail-body/${str(m.uuid)}"></iframe>
 <details><summary>Plain text</summary><pre class="mail-text">${text}</pre></details>`;
     }
     return html`<pre class="mail-text">${text}</pre>`;
@@ -377,7 +378,7 @@ ${identities.length
       html`<p><a href="/identities/${id}">← Back to the identity</a></p>
 ${messages.map((m) => html`<article class="message card">
 <header><dl class="kv"><dt>From</dt><dd>${addr(m.from)}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
-${messageBody(m)}
+${messageBody(m, id)}
 ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<span class="tag">${str(a.filename)} (${String(a.size ?? '')} B)</span> `)}</p>` : ''}
 </article>`)}`,
       s,
@@ -418,7 +419,12 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     r.get('/login', async (ctx) => {
       const next = safeReturnPath(ctx.query.next);
       if (await session(ctx)) return redirect(ctx, next ?? '/');
-      await loginPage(ctx, '', null, 200, next);
+      await loginPage(ctx, '', ctx.query.signed_out === '1' ? { kind: 'ok', text: 'You are signed out.' } : null, 200, next);
+    });
+    // Browsers ask for it on every page: no icon, and no 404 in their consoles.
+    r.get('/favicon.ico', (ctx) => {
+      ctx.status = 204;
+      ctx.set('Cache-Control', 'public, max-age=86400');
     });
     r.post('/login', (ctx) => web.passwordLogin(ctx));
     r.post('/login/oidc', (ctx) => web.oidcStart(ctx));
@@ -447,7 +453,7 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
       const f = await form(ctx, s);
       if (!f) return;
       await web.endSession(ctx, s, 'logout');
-      await loginPage(ctx, '', { kind: 'ok', text: 'You are signed out.' });
+      redirect(ctx, '/login?signed_out=1'); // POST-redirect-GET: a reload does not post again
     });
 
     const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null) => {
@@ -663,6 +669,24 @@ ${fieldErrors(errors, 'new_password2')}
       const id = s && uuidParam(ctx);
       if (!s || !id) return;
       await threadPage(ctx, s, id, String(ctx.params.thread));
+    });
+    // The HTML of one mail, framed by the thread page (see messageBody).
+    r.get('/identities/:id/mail-body/:message', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      const m = await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id });
+      ctx.set('Cache-Control', 'no-store');
+      if (m.status !== 200) {
+        ctx.status = m.status === 404 ? 404 : 400;
+        ctx.type = 'text/plain; charset=utf-8';
+        ctx.body = errorText(m);
+        return;
+      }
+      ctx.set('Content-Security-Policy', MAIL_FRAME_CSP);
+      ctx.set('X-Frame-Options', 'SAMEORIGIN');
+      ctx.type = 'text/html; charset=utf-8';
+      ctx.body = `<!doctype html><html><head><meta charset="utf-8"><base target="_blank"></head><body>${htmlOf(m.body)}</body></html>`;
     });
     r.get('/identities/:id/sms/:conv', async (ctx) => {
       const s = await requireSession(ctx);

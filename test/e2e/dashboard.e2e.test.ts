@@ -81,6 +81,8 @@ describe('dashboard', () => {
     const old = (await context.cookies()).find((c) => c.name === 'ais_session')!.value;
     await submit(page, /Sign out/);
     expect(await page.textContent('main')).toContain('You are signed out.');
+    expect(new URL(page.url()).pathname).toBe('/login'); // redirected: a reload does not post again
+    expect((await fetch(`${s.url}/favicon.ico`)).status).toBe(204);
     expect((await context.cookies()).find((c) => c.name === 'ais_session')).toBeUndefined();
     // The old cookie no longer authenticates anything.
     const reuse = await fetch(`${s.url}/api/auth/user/`, { headers: { cookie: `ais_session=${old}` } });
@@ -263,7 +265,7 @@ describe('dashboard', () => {
     const sent = await s.api('POST', '/api/email-messages/compose/', {
       token: other.access,
       identity: sender.body.uuid,
-      body: { to: inbox, subject: 'Hello from a peer', body: '<p id="p">Quarterly <b>numbers</b></p><script>document.title="pwned"</script><img src="https://tracker.example/x.png">', cc: '', bcc: '', attachment_uuids: [] },
+      body: { to: inbox, subject: 'Hello from a peer', body: '<style>b { font-style: italic }</style><p id="p" style="color: rgb(200, 0, 0)">Quarterly <b>numbers</b></p><script>document.title="pwned"</script><img src="https://tracker.example/x.png">', cc: '', bcc: '', attachment_uuids: [] },
     });
     expect(sent.status).toBe(201);
 
@@ -280,6 +282,12 @@ describe('dashboard', () => {
     expect(await frame.getAttribute('sandbox')).toBe('');
     const inner = page.frameLocator('iframe.mail-html');
     expect(await inner.locator('#p').textContent()).toBe('Quarterly numbers');
+    // The mail's own styles apply (inline and <style>); nothing else does.
+    expect(await inner.locator('#p').evaluate((el) => getComputedStyle(el).color)).toBe('rgb(200, 0, 0)');
+    expect(await inner.locator('#p b').evaluate((el) => getComputedStyle(el).fontStyle)).toBe('italic');
+    const bodyUrl = await frame.getAttribute('src');
+    const direct = await fetch(`${s.url}${bodyUrl}`, { headers: { cookie: (await context.cookies()).map((c) => `${c.name}=${c.value}`).join('; ') } });
+    expect(direct.headers.get('content-security-policy')).toMatch(/^sandbox; default-src 'none'/);
     expect(await page.title()).not.toBe('pwned');
     expect(await inner.locator('html').evaluate((el) => el.ownerDocument.title)).not.toBe('pwned');
     await shot('mail-thread');
