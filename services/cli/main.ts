@@ -698,7 +698,13 @@ async function resolveIdentityName(ctx: Ctx): Promise<void> {
 }
 
 function bodyOf(v: Record<string, any>): string {
-  if (v['body-file']) return readFileSync(v['body-file'], 'utf8');
+  if (v['body-file']) {
+    try {
+      return readFileSync(v['body-file'], 'utf8');
+    } catch (err) {
+      throw new CliError('usage', `Cannot read the body file ${v['body-file']}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+    }
+  }
   if (v.body === undefined) throw usage('--body TEXT or --body-file FILE is required');
   return v.body;
 }
@@ -789,6 +795,7 @@ async function unlocked(ctx: Ctx): Promise<UnlockedVault> {
 }
 
 async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, any>, line: (d: any) => string): Promise<void> {
+  if (v.count !== undefined && !/^[1-9]\d*$/.test(v.count)) throw usage('--count takes a positive whole number');
   const c = client(ctx, { identity: true });
   // Fail fast on a deleted identity or bad credentials before streaming.
   await c.identities.get(c.identity!).catch((e) => {

@@ -190,6 +190,13 @@ describe('a logged-in agent', () => {
     expect(after.code).not.toBe(0);
   });
 
+  test('bad arguments are usage errors (exit 2), never a hang or a raw stack: --count abc, a missing --body-file', async () => {
+    for (const args of [['inbox', 'watch', '--count', 'abc'], ['sms', 'watch', '--count', '0'], ['send', '--to', 'x@example.com', '--subject', 's', '--body-file', '/no/such/file']]) {
+      const r = await ais([...args, '--json']);
+      expect([args.join(' '), r.code, r.error?.code]).toEqual([args.join(' '), 2, 'usage']);
+    }
+  });
+
   test('vault round trip: encryption_missing, pin setup, secrets and passwords, pin_locked, pin recover', async () => {
     const missing = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '123456' } });
     expect(missing.error?.code).toBe('encryption_missing');

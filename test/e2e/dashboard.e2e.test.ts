@@ -283,8 +283,8 @@ describe('dashboard', () => {
     const inner = page.frameLocator('iframe.mail-html');
     expect(await inner.locator('#p').textContent()).toBe('Quarterly numbers');
     // The mail's own styles apply (inline and <style>); nothing else does.
-    expect(await inner.locator('#p').evaluate((el) => getComputedStyle(el).color)).toBe('rgb(200, 0, 0)');
-    expect(await inner.locator('#p b').evaluate((el) => getComputedStyle(el).fontStyle)).toBe('italic');
+    expect(await inner.locator('#p').evaluate((el) => (globalThis as any).getComputedStyle(el).color)).toBe('rgb(200, 0, 0)');
+    expect(await inner.locator('#p b').evaluate((el) => (globalThis as any).getComputedStyle(el).fontStyle)).toBe('italic');
     const bodyUrl = await frame.getAttribute('src');
     const direct = await fetch(`${s.url}${bodyUrl}`, { headers: { cookie: (await context.cookies()).map((c) => `${c.name}=${c.value}`).join('; ') } });
     expect(direct.headers.get('content-security-policy')).toMatch(/^sandbox; default-src 'none'/);
