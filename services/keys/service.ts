@@ -8,7 +8,8 @@
  * - Revocation removes the key from the read model before the DELETE answers, so the next
  *   request with it gets 401 (read-your-writes). A key fenced to a deleted identity is
  *   refused at once (its identity is checked on every lookup) and revoked by a reactor.
- * - last_used_at: an `ApiKeyUsed` event at most once per key per minute (in-memory throttle).
+ * - last_used_at: an `ApiKeyUsed` event at most once per key per minute (in-memory throttle);
+ *   this process's listings also show the uses since (exact right after a use, no write per request).
  */
 // A namespace import: `hash` is missing before Node 20.12, and a named import of it would not link.
 import * as nodeCrypto from 'node:crypto';
@@ -78,6 +79,8 @@ export function createKeys(platform: Platform) {
   const keys = reads.collection<ApiKeyDoc>(APIKEYS);
   const identities = reads.collection<IdentityDoc>(IDENTITIES);
   const lastTouch = new Map<string, number>();
+  /** The latest use of each key seen by this process (recorded or not yet). */
+  const lastUse = new Map<string, number>();
 
   /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
   async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
@@ -156,6 +159,7 @@ export function createKeys(platform: Platform) {
   /** Records a use, at most once per key per TOUCH_INTERVAL_MS (fire and forget). */
   function touchKey(keyId: string): void {
     const now = Date.now();
+    lastUse.set(keyId, now);
     const last = lastTouch.get(keyId);
     if (last !== undefined && now - last < TOUCH_INTERVAL_MS) return;
     lastTouch.set(keyId, now);
@@ -173,9 +177,19 @@ export function createKeys(platform: Platform) {
       limit: page.limit,
       cursor: page.cursor,
     });
-    if (kind === 'management') return result;
-    const live = await Promise.all(result.items.map(async (k) => (k.identityId && (await liveIdentity(k.identityId, ownerPk)) ? k : null)));
-    return { items: live.filter((k): k is ApiKeyDoc => k !== null), next: result.next };
+    const live =
+      kind === 'management'
+        ? result.items
+        : (await Promise.all(result.items.map(async (k) => (k.identityId && (await liveIdentity(k.identityId, ownerPk)) ? k : null)))).filter((k): k is ApiKeyDoc => k !== null);
+    if (kind === 'management' && !live.some((k) => lastUse.has(k.id))) return result; // the cached page as is
+    return { items: live.map(withLatestUse), next: result.next };
+  }
+
+  /** The key with the latest use this process saw, when newer than the recorded one. */
+  function withLatestUse(k: ApiKeyDoc): ApiKeyDoc {
+    const seen = lastUse.get(k.id);
+    if (seen === undefined || (k.lastUsedAt && Date.parse(k.lastUsedAt) >= seen)) return k;
+    return { ...k, lastUsedAt: new Date(seen).toISOString() };
   }
 
   const get = (keyId: string) => keys.get(keyId);
