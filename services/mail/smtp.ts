@@ -108,7 +108,10 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     ...(tls ? { key: tls.key, cert: tls.cert } : {}),
     maxClients: MAX_CLIENTS,
     socketTimeout: SOCKET_TIMEOUT_MS,
-    closeTimeout: 10_000, // SIGTERM: idle clients are cut after this
+    // SIGTERM: clients still connected after the 421 are cut after this (well inside the
+    // 10 s a supervisor such as Docker grants before SIGKILL); a DATA cut short was not
+    // acknowledged, so its sender retries.
+    closeTimeout: 3_000,
     logger: false,
 
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {

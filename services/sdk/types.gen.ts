@@ -521,6 +521,10 @@ export interface SmsInboundSms {
 export interface SmsConversation {
   conversation_id: string;
   /**
+   * Same as conversation_id.
+   */
+  uuid: string;
+  /**
    * The other party's number.
    */
   peer: string;
@@ -540,6 +544,10 @@ export interface SmsConversation {
 }
 export interface SmsMessage {
   id: string;
+  /**
+   * Same as id.
+   */
+  uuid: string;
   conversation_id: string;
   direction: 'inbound';
   from_number: string;

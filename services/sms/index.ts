@@ -173,6 +173,7 @@ export const smsContext: ContextFactory = (shared) => {
 function toConversation(c: SmsConversationDoc) {
   return {
     conversation_id: c.id,
+    uuid: c.id, // as email threads carry both
     peer: c.peer,
     from_number: c.peer,
     to_number: c.ourNumber,
@@ -187,6 +188,7 @@ function toConversation(c: SmsConversationDoc) {
 function toMessage(m: SmsMessageDoc) {
   return {
     id: m.id,
+    uuid: m.id, // as email messages carry both
     conversation_id: m.conversationId,
     direction: 'inbound' as const,
     from_number: m.from,

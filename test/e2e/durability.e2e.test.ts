@@ -67,6 +67,29 @@ describe('durability', () => {
     expect(await again.exited).toBe(0);
   }, 60_000);
 
+  it('SIGTERM with an SMTP client still connected: 421, and the process exits 0 well inside a 10 s supervisor grace period', async () => {
+    const smtpPort = await new Promise<number>((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = (probe.address() as net.AddressInfo).port;
+        probe.close(() => resolve(p));
+      });
+    });
+    const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort) });
+    const client = net.connect(smtpPort, '127.0.0.1');
+    let transcript = '';
+    client.setEncoding('utf8');
+    client.on('data', (d: string) => (transcript += d));
+    client.on('error', () => undefined);
+    for (let i = 0; i < 200 && !/^220 /m.test(transcript); i++) await new Promise((r) => setTimeout(r, 10));
+    client.write('EHLO lingering.example\r\n'); // and then it just stays connected
+    const started = Date.now();
+    svc.child.kill('SIGTERM');
+    expect(await svc.exited).toBe(0);
+    expect(Date.now() - started).toBeLessThan(8_000);
+    expect(transcript).toMatch(/^421 /m);
+    client.destroy();
+  }, 60_000);
+
   it('SIGTERM lets the requests in flight finish with their normal answer; a request cut off was never applied', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir });
     // Registrations hash with argon2id (tens of ms each, 8 at a time): many are in flight.
