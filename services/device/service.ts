@@ -355,7 +355,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       await countWrongGuess(input.userPk, input.ip);
       throw notFound('Unknown code. Check the code shown on your device.');
     }
-    type Outcome = 'done' | 'expired' | 'conflict';
+    type Outcome = 'done' | 'expired' | 'conflict' | 'used';
     const { result, append, state } = await execute<DeviceAuthState, Outcome>(store, deviceStream(id), deviceEvolver, (s) => {
       const status = effectiveStatus(s, Date.now());
       if (status === 'none') return { events: [], result: 'conflict' };
@@ -370,13 +370,16 @@ export function createDeviceService(deps: DeviceServiceDeps) {
           ? { events: [event(DeviceAuthorizationApproved, { deviceAuthId: id, userPk: input.userPk, via: input.via, at } satisfies ApprovedData)], result: 'done' }
           : { events: [event(DeviceAuthorizationDenied, { deviceAuthId: id, userPk: input.userPk, via: input.via, at } satisfies DeniedData)], result: 'done' };
       }
-      const same = s.userPk === input.userPk && ((input.action === 'approve' && (status === 'approved' || status === 'redeemed')) || (input.action === 'deny' && status === 'denied'));
-      return { events: [], result: same ? 'done' : 'conflict' };
+      // Repeating one's own decision is fine while the device has not collected its tokens;
+      // after that the code is used up (an "approved" answer would promise tokens it never gets).
+      const same = s.userPk === input.userPk && ((input.action === 'approve' && status === 'approved') || (input.action === 'deny' && status === 'denied'));
+      return { events: [], result: same ? 'done' : status === 'redeemed' ? 'used' : 'conflict' };
     });
     await settle(append?.position);
     if (result === 'expired') {
       throw new ApiError(400, 'device_code_expired', 'This code has expired. Start again on your device to get a new one.');
     }
+    if (result === 'used') throw new ApiError(409, 'conflict', 'This code was already used: its device has its tokens. Start again on your device to get a new one.');
     if (result === 'conflict') {
       const what = state.status === 'denied' ? 'denied' : 'approved';
       throw new ApiError(409, 'conflict', `This code was already ${what}. Start again on your device to get a new one.`);

@@ -153,6 +153,9 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     const again = await poll(d.device_code);
     expect(again.status).toBe(400);
     expect(again.body).toEqual({ error: 'invalid_grant' });
+    // Approving the used code again is a conflict, not a promise of tokens that never come.
+    const reapproved = await approve(d.user_code);
+    expect([reapproved.status, reapproved.body.detail]).toEqual([409, expect.stringMatching(/already used/)]);
 
     const events = await streamOf(d.device_code);
     expect(events.map((e) => e.type)).toEqual(['DeviceAuthorizationRequested', 'DeviceAuthorizationApproved', 'DeviceAuthorizationRedeemed']);
