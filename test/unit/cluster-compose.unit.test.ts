@@ -71,7 +71,14 @@ describe('infra/docker-compose.yml', () => {
       });
       for (const engine of ['eventstore', 'mongo', 'kafka']) expect(s.depends_on?.[engine]?.condition).toBe('service_healthy');
     }
-    expect(services.worker!.command).toEqual(['node', '--import', 'tsx', 'services/worker.ts']);
+    expect(services.worker!.command).toEqual(['node', '--require', './infra/boot.cjs', '--import', 'tsx', 'services/worker.ts']);
+    // Healthy once the key ring exists where infra/keyring.ts writes it (DATA_DIR/keys).
+    const keyring = fs.readFileSync(path.join(root, 'infra', 'keyring.ts'), 'utf8');
+    expect(keyring).toMatch(/path\.join\(dataDir, 'keys'\)/);
+    for (const file of ['jwt-ed25519.pem', 'hmac.key']) {
+      expect(keyring).toContain(`'${file}'`);
+      expect(services.worker!.healthcheck!.test.join(' ')).toContain(`/data/keys/${file}`);
+    }
     expect(services.worker!.ports).toBeUndefined();
     expect(services.worker!.environment!.SMTP_PORT).toBe('0');
     // Gateways wait for the worker: it creates the shared signing keys first.
@@ -88,6 +95,7 @@ describe('infra/docker-compose.yml', () => {
     expect(nginx).toMatch(/server gateway2:8000/);
     expect(nginx).toMatch(/listen 8080;/);
     expect(nginx).toMatch(/proxy_buffering off;/); // SSE
+    expect(nginx).toMatch(/client_max_body_size 26m;/); // 25 MiB attachment uploads pass
     const mounted = services.proxy!.volumes!.find((v) => v.includes('nginx.conf'))!;
     expect(fs.existsSync(path.join(root, 'infra', mounted.split(':')[0]!))).toBe(true);
     expect(Object.keys(compose.volumes).sort()).toEqual(['eventstore-data', 'kafka-data', 'mongo-data', 'shared-data']);
@@ -99,7 +107,7 @@ describe('infra/docker-compose.yml', () => {
       expect(dockerfile).toContain(`COPY ${dir} ./${dir}`);
       expect(fs.existsSync(path.join(root, dir))).toBe(true);
     }
-    expect(dockerfile).toMatch(/CMD \["node", "--import", "tsx", "services\/main.ts"\]/);
+    expect(dockerfile).toMatch(/CMD \["node", "--require", ".\/infra\/boot.cjs", "--import", "tsx", "services\/main.ts"\]/);
     expect(dockerfile).toContain('npm ci --omit=dev');
   });
 });
