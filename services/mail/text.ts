@@ -43,7 +43,7 @@ export function parseAddressList(input: unknown): { addresses: EmailAddress[]; i
       // `a@x.com b@x.com` and `a@x.com <b@x.com>` parse as a name plus one address: an
       // unquoted name that is itself an address is a malformed list, not a display name.
       if (entry.name.includes('@') && !part.includes(`"${entry.name}"`)) {
-        invalid.push(`${entry.name} ${address}`);
+        invalid.push(part.trim());
         continue;
       }
       const key = addressKey(address);
