@@ -6,6 +6,10 @@ import path from 'node:path';
 import { loadConfig, ConfigError, type Config } from '../infra/config.js';
 import { startRuntime } from '../infra/runtime.js';
 
+// Everything under DATA_DIR is the service's own: the event log, read models and outbox mails
+// (which hold reset links) are not for other local users (files 0600, directories 0700).
+process.umask(0o077);
+
 let config;
 try {
   config = loadConfig(process.env);

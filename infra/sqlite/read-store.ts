@@ -87,7 +87,10 @@ function encodeCursor(sortValue: unknown, id: string): string {
 function decodeCursor(cursor: string): [Scalar, string] {
   try {
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(value) && value.length === 2 && typeof value[1] === 'string') {
+    // The sort value is bound as a statement parameter: only a JSON scalar may get there
+    // (an object or array would be read as several parameters).
+    const scalar = (v: unknown) => v === null || typeof v === 'string' || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v));
+    if (Array.isArray(value) && value.length === 2 && typeof value[1] === 'string' && scalar(value[0])) {
       return value as [Scalar, string];
     }
   } catch {

@@ -168,24 +168,62 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return (await users.get(userDocId(pk)))!;
   }
 
-  /** Checks a login (username or email) and password, with brute-force throttling. */
+  /** Password checks in progress per throttle key (this process): they count against the budget. */
+  const checking = new Map<string, number>();
+  /** Callers waiting for a check on a key to finish (the budget had no room for one more in flight). */
+  const waiting = new Map<string, (() => void)[]>();
+
+  /**
+   * Checks a login (username or email) and password, with brute-force throttling: failures
+   * are counted per account (whichever name it is reached by; per login name when it names
+   * none) and per client address, and checks still running count too, so a burst of
+   * parallel guesses cannot pass the budget while the hashes are being compared.
+   */
   async function checkPassword(login: string, password: string, ip: string, field: 'username' | 'email' = 'username'): Promise<UserDoc | null> {
-    const accountKey = `login:acct:${login.trim().toLowerCase()}`;
-    const ipKey = `login:ip:${ip}`;
-    for (const [key, limit] of [[accountKey, LOGIN_FAILURES_PER_ACCOUNT], [ipKey, LOGIN_FAILURES_PER_IP]] as const) {
-      const d = await limiter.peek(key, limit, LOGIN_WINDOW_S);
-      if (!d.allowed) throw throttled(d.retryAfter, `Too many failed sign-in attempts. Try again in ${d.retryAfter} seconds.`);
-    }
     const user = await findByLogin(login, field);
-    const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
-    if (!user || !user.passwordHash || !ok) {
-      await Promise.all([
-        limiter.hit(accountKey, LOGIN_FAILURES_PER_ACCOUNT, LOGIN_WINDOW_S),
-        limiter.hit(ipKey, LOGIN_FAILURES_PER_IP, LOGIN_WINDOW_S),
-      ]);
-      return null;
+    const accountKey = user ? `login:acct:${user.pk}` : `login:name:${login.trim().toLowerCase()}`;
+    const budgets = [
+      [accountKey, LOGIN_FAILURES_PER_ACCOUNT],
+      [`login:ip:${ip}`, LOGIN_FAILURES_PER_IP],
+    ] as const;
+    const held: string[] = [];
+    const wakeNext = (key: string) => {
+      const queue = waiting.get(key);
+      const next = queue?.shift();
+      if (queue && queue.length === 0) waiting.delete(key);
+      next?.();
+    };
+    const release = (key: string) => {
+      const n = (checking.get(key) ?? 1) - 1;
+      if (n <= 0) checking.delete(key);
+      else checking.set(key, n);
+      wakeNext(key);
+    };
+    try {
+      for (const [key, limit] of budgets) {
+        for (;;) {
+          const d = await limiter.peek(key, limit, LOGIN_WINDOW_S);
+          if (!d.allowed) {
+            wakeNext(key); // the next waiter finds the same, and passes it on
+            throw throttled(d.retryAfter, `Too many failed sign-in attempts. Try again in ${d.retryAfter} seconds.`);
+          }
+          if ((checking.get(key) ?? 0) < d.remaining) break;
+          // As many checks in flight as failures left: wait for one to end (a right password in
+          // a burst, or HTTP basic used in parallel, waits; a guess beyond the budget is refused).
+          await new Promise<void>((resolve) => waiting.set(key, [...(waiting.get(key) ?? []), resolve]));
+        }
+        checking.set(key, (checking.get(key) ?? 0) + 1); // taken in the same turn as the check
+        held.push(key);
+      }
+      const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
+      if (!user || !user.passwordHash || !ok) {
+        await Promise.all(budgets.map(([key, limit]) => limiter.hit(key, limit, LOGIN_WINDOW_S)));
+        return null;
+      }
+      return user;
+    } finally {
+      for (const key of held) release(key);
     }
-    return user;
   }
 
   /** Starts a session family and returns its first token pair. */

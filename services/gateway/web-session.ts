@@ -146,6 +146,9 @@ export function safeReturnPath(raw: unknown): string | null {
     return null;
   }
   if (u.origin !== 'http://same.invalid') return null;
+  // Normalisation can make a network-path reference of a harmless-looking one (`/..//evil`
+  // → `//evil`): check what is actually returned.
+  if (u.pathname.startsWith('//')) return null;
   return `${u.pathname}${u.search}${u.hash}`;
 }
 

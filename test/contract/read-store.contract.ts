@@ -208,6 +208,14 @@ export function readStoreContract(adapterName: string, open: Open): void {
         expect((await walk(c, { ...query, where: { group: 'g' }, limit: 2 })).flat()).toEqual(filtered);
       });
 
+      it('should refuse a crafted cursor whose sort value is not a scalar (invalid_cursor, never an engine error)', async () => {
+        const c = await givenCollection(scores);
+        for (const value of [{}, [], [1, 2], { a: 1 }]) {
+          const cursor = Buffer.from(JSON.stringify([value, 'x'])).toString('base64url');
+          await expect(store.collection(c).find({ limit: 2, orderBy: { field: 'score', direction: 'asc' }, cursor })).rejects.toMatchObject({ code: 'invalid_cursor' });
+        }
+      });
+
       it('should return no cursor when the last page is exactly full', async () => {
         const c = await givenCollection(scores);
         const first = await store.collection(c).find({ limit: 4 });

@@ -438,7 +438,7 @@ describe('dashboard', () => {
   it('never follows a return path off the site', async () => {
     const other = await browser.newContext();
     const p = await other.newPage();
-    for (const next of ['//evil.example/x', 'https://evil.example/', '/\\evil.example', 'javascript:alert(1)']) {
+    for (const next of ['//evil.example/x', 'https://evil.example/', '/\\evil.example', 'javascript:alert(1)', '/..//evil.example', '/a/../..//evil.example']) {
       await p.goto(`${s.url}/login?next=${encodeURIComponent(next)}`);
       expect(await p.locator('input[name="next"]').count()).toBe(0);
     }

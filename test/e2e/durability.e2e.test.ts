@@ -3,7 +3,7 @@
  * exits 0; bad configuration stops the start with one line naming the variable; a rebuild
  * of the read models from the log equals the live ones.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -59,6 +59,11 @@ describe('durability', () => {
   it('SIGTERM drains and exits 0; a restart on the same DATA_DIR keeps the account', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir });
     expect((await post(`${svc.url}/api/auth/social/`, { username: 'keeper', email: 'keeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+    // What it writes is its own: no access for other local users (the verification mail holds a live link).
+    for (const name of ['events.sqlite', 'read-models.sqlite', 'outbox', 'keys']) {
+      expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
+    }
+    for (const mail of readdirSync(path.join(dataDir, 'outbox'))) expect(statSync(path.join(dataDir, 'outbox', mail)).mode & 0o077).toBe(0);
     svc.child.kill('SIGTERM');
     expect(await svc.exited).toBe(0);
     const again = await spawnService({ DATA_DIR: dataDir });

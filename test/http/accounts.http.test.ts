@@ -161,6 +161,21 @@ describe('login (POST /api/auth/login/)', () => {
     expect(blocked.status).toBe(429);
     expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(blocked.body.code).toBe('throttled');
+    // The budget is the account's, whichever name reaches it.
+    expect((await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: u.password } })).status).toBe(429);
+  });
+
+  it('a burst of parallel guesses gets no more than the budget checked: 10 wrong answers, the rest 429', async () => {
+    const u = await s.signUp();
+    const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: `guess${i}` } })));
+    const counts = answers.reduce<Record<number, number>>((acc, r) => ({ ...acc, [r.status]: (acc[r.status] ?? 0) + 1 }), {});
+    expect(counts).toEqual({ 400: 10, 429: 20 });
+  });
+
+  it('parallel sign-ins with the right password all succeed (checks beyond the free budget wait, they are not refused)', async () => {
+    const u = await s.signUp();
+    const answers = await Promise.all(Array.from({ length: 14 }, () => s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })));
+    expect(answers.map((r) => r.status)).toEqual(Array(14).fill(200));
   });
 });
 
