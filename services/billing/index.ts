@@ -17,6 +17,6 @@ export const billingContext: ContextFactory = (shared) => {
   return {
     name: 'billing',
     projections: [subscriptionsProjection],
-    module: billingRoutes({ billing, accounts: shared.accounts, auth: () => shared.auth, adminEnabled: platform.config.adminToken !== null }),
+    module: billingRoutes({ billing, accounts: shared.accounts, auth: () => shared.auth, adminEnabled: platform.config.adminToken !== null, limiter: platform.limiter }),
   };
 };

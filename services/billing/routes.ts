@@ -5,7 +5,8 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { forbidden, notAuthenticated, notFound, tokenNotValid } from '../gateway/errors.js';
+import { forbidden, notAuthenticated, notFound, throttled, tokenNotValid } from '../gateway/errors.js';
+import type { RateLimiter } from '../../infra/ports/rate-limiter.js';
 import type { Accounts } from '../accounts/service.js';
 import type { PlanName, SubscriptionStatus } from './plans.js';
 import type { Billing } from './service.js';
@@ -15,7 +16,11 @@ const v = {
   patch: validator<{ plan?: PlanName; status?: SubscriptionStatus }>('billing.json#SubscriptionPatch'),
 };
 
-export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth: () => Authenticator; adminEnabled: boolean }): HttpModule {
+/** Wrong admin tokens tolerated per client address per window before 429 (the token is a guessable secret only by brute force). */
+const ADMIN_FAILURES_PER_IP = 20;
+const ADMIN_WINDOW_S = 15 * 60;
+
+export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth: () => Authenticator; adminEnabled: boolean; limiter: RateLimiter }): HttpModule {
   const { billing } = deps;
 
   /**
@@ -28,9 +33,13 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(.+)$/i.exec(header);
     if (!m) throw notAuthenticated();
+    const key = `admin:ip:${ctx.ip}`;
+    const budget = await deps.limiter.peek(key, ADMIN_FAILURES_PER_IP, ADMIN_WINDOW_S);
+    if (!budget.allowed) throw throttled(budget.retryAfter, `Too many wrong admin tokens. Try again in ${budget.retryAfter} seconds.`);
     if (billing.isAdminToken(m[1].trim())) return;
     const account = await deps.auth().principal(ctx).then(() => true, () => false);
     if (account) throw forbidden('This credential is not the admin token.');
+    await deps.limiter.hit(key, ADMIN_FAILURES_PER_IP, ADMIN_WINDOW_S);
     throw tokenNotValid('Invalid admin token.');
   }
 

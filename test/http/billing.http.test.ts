@@ -165,3 +165,20 @@ describe('phone provisioning', () => {
     expect(patched.body.name).toBe('later');
   });
 });
+
+describe('admin token guessing', () => {
+  it('20 wrong admin tokens from one address, then 429 with Retry-After (even for the right one, until the window passes)', async () => {
+    const t = await startTestServer({ ADMIN_TOKEN: 'the-admin-token' });
+    try {
+      const u = await t.signUp();
+      const put = (token: string) => t.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { token, body: { plan: 'team' } });
+      for (let i = 0; i < 20; i++) expect((await put(`guess-${i}`)).status).toBe(401);
+      const blocked = await put('guess-21');
+      expect([blocked.status, blocked.body.code]).toEqual([429, 'throttled']);
+      expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect((await put('the-admin-token')).status).toBe(429);
+    } finally {
+      await t.close();
+    }
+  });
+});
