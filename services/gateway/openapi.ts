@@ -33,6 +33,8 @@ export interface OperationSpec {
   rawBody?: boolean;
   /** Request media types beyond JSON (default: JSON; auth endpoints also take forms). */
   requestTypes?: string[];
+  /** The success answer has no body (as 204s and redirects have none). */
+  emptyBody?: boolean;
 }
 
 /** Query parameters of every list (DECISIONS "Wire conventions"). */
@@ -112,7 +114,7 @@ export function buildOpenApi(): Record<string, unknown> {
         ? op.array
           ? { type: 'array', items: { $ref: refOf(op.response, file) } }
           : { $ref: refOf(op.response, file) }
-        : status === '204' || status.startsWith('3') || (op.path === '/api/auth/token/verify/')
+        : status === '204' || status.startsWith('3') || op.emptyBody
           ? undefined
           : untypedBody(contentType);
       const success = {
