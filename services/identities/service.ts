@@ -119,8 +119,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
   const serial = keyedSerial();
 
-  /** Takes a phone slot of the plan for `identityId`, or answers 402. */
-  /** Claims a phone slot for the identity; true when this call claimed it (false: it held one already). */
+  /** Takes a phone slot of the plan for `identityId`, or answers 402; true when this call took it (false: it held one already). */
   async function claimSlot(ownerPk: number, identityId: string): Promise<boolean> {
     const sub = await currentSubscription(reads, ownerPk);
     const allowance = phoneAllowance(sub);
