@@ -3,6 +3,7 @@
  * context imports it to decide phone provisioning; the billing context owns the events.
  */
 import type { Collection, Doc, ReadStore } from '../../infra/ports/read-store.js';
+import type { EventStore } from '../../infra/ports/event-store.js';
 
 export const PLANS = {
   free: { phoneLimit: 0 },
@@ -34,6 +35,17 @@ export const DEFAULT_SUBSCRIPTION = { plan: 'free' as PlanName, status: 'active'
 export async function currentSubscription(reads: ReadStore, pk: number): Promise<{ plan: PlanName; status: SubscriptionStatus }> {
   const doc = await (reads.collection(SUBSCRIPTIONS) as Collection<SubscriptionDoc>).get(String(pk));
   return doc ? { plan: doc.plan, status: doc.status } : { ...DEFAULT_SUBSCRIPTION };
+}
+
+/**
+ * The subscription as the event log has it now (not the read model, which may lag): for
+ * checks that must not be decided on a plan an admin has just changed.
+ */
+export async function subscriptionInLog(store: EventStore, pk: number): Promise<{ plan: PlanName; status: SubscriptionStatus }> {
+  const [last] = await store.readStream(subscriptionStream(pk), { direction: 'backwards', maxCount: 1 });
+  if (!last) return { ...DEFAULT_SUBSCRIPTION };
+  const d = last.data as { plan: PlanName; status: SubscriptionStatus };
+  return { plan: d.plan, status: d.status };
 }
 
 /** Phones the subscription allows now: none unless the status is `active`. */

@@ -19,7 +19,7 @@ import { acquire, release, reserve } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
-import { currentSubscription, phoneAllowance, planRequiredFor, PLANS } from '../billing/plans.js';
+import { currentSubscription, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog } from '../billing/plans.js';
 import {
   IdentityCreated,
   IdentityDeleted,
@@ -128,7 +128,19 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (slots.size >= allowance) throw paymentRequired(sub, slots.size + 1);
       return { events: [event(PhoneSlotClaimed, { identityId, at: nowIso() } satisfies PhoneSlotData)], result: true };
     }, 20);
-    return result;
+    if (!result) return false;
+    // The plan was read before the claim: an admin may have downgraded or cancelled it in
+    // between. Checked again against the log after the claim, so no slot outlives a change
+    // that leaves no room for it (a concurrent downgrade may refuse a claim; never the reverse).
+    const latest = await subscriptionInLog(store, ownerPk);
+    if (latest.plan !== sub.plan || latest.status !== sub.status) {
+      const { state: slots } = await loadStream(store, phonesStream(ownerPk), slotsEvolver);
+      if (slots.size > phoneAllowance(latest)) {
+        await freeSlot(ownerPk, identityId);
+        throw paymentRequired(latest, slots.size);
+      }
+    }
+    return true;
   }
 
   async function freeSlot(ownerPk: number, identityId: string): Promise<void> {

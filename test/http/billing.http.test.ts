@@ -141,6 +141,22 @@ describe('phone provisioning', () => {
     }
   });
 
+  it('phones requested while an admin downgrades: none is kept that the new plan has no room for', async () => {
+    for (let round = 0; round < 8; round++) {
+      const u = await s.signUp();
+      await admin(u.user.pk, { plan: 'developer', status: 'active' });
+      const creates = Array.from({ length: 3 }, (_, i) => s.api('POST', '/api/identities/', { token: u.access, body: { name: `racer${round}-${i}`, provision_phone: true } }));
+      await new Promise((r) => setTimeout(r, round % 4)); // the downgrade lands among the claims
+      const downgrade = await admin(u.user.pk, { plan: 'free', status: 'active' });
+      const answers = await Promise.all(creates);
+      expect(answers.every((r) => r.status === 201 || r.status === 402)).toBe(true);
+      // The downgrade's answer counts every phone claimed before it; none may be claimed after it.
+      const after = (await s.api('GET', '/api/subscription/', { token: u.access })).body;
+      expect([round, after.phones_used <= downgrade.body.phones_used]).toEqual([round, true]);
+      expect(answers.filter((r) => r.status === 201 && r.body.phone).length).toBe(after.phones_used);
+    }
+  });
+
   it('a subscription that is not active → 402 even with room in the plan', async () => {
     const u = await s.signUp();
     await admin(u.user.pk, { plan: 'team', status: 'past_due' });
