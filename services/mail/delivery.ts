@@ -69,8 +69,11 @@ interface AttemptOutcome {
 }
 
 class Rejected extends Error {
-  constructor(readonly rejected: { address: string; reason: string }[]) {
-    super(rejected.map((r) => `${r.address}: ${r.reason}`).join('; '));
+  constructor(
+    readonly rejected: { address: string; reason: string }[],
+    why?: string,
+  ) {
+    super(why ?? rejected.map((r) => `${r.address}: ${r.reason}`).join('; '));
   }
 }
 
@@ -237,6 +240,11 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         log.warn({ messageId: q.messageId, attempt: attemptNo, error }, 'email delivery deferred');
       };
       try {
+        // Deleting an identity stops its mail that has not gone out yet (also mail queued
+        // by a request that raced the deletion).
+        if (!(await deps.mail.identityOf(q.identityId).then(() => true, () => false))) {
+          throw new Rejected([], 'The sending identity was deleted before the message was delivered.');
+        }
         const r = await attempt(q, progress);
         if (r.pending.length && attemptNo < maxAttempts) {
           await defer(r.pending.map((p) => `${p.address}: ${p.reason}`).join('; '), { relayed: r.relayed, rejected: r.rejectedExternal });

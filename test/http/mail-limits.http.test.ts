@@ -107,6 +107,18 @@ describe('delivery reactor', () => {
     expect(attempts['reject@example.com']).toBe(1);
   }, 30_000);
 
+  test('deleting an identity stops its mail that has not gone out: a deferred message fails instead of being sent later', async () => {
+    const doomed = await server.api('POST', '/api/identities/', { token, body: { name: 'Doomed sender' } });
+    const res = await compose(doomed.body.uuid, 'tempfail-once@example.org', 'never after deletion');
+    expect(res.status).toBe(201);
+    const stream = `delivery-${res.body.uuid}`;
+    await eventually(async () => (await server.runtime.events.readStream(stream)).some((e) => e.type === 'EmailDeliveryDeferred'));
+    expect((await server.api('DELETE', `/api/identities/${doomed.body.uuid}/`, { token })).status).toBe(204);
+    const failed = await eventually(async () => (await server.runtime.events.readStream(stream)).find((e) => e.type === 'EmailFailed'));
+    expect((failed.data as { error: string }).error).toMatch(/identity was deleted/);
+    expect(attempts['tempfail-once@example.org']).toBe(1); // the relay never saw it again
+  }, 30_000);
+
   test('recipients refused one by one: a 5xx is listed in `rejected`, a 4xx is retried alone; the others get it once', async () => {
     const fourth = await server.api('POST', '/api/identities/', { token, body: { name: 'Mixed' } });
     const res = await compose(fourth.body.uuid, 'ok-mixed@example.com, reject@example.com, tempfail-once@example.net', 'mixed');
