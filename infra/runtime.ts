@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
@@ -144,9 +144,40 @@ function createDirectory(dir: string): void {
   for (const d of missing) mkdirSync(d);
 }
 
+/**
+ * One embedded process per DATA_DIR: two would both run the projections over the same read
+ * models (counters applied twice). `DATA_DIR/service.lock` holds the owner's pid, created
+ * exclusively; a lock whose process is gone (kill -9) is taken over. Returns the release.
+ */
+function lockDataDir(dir: string): () => void {
+  const file = path.join(dir, 'service.lock');
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
+      return () => {
+        if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = Number(readFileSync(file, 'utf8').trim());
+    let alive = false;
+    try {
+      alive = Number.isInteger(holder) && holder > 0 && holder !== process.pid && (process.kill(holder, 0), true);
+    } catch {
+      alive = false; // ESRCH: no such process
+    }
+    if (alive) throw Object.assign(new Error(`in use by another process (pid ${holder}); stop it first`), { path: dir, code: 'EBUSY' });
+    rmSync(file, { force: true }); // stale: its process is gone
+  }
+  throw Object.assign(new Error('could not take service.lock'), { path: dir, code: 'EBUSY' });
+}
+
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
   createDirectory(config.dataDir);
+  // Cluster processes share DATA_DIR (key ring, blobs) by design; the embedded store is one process's.
+  const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);
   const keys = loadKeyRing(config.dataDir);
 
   const role = processRole(config);
@@ -285,6 +316,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       await reads.close();
       await mailer.close();
       closeLimiter();
+      unlock();
     })();
     return closing;
   }

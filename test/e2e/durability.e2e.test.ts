@@ -72,6 +72,25 @@ describe('durability', () => {
     expect(await again.exited).toBe(0);
   }, 60_000);
 
+  it('one service per DATA_DIR: a second start on it fails naming DATA_DIR; after a kill -9 the next start takes it over', async () => {
+    const first = await spawnService({ DATA_DIR: dataDir });
+    const second = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let err = '';
+    second.stderr.on('data', (d) => (err += d));
+    expect(await new Promise((resolve) => second.on('exit', resolve))).toBe(1);
+    expect(err.trim()).toMatch(/^failed to start: DATA_DIR: in use by another process \(pid \d+\)/);
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const again = await spawnService({ DATA_DIR: dataDir }); // the stale lock is taken over
+    expect((await fetch(`${again.url}/api/health/`)).status).toBe(200);
+    again.child.kill('SIGTERM');
+    expect(await again.exited).toBe(0);
+  }, 60_000);
+
   it('SIGTERM with an SMTP client still connected: 421, and the process exits 0 well inside a 10 s supervisor grace period', async () => {
     const smtpPort = await new Promise<number>((resolve) => {
       const probe = net.createServer().listen(0, '127.0.0.1', () => {
