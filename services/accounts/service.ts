@@ -330,7 +330,10 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       throw err;
     }
     if (replaced !== null) await release(store, 'username', replaced, owner);
-    return getUser(pk);
+    // The user as this write left it (a concurrent later PATCH may already show in the read model).
+    const user = await getUser(pk);
+    const mine = Object.fromEntries(Object.entries({ username: patch.username, firstName: patch.firstName, lastName: patch.lastName }).filter(([, v]) => v !== undefined));
+    return { ...user, ...mine, ...(patch.username !== undefined ? { usernameKey: patch.username.toLowerCase() } : {}) };
   }
 
   async function setPassword(pk: number, password: string, reason: 'change' | 'reset'): Promise<void> {

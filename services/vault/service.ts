@@ -182,15 +182,16 @@ export function createVault(platform: Platform) {
 
   /** `changes` holds only the fields to set (PUT passes all four). */
   async function updateEntry(identityId: string, entryId: string, changes: PasswordFields): Promise<PasswordEntryDoc> {
-    const { append } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
+    const { append, result: at } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
       if (s.entries.get(entryId) !== true) throw notFound('Password entry not found.');
       const data: PasswordEntryUpdatedData = { identityId, entryId, ...changes, at: nowIso() };
-      return { events: Object.keys(changes).length ? [event(PasswordEntryUpdated, data)] : [], result: undefined };
+      return { events: Object.keys(changes).length ? [event(PasswordEntryUpdated, data)] : [], result: data.at };
     });
     await settle(append?.position);
     const doc = await getEntry(identityId, entryId);
     if (!doc) throw notFound('Password entry not found.');
-    return doc;
+    // The entry as this write left it (a concurrent later write may already show in the read model).
+    return append ? { ...doc, ...changes, updatedAt: at } : doc;
   }
 
   async function deleteEntry(identityId: string, entryId: string): Promise<void> {
@@ -215,10 +216,16 @@ export function createVault(platform: Platform) {
       const existing = s.secretByKey.get(key);
       const secretId = existing ?? newId();
       const data: VaultSecretWrittenData = { identityId, secretId, key, value, at: nowIso() };
-      return { events: [event(existing ? VaultSecretUpdated : VaultSecretCreated, data)], result: { secretId, created: !existing } };
+      return { events: [event(existing ? VaultSecretUpdated : VaultSecretCreated, data)], result: { secretId, created: !existing, at: data.at } };
     });
     await settle(append?.position);
-    return { doc: (await getSecret(identityId, result.secretId))!, created: result.created };
+    // The secret as this write left it: a concurrent later upsert may already show in the
+    // read model, and its value is not this request's answer.
+    const read = await getSecret(identityId, result.secretId);
+    const doc: VaultSecretDoc = read
+      ? { ...read, value, updatedAt: result.at }
+      : { id: scopedDocId(identityId, result.secretId), identityId, secretId: result.secretId, key, value, createdAt: result.at, updatedAt: result.at };
+    return { doc, created: result.created };
   }
 
   async function deleteSecret(identityId: string, secretId: string): Promise<void> {

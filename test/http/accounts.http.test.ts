@@ -122,6 +122,12 @@ describe('login (POST /api/auth/login/)', () => {
     expect((await s.api('POST', '/api/auth/login/', { body: { email: owner.body.user.username, password } })).status).toBe(400);
   });
 
+  it('parallel PATCHes each answer the user as their own write left it', async () => {
+    const u = await s.signUp();
+    const answers = await Promise.all(Array.from({ length: 15 }, (_, i) => s.api('PATCH', '/api/auth/user/', { token: u.access, body: { last_name: `Last ${i}` } })));
+    expect(answers.map((r) => r.body.last_name)).toEqual(Array.from({ length: 15 }, (_, i) => `Last ${i}`));
+  });
+
   it('concurrent renames release every name they replaced', async () => {
     const u = await s.signUp();
     const [a, b] = [uniq(), uniq()];

@@ -431,10 +431,23 @@ describe('vault secrets', () => {
     expect(again.body.uuid).not.toBe(a.body.uuid);
   });
 
+  test('parallel PUTs of one entry each answer the entry as their own write left it', async () => {
+    const id = crypto.randomUUID();
+    expect((await srv.api('POST', '/api/passwords/', { token: keyA2, body: { uuid: id, domain: 'race.example', password: fakeCiphertext(1) } })).status).toBe(201);
+    const answers = await Promise.all(Array.from({ length: 15 }, (_, i) => srv.api('PUT', `/api/passwords/${id}/`, { token: keyA2, body: { domain: 'race.example', password: fakeCiphertext(200 + i) } })));
+    expect(answers.map((r) => r.body.password)).toEqual(Array.from({ length: 15 }, (_, i) => fakeCiphertext(200 + i)));
+  });
+
   test('concurrent upserts of one name make one secret: one 201, the rest 200', async () => {
     const results = await Promise.all(Array.from({ length: 6 }, (_, i) => srv.api('POST', '/api/vault/', { token: keyA2, body: { key: 'RACE', value: fakeCiphertext(i) } })));
     expect(results.map((r) => r.status).sort()).toEqual([200, 200, 200, 200, 200, 201]);
     expect(new Set(results.map((r) => r.body.uuid)).size).toBe(1);
     expect((await srv.api('GET', '/api/vault/?key=RACE', { token: keyA2 })).body).toHaveLength(1);
+    // Each answer is the secret as that request left it, not a later writer's value.
+    expect(results.map((r) => r.body.value)).toEqual(Array.from({ length: 6 }, (_, i) => fakeCiphertext(i)));
+    for (let round = 0; round < 3; round++) {
+      const burst = await Promise.all(Array.from({ length: 20 }, (_, i) => srv.api('POST', '/api/vault/', { token: keyA2, body: { key: 'RACE', value: fakeCiphertext(100 + i) } })));
+      expect(burst.map((r) => r.body.value)).toEqual(Array.from({ length: 20 }, (_, i) => fakeCiphertext(100 + i)));
+    }
   });
 });
