@@ -76,6 +76,9 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     } catch (raw) {
       failure = raw;
       answerError(ctx, raw);
+    } finally {
+      // A write held its identity (services/gateway/identity-gate.ts): its answer is decided.
+      (ctx.state.releaseIdentity as (() => void) | undefined)?.();
     }
     // Only method, path and status: headers and bodies may carry secrets. Most requests log
     // nothing, so the request's child logger is made only when a line is written.

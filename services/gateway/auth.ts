@@ -7,6 +7,7 @@
  * (accounts, keys, identities) implement them, and the composition root wires them in.
  */
 import type { Context } from 'koa';
+import { createIdentityGate } from './identity-gate.js';
 import { isUuid } from '../kernel/ids.js';
 import { ApiError, badRequest, forbidden, notAuthenticated, notFound, tokenNotValid } from './errors.js';
 
@@ -84,6 +85,7 @@ function checkCookieWrite(ctx: Context, publicOrigin: string | null): void {
 
 export function createAuthenticator(resolvers: CredentialResolvers, opts: { publicUrl?: string } = {}) {
   const publicOrigin = opts.publicUrl ? new URL(opts.publicUrl).origin : null;
+  const gate = createIdentityGate();
   async function resolve(ctx: Context): Promise<Principal | null> {
     const header = ctx.get('authorization');
     if (header) {
@@ -213,10 +215,23 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
       throw notFound('Identity not found.');
     }
     if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+    if (UNSAFE_METHODS.has(ctx.method) && !ctx.state.releaseIdentity) {
+      // A write: held until the answer is sent (the edge middleware lets go), so the
+      // identity's deletion waits for it; if a deletion came first, the identity is gone now.
+      const release = await gate.enterWrite(chosen);
+      ctx.state.releaseIdentity = release;
+      if (!(await resolvers.findIdentity(chosen))) {
+        release();
+        throw notFound('Identity not found.');
+      }
+    }
     return { principal: p, identityId: chosen };
   }
 
-  return { principal, optionalPrincipal, credential, accountPrincipal, identity };
+  /** Runs an identity's deletion once no write scoped to it is in flight (see identity-gate.ts). */
+  const deletingIdentity = <T>(identityId: string, work: () => Promise<T>): Promise<T> => gate.exclusive(identityId.toLowerCase(), work);
+
+  return { principal, optionalPrincipal, credential, accountPrincipal, identity, deletingIdentity };
 }
 
 export type Authenticator = ReturnType<typeof createAuthenticator>;

@@ -83,7 +83,8 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
         const p = await deps.auth().principal(ctx);
         const doc = await visible(ctx, p);
         if (p.kind === 'identity_key') throw forbidden('An identity key cannot delete identities; use a management key or a user token.');
-        await identities.remove(doc.id);
+        // After the writes scoped to it that are in flight; those arriving meanwhile find it gone.
+        await deps.auth().deletingIdentity(doc.id, () => identities.remove(doc.id));
         noContent(ctx);
       });
     },

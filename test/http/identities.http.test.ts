@@ -239,6 +239,27 @@ describe('read and update', () => {
     expect(caseOnly.body.name).toBe('RENAMED');
   });
 
+  it('writes racing the deletion of their identity are either done before it or refused (404): none is applied after it', async () => {
+    for (let round = 0; round < 3; round++) {
+      const target = (await create(owner.access, { name: `Doomed ${round}` })).body;
+      const e2e = 'e2e::AAAA';
+      const writes = Array.from({ length: 12 }, (_, i) =>
+        i % 2
+          ? s.api('POST', '/api/vault/', { token: owner.access, identity: target.uuid, body: { key: `k${i}`, value: e2e } })
+          : s.api('POST', '/api/passwords/', { token: owner.access, identity: target.uuid, body: { domain: `d${i}.example`, password: e2e } }),
+      );
+      await new Promise((r) => setTimeout(r, round * 3));
+      const deleted = await s.api('DELETE', `/api/identities/${target.uuid}/`, { token: owner.access });
+      expect(deleted.status).toBe(204);
+      const answers = await Promise.all(writes);
+      expect(answers.every((r) => r.status === 201 || r.status === 404)).toBe(true);
+      const log = await s.runtime.events.readAll({ filter: { streams: [`identity-${target.uuid}`, `vault-${target.uuid}`] } });
+      const deletedAt = log.findIndex((e) => e.type === 'IdentityDeleted');
+      expect(log.slice(deletedAt + 1).map((e) => e.type)).toEqual([]);
+      expect(log.filter((e) => e.type === 'VaultSecretCreated' || e.type === 'PasswordEntryCreated')).toHaveLength(answers.filter((r) => r.status === 201).length);
+    }
+  });
+
   it('the same rename sent many times at once (a client retrying) keeps the name reserved: another identity cannot take it', async () => {
     const a = await create(owner.access, { name: 'Before Burst' });
     const answers = await Promise.all(Array.from({ length: 10 }, () => s.api('PATCH', `/api/identities/${a.body.uuid}/`, { token: owner.access, body: { name: 'After Burst' } })));
