@@ -155,20 +155,36 @@ function lockDataDir(dir: string): () => void {
     try {
       writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
       return () => {
-        if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+        try {
+          if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
+        } catch {
+          // already gone (removed by hand): nothing to release
+        }
       };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    const holder = Number(readFileSync(file, 'utf8').trim());
+    let seen = '';
+    try {
+      seen = readFileSync(file, 'utf8');
+    } catch {
+      continue; // released meanwhile: try again
+    }
+    const holder = Number(seen.trim());
     let alive = false;
     try {
       alive = Number.isInteger(holder) && holder > 0 && holder !== process.pid && (process.kill(holder, 0), true);
-    } catch {
-      alive = false; // ESRCH: no such process
+    } catch (err) {
+      alive = (err as NodeJS.ErrnoException).code === 'EPERM'; // exists, another user's: alive; ESRCH: gone
     }
     if (alive) throw Object.assign(new Error(`in use by another process (pid ${holder}); stop it first`), { path: dir, code: 'EBUSY' });
-    rmSync(file, { force: true }); // stale: its process is gone
+    // Stale: its process is gone. Removed only if it still names that process (another
+    // starter may have just taken it over).
+    try {
+      if (readFileSync(file, 'utf8') === seen) rmSync(file, { force: true });
+    } catch {
+      // gone already
+    }
   }
   throw Object.assign(new Error('could not take service.lock'), { path: dir, code: 'EBUSY' });
 }
@@ -282,6 +298,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       await reads.close();
       await mailer.close();
       closeLimiter();
+      unlock();
     } };
   }
   for (const p of parts) await p.start?.(role);

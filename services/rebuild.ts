@@ -15,6 +15,7 @@ try {
   runtime.logger.info({ projections: names.length ? names : 'all', ms: Date.now() - started }, 'read models rebuilt');
   await runtime.close();
 } catch (err) {
-  process.stderr.write(`rebuild failed: ${err instanceof ConfigError ? err.problems.join('; ') : (err as Error).message}\n`);
+  const busy = (err as NodeJS.ErrnoException).code === 'EBUSY' ? 'DATA_DIR: ' : ''; // the service runs on it
+  process.stderr.write(`rebuild failed: ${busy}${err instanceof ConfigError ? err.problems.join('; ') : (err as Error).message}\n`);
   process.exit(1);
 }

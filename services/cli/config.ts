@@ -3,7 +3,7 @@
  * written atomically with mode 0600 in a 0700 directory, because it holds tokens, the
  * management key and the device secret of the vault's two-secret key derivation.
  */
-import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -51,14 +51,29 @@ export function removeConfig(env: NodeJS.ProcessEnv = process.env): void {
   rmSync(configFile(env), { force: true });
 }
 
-/** A lock older than this is a crashed holder's: taken over. */
-const STALE_LOCK_MS = 30_000;
-const LOCK_WAIT_MS = 20_000;
+/** A lock whose holder is alive but has held it this long is taken over (a hung process). */
+const STALE_LOCK_MS = 60_000;
+const LOCK_WAIT_MS = 90_000;
+
+/** Whether the process that wrote a lock file is gone (or the lock is ancient). */
+function staleLock(content: string, mtimeMs: number): boolean {
+  if (Date.now() - mtimeMs > STALE_LOCK_MS) return true;
+  const pid = Number(content.trim());
+  if (!Number.isInteger(pid) || pid <= 0) return false; // being written: its holder is alive
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
 
 /**
- * Runs `work` holding the config's lock file (`config.json.lock`, created exclusively), so
- * ais processes sharing one config refresh their tokens one at a time: refresh tokens rotate,
- * and a second process sending the spent one would revoke the session (RFC 9700).
+ * Runs `work` holding the config's lock file (`config.json.lock`, created exclusively, with
+ * the holder's pid), so ais processes sharing one config refresh their tokens one at a
+ * time: refresh tokens rotate, and a second process sending the spent one would revoke the
+ * session (RFC 9700). A lock whose process is gone (kill -9) is taken over at once; a live
+ * holder is waited for, never pre-empted.
  */
 export async function withConfigLock<T>(env: NodeJS.ProcessEnv, work: () => Promise<T>): Promise<T> {
   const dir = configDir(env);
@@ -67,23 +82,38 @@ export async function withConfigLock<T>(env: NodeJS.ProcessEnv, work: () => Prom
   const deadline = Date.now() + LOCK_WAIT_MS;
   for (;;) {
     try {
-      closeSync(openSync(lock, 'wx', 0o600));
+      writeFileSync(lock, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
       break;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      let stale = false;
-      try {
-        stale = Date.now() - statSync(lock).mtimeMs > STALE_LOCK_MS;
-      } catch {
-        continue; // released meanwhile: try again at once
-      }
-      if (stale || Date.now() > deadline) rmSync(lock, { force: true });
-      else await new Promise((resolve) => setTimeout(resolve, 25 + Math.random() * 50));
     }
+    let content: string;
+    let mtimeMs: number;
+    try {
+      content = readFileSync(lock, 'utf8');
+      mtimeMs = statSync(lock).mtimeMs;
+    } catch {
+      continue; // released meanwhile: try again at once
+    }
+    if (staleLock(content, mtimeMs)) {
+      // Removed only if it is still the stale one (another waiter may have just taken it over).
+      try {
+        if (readFileSync(lock, 'utf8') === content) rmSync(lock, { force: true });
+      } catch {
+        // gone already
+      }
+      continue;
+    }
+    if (Date.now() > deadline) throw new Error(`${lock} is held by process ${content.trim()}; if no ais command is running, remove it.`);
+    await new Promise((resolve) => setTimeout(resolve, 25 + Math.random() * 50));
   }
   try {
     return await work();
   } finally {
-    rmSync(lock, { force: true });
+    try {
+      if (readFileSync(lock, 'utf8').trim() === String(process.pid)) rmSync(lock, { force: true });
+    } catch {
+      // already gone
+    }
   }
 }

@@ -8,6 +8,7 @@
  */
 import type { Context } from 'koa';
 import { createIdentityGate } from './identity-gate.js';
+import { body } from './http.js';
 import { isUuid } from '../kernel/ids.js';
 import { ApiError, badRequest, forbidden, notAuthenticated, notFound, tokenNotValid } from './errors.js';
 
@@ -218,6 +219,8 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
     if (UNSAFE_METHODS.has(ctx.method) && !ctx.state.releaseIdentity) {
       // A write: held until the answer is sent (the edge middleware lets go), so the
       // identity's deletion waits for it; if a deletion came first, the identity is gone now.
+      // The body is read first: a client slow to send it must not hold up the deletion.
+      await body(ctx);
       const release = await gate.enterWrite(chosen);
       ctx.state.releaseIdentity = release;
       if (!(await resolvers.findIdentity(chosen))) {

@@ -7,7 +7,8 @@
  * service whose device codes live one second). `--help` is checked on every command.
  * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
@@ -146,6 +147,18 @@ describe('a logged-in agent', () => {
     const runs = await Promise.all(Array.from({ length: 4 }, () => ais(['whoami', '--json'])));
     expect(runs.map((r) => r.code)).toEqual([0, 0, 0, 0]);
     expect((await ais(['whoami', '--json'])).code).toBe(0); // the session is alive
+  });
+
+  test('a config lock left by a killed ais process is taken over at once (its pid is gone), not waited out', async () => {
+    const dead = spawn(process.execPath, ['-e', '0']);
+    await new Promise((resolve) => dead.on('exit', resolve));
+    writeFileSync(path.join(xdg, 'agent-identity/config.json.lock'), `${dead.pid}\n`, { mode: 0o600 });
+    await new Promise((r) => setTimeout(r, 3100)); // the access token expires: the next command refreshes under the lock
+    const started = Date.now();
+    const r = await ais(['whoami', '--json']);
+    expect(r.code).toBe(0);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(existsSync(path.join(xdg, 'agent-identity/config.json.lock'))).toBe(false);
   });
 
   test('identities create / list / use', async () => {

@@ -235,5 +235,20 @@ describe('durability', () => {
     await rt.runner.rebuild();
     expect(await snapshot()).toEqual(live);
     await rt.close();
+    // `npm run rebuild` itself: refused (naming DATA_DIR) while a service runs, and leaves no lock behind.
+    const rebuild = (env: Record<string, string>) =>
+      new Promise<{ code: number | null; err: string }>((resolve) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', 'services/rebuild.ts'], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'silent', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+        let err = '';
+        child.stderr.on('data', (d) => (err += d));
+        child.on('exit', (code) => resolve({ code, err }));
+      });
+    const running = await spawnService({ DATA_DIR: dataDir });
+    const refused = await rebuild({});
+    expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^rebuild failed: DATA_DIR: in use by another process/)]);
+    running.child.kill('SIGTERM');
+    expect(await running.exited).toBe(0);
+    expect((await rebuild({})).code).toBe(0);
+    expect(readdirSync(dataDir)).not.toContain('service.lock');
   }, 60_000);
 });

@@ -1,4 +1,5 @@
 /** Identities over HTTP (SPEC "Identities", "Authentication" 5 and 8; DECISIONS "Auth"). */
+import net from 'node:net';
 import { startTestServer, type TestServer } from '../support/server.js';
 
 let s: TestServer;
@@ -258,6 +259,21 @@ describe('read and update', () => {
       expect(log.slice(deletedAt + 1).map((e) => e.type)).toEqual([]);
       expect(log.filter((e) => e.type === 'VaultSecretCreated' || e.type === 'PasswordEntryCreated')).toHaveLength(answers.filter((r) => r.status === 201).length);
     }
+  });
+
+  it('a client slow to send its write body does not hold up the deletion of the identity', async () => {
+    const target = (await create(owner.access, { name: 'Stalled writer' })).body;
+    const url = new URL(s.url);
+    const socket = net.connect(Number(url.port), url.hostname);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.on('error', () => undefined);
+    socket.write(`POST /api/vault/ HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${owner.access}\r\nX-Service-Identity: ${target.uuid}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"key":`);
+    await new Promise((r) => setTimeout(r, 200)); // the request is in, its body is not
+    const started = Date.now();
+    const deleted = await s.api('DELETE', `/api/identities/${target.uuid}/`, { token: owner.access });
+    expect(deleted.status).toBe(204);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    socket.destroy();
   });
 
   it('the same rename sent many times at once (a client retrying) keeps the name reserved: another identity cannot take it', async () => {
