@@ -6,8 +6,8 @@ import path from 'node:path';
 import { loadConfig, ConfigError, type Config } from '../infra/config.js';
 import { startRuntime } from '../infra/runtime.js';
 
-// Everything under DATA_DIR is the service's own: the event log, read models and outbox mails
-// (which hold reset links) are not for other local users (files 0600, directories 0700).
+// Everything under DATA_DIR is the service's own: the event log, read models and keys are not
+// for other local users (files 0600, directories 0700); the mailer opens up outbox/ itself.
 process.umask(0o077);
 
 let config;

@@ -23,8 +23,8 @@ import { mongoDatabaseName, PROJECTIONS_LEASE, useWorkerRole, clusterRelay } fro
 import { acquireLease } from '../infra/mongodb/lease.js';
 import { newLeaseOwner } from '../infra/mongodb/read-store.js';
 
-// Everything under DATA_DIR is the service's own: the event log, read models and outbox mails
-// (which hold reset links) are not for other local users (files 0600, directories 0700).
+// Everything under DATA_DIR is the service's own: the event log, read models and keys are not
+// for other local users (files 0600, directories 0700); the mailer opens up outbox/ itself.
 process.umask(0o077);
 
 let config: Config;

@@ -4,7 +4,7 @@
  */
 import nodemailer from 'nodemailer';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
-import { mkdir, writeFile, rename } from 'node:fs/promises';
+import { chmod, mkdir, writeFile, rename } from 'node:fs/promises';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { TemporaryMailError, type Mailer, type OutboundMail, type SendResult } from '../ports/mailer.js';
@@ -77,12 +77,16 @@ export function createMailer(options: MailerOptions): Mailer {
         throw new TemporaryMailError(`relay failed: ${(err as Error).message}`, { cause: err });
       }
     }
+    // The outbox is the operator's mailbox when no relay is set (DECISIONS): readable by
+    // others on the machine whatever the service's umask (077: the databases stay private).
     await mkdir(options.outboxDir, { recursive: true });
+    await chmod(options.outboxDir, 0o755);
     const raw = (await fileTransport.sendMail(message)).message as Buffer;
     const name = `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID()}.eml`;
     const file = path.join(options.outboxDir, name);
     // Write then rename: a reader never sees a half-written message.
     await writeFile(`${file}.tmp`, raw);
+    await chmod(`${file}.tmp`, 0o644);
     await rename(`${file}.tmp`, file);
     return { messageId: message.messageId, via: 'outbox', location: file, refused: [] };
   }
