@@ -8,7 +8,8 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { openDatabase, type Database } from './sqlite/driver.js';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
@@ -144,49 +145,44 @@ function createDirectory(dir: string): void {
   for (const d of missing) mkdirSync(d);
 }
 
+/** This process's DATA_DIR locks (a runtime dropped without close, as a test's simulated crash, hands its lock over). */
+const dataDirLocks = new Map<string, Database>();
+
 /**
  * One embedded process per DATA_DIR: two would both run the projections over the same read
- * models (counters applied twice). `DATA_DIR/service.lock` holds the owner's pid, created
- * exclusively; a lock whose process is gone (kill -9) is taken over. Returns the release.
+ * models (counters applied twice). `DATA_DIR/service.lock` is a SQLite file held in
+ * EXCLUSIVE locking mode: the kernel lets go of it when the process ends however it ends
+ * (kill -9 included, even while the dead process waits to be reaped), so nothing is ever
+ * stale. A start while another process holds it waits up to the 5 s busy timeout (a killed
+ * one may still be exiting), then fails. Returns the release.
  */
 function lockDataDir(dir: string): () => void {
   const file = path.join(dir, 'service.lock');
-  for (let attempt = 0; attempt < 3; attempt++) {
+  dataDirLocks.get(file)?.close();
+  dataDirLocks.delete(file);
+  for (let attempt = 0; ; attempt++) {
+    const db = openDatabase(file);
     try {
-      writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
+      db.exec('PRAGMA locking_mode = EXCLUSIVE');
+      db.exec(`BEGIN EXCLUSIVE; CREATE TABLE IF NOT EXISTS holder (pid INTEGER); DELETE FROM holder; INSERT INTO holder VALUES (${process.pid}); COMMIT`);
+      dataDirLocks.set(file, db);
       return () => {
-        try {
-          if (readFileSync(file, 'utf8').trim() === String(process.pid)) rmSync(file, { force: true });
-        } catch {
-          // already gone (removed by hand): nothing to release
-        }
+        if (dataDirLocks.get(file) !== db) return;
+        dataDirLocks.delete(file);
+        db.close();
       };
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    let seen = '';
-    try {
-      seen = readFileSync(file, 'utf8');
-    } catch {
-      continue; // released meanwhile: try again
-    }
-    const holder = Number(seen.trim());
-    let alive = false;
-    try {
-      alive = Number.isInteger(holder) && holder > 0 && holder !== process.pid && (process.kill(holder, 0), true);
-    } catch (err) {
-      alive = (err as NodeJS.ErrnoException).code === 'EPERM'; // exists, another user's: alive; ESRCH: gone
-    }
-    if (alive) throw Object.assign(new Error(`in use by another process (pid ${holder}); stop it first`), { path: dir, code: 'EBUSY' });
-    // Stale: its process is gone. Removed only if it still names that process (another
-    // starter may have just taken it over).
-    try {
-      if (readFileSync(file, 'utf8') === seen) rmSync(file, { force: true });
-    } catch {
-      // gone already
+      db.close();
+      const text = `${(err as { code?: string }).code ?? ''} ${(err as Error).message}`;
+      // A lock file from an older version (a pid in plain text): replaced once.
+      if (attempt === 0 && /NOTADB|not a database/i.test(text)) {
+        rmSync(file, { force: true });
+        continue;
+      }
+      if (/BUSY|locked/i.test(text)) throw Object.assign(new Error('in use by another process; stop it first'), { path: dir, code: 'EBUSY' });
+      throw err;
     }
   }
-  throw Object.assign(new Error('could not take service.lock'), { path: dir, code: 'EBUSY' });
 }
 
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {

@@ -62,9 +62,14 @@ function staleLock(content: string, mtimeMs: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false; // being written: its holder is alive
   try {
     process.kill(pid, 0);
-    return false;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+  // Exists: unless it is a zombie (dead, waiting to be reaped by a parent that never does).
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('Z') ?? false;
+  } catch {
+    return false; // no /proc: trust kill()
   }
 }
 
