@@ -58,18 +58,21 @@ describe('durability', () => {
 
   it('SIGTERM drains and exits 0; a restart on the same DATA_DIR keeps the account', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir });
-    expect((await post(`${svc.url}/api/auth/social/`, { username: 'keeper', email: 'keeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
-    // The databases and keys are the service's own; the outbox is the operator's mailbox
-    // (DECISIONS: mail written as .eml there when no relay is set), readable as before.
-    for (const name of ['events.sqlite', 'read-models.sqlite', 'keys']) {
-      expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
+    try {
+      expect((await post(`${svc.url}/api/auth/social/`, { username: 'keeper', email: 'keeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+      // The databases and keys are the service's own; the outbox is the operator's mailbox
+      // (DECISIONS: mail written as .eml there when no relay is set), readable as before.
+      for (const name of ['events.sqlite', 'read-models.sqlite', 'keys']) {
+        expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
+      }
+      expect(statSync(path.join(dataDir, 'outbox')).mode & 0o777).toBe(0o755);
+      // (Finished mails only: one may be mid-write as `.tmp`, renamed once complete and readable.)
+      for (const mail of readdirSync(path.join(dataDir, 'outbox')).filter((f) => f.endsWith('.eml'))) {
+        expect(statSync(path.join(dataDir, 'outbox', mail)).mode & 0o777).toBe(0o644);
+      }
+    } finally {
+      svc.child.kill('SIGTERM'); // also when a check failed: no service left running
     }
-    expect(statSync(path.join(dataDir, 'outbox')).mode & 0o777).toBe(0o755);
-    // (Finished mails only: one may be mid-write as `.tmp`, renamed once complete and readable.)
-    for (const mail of readdirSync(path.join(dataDir, 'outbox')).filter((f) => f.endsWith('.eml'))) {
-      expect(statSync(path.join(dataDir, 'outbox', mail)).mode & 0o777).toBe(0o644);
-    }
-    svc.child.kill('SIGTERM');
     expect(await svc.exited).toBe(0);
     const again = await spawnService({ DATA_DIR: dataDir });
     expect((await post(`${again.url}/api/auth/login/`, { username: 'keeper', password: 'pw' })).status).toBe(200);
