@@ -83,11 +83,11 @@ function refOf(ref: string, file: string): string {
 }
 
 /** JSON (and forms where taken); optional when the request def requires nothing (e.g. logout, device start). */
-function requestBodyOf(op: OperationSpec, file: string, schema: Record<string, unknown>): Record<string, unknown> {
+function requestBodyOf(op: OperationSpec, file: string, files: Record<string, Record<string, unknown>>): Record<string, unknown> {
   const ref = { $ref: refOf(op.request!, file) };
   const types = op.requestTypes ?? (op.tag === 'auth' ? ['application/json', 'application/x-www-form-urlencoded', 'multipart/form-data'] : ['application/json']);
   const [defFile, defName] = op.request!.includes('#') ? op.request!.split('#') : [file, op.request!];
-  const owner = defFile === file ? schema : loadSchemaFiles()[defFile];
+  const owner = files[defFile];
   const def = ((owner?.$defs ?? {}) as Record<string, { required?: string[] }>)[defName];
   return { required: Boolean(def?.required?.length), content: Object.fromEntries(types.map((t) => [t, { schema: ref }])) };
 }
@@ -157,7 +157,7 @@ export function buildOpenApi(): Record<string, unknown> {
         tags: [op.tag ?? prefixOf(file)],
         operationId: `${op.method}_${op.path.replace(/[^\w]+/g, '_').replace(/^_|_$/g, '')}`,
         ...(params.length ? { parameters: params } : {}),
-        ...(op.request ? { requestBody: requestBodyOf(op, file, schema) } : op.rawBody ? { requestBody: { required: true, content: { '*/*': { schema: { type: 'string', contentEncoding: 'binary' } } } } } : {}),
+        ...(op.request ? { requestBody: requestBodyOf(op, file, files) } : op.rawBody ? { requestBody: { required: true, content: { '*/*': { schema: { type: 'string', contentEncoding: 'binary' } } } } } : {}),
         security,
         responses,
       };

@@ -1,5 +1,6 @@
 /** Plans, subscription, admin API and phone provisioning (DECISIONS "Plans and admin"; SPEC 402). */
 import { startTestServer, type TestServer } from '../support/server.js';
+import { freePort } from '../support/spawn.js';
 
 const ADMIN = 'admin-token-for-tests-0123456789';
 let s: TestServer;
@@ -193,6 +194,23 @@ describe('admin token guessing', () => {
       expect([blocked.status, blocked.body.code]).toEqual([429, 'throttled']);
       expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
       expect((await put('the-admin-token')).status).toBe(429);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('the phone provider is down', () => {
+  it('503 phone_unavailable with Retry-After and a detail that says why (a deliberate 5xx is not the generic one); nothing is taken', async () => {
+    const closed = await freePort(); // nothing listens there: every Twilio call fails
+    const t = await startTestServer({ ADMIN_TOKEN: ADMIN, SMS_PROVIDER: 'twilio', TWILIO_ACCOUNT_SID: 'AC0', TWILIO_AUTH_TOKEN: 'tok', TWILIO_API_URL: `http://127.0.0.1:${closed}` });
+    try {
+      const u = await t.signUp();
+      expect((await t.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { token: ADMIN, body: { plan: 'developer' } })).status).toBe(200);
+      const res = await t.api('POST', '/api/identities/', { token: u.access, body: { name: 'no carrier', provision_phone: true } });
+      expect([res.status, res.body.code, res.headers.get('retry-after')]).toEqual([503, 'phone_unavailable', '30']);
+      expect(res.body.detail).toMatch(/No phone number could be provisioned/);
+      expect((await t.api('GET', '/api/subscription/', { token: u.access })).body.phones_used).toBe(0);
     } finally {
       await t.close();
     }
