@@ -5,7 +5,7 @@
  */
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnService, freePort, ROOT, type ServiceProcess } from '../test/support/spawn.js';
@@ -166,6 +166,20 @@ export function rssOf(pid: number): number {
 export function cpuMicros(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
   return (Number(fields[11]) + Number(fields[12])) * 10_000; // utime + stime, USER_HZ = 100
+}
+
+/** CPU time (µs) of each thread of process `pid`, by thread id (the main thread's id is `pid`). */
+export function threadCpuMicros(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const fields = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ');
+      out.set(Number(tid), (Number(fields[11]) + Number(fields[12])) * 10_000);
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
 }
 
 /** The soft limit on open files of this process (children inherit it). */

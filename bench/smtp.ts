@@ -23,12 +23,21 @@ import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DURATION, account, api, cpuMicros, fmt, freePort, ms, nodeChild, pct, quantile, row, sleep, startService } from './lib.js';
+import { DURATION, account, api, cpuMicros, threadCpuMicros, fmt, freePort, ms, nodeChild, pct, quantile, row, sleep, startService } from './lib.js';
 
 const CONNECTIONS = 50;
 const INBOXES = 10;
 const RELAY_MESSAGES = Number(process.env.BENCH_RELAY_MESSAGES ?? 200 * DURATION);
 const COMPOSERS = 16;
+/** BENCH_SMTP_BODY_BYTES: pads each inbound message's text body to about this size (default: two short lines). */
+const BODY_BYTES = Number(process.env.BENCH_SMTP_BODY_BYTES ?? 0);
+const PADDING = BODY_BYTES > 0 ? padding(BODY_BYTES) : [];
+
+/** Lines of plain prose (76 characters each, as mail is usually wrapped) adding up to about `bytes`. */
+function padding(bytes: number): string[] {
+  const line = 'The quick brown fox jumps over the lazy dog while the agent reads its inbox..';
+  return Array.from({ length: Math.ceil(bytes / (line.length + 2)) }, (_, i) => `${line.slice(0, 70)} ${String(i).padStart(5, '0')}`);
+}
 
 /** One SMTP client connection: send a command, await its (possibly multi-line) reply. */
 class SmtpConn {
@@ -100,6 +109,7 @@ function message(to: string, c: number, i: number): string {
     '',
     `Hello, this is benchmark message ${i} on connection ${c}.`,
     'A second line so the body is not trivially short, as a real notification would be.',
+    ...PADDING,
     '',
   ].join('\r\n');
 }
@@ -110,11 +120,12 @@ function message(to: string, c: number, i: number): string {
  * of this client: on a 2-core machine the three compete, so CPU per message is what bounds
  * a rate.
  */
-export async function blast(port: number, recipients: string[], pid: number): Promise<{ rate: number; p99: number; sent: number; serverCpu: number; clientCpu: number }> {
+export async function blast(port: number, recipients: string[], pid: number): Promise<{ rate: number; p99: number; sent: number; serverCpu: number; clientCpu: number; threads: string }> {
   const conns = await Promise.all(Array.from({ length: CONNECTIONS }, () => SmtpConn.open(port)));
   const waits: number[] = [];
   let sent = 0;
   const cpu0 = cpuMicros(pid);
+  const threads0 = threadCpuMicros(pid);
   const client0 = process.cpuUsage();
   const start = performance.now();
   const end = start + DURATION * 1000;
@@ -134,12 +145,20 @@ export async function blast(port: number, recipients: string[], pid: number): Pr
   );
   const elapsed = (performance.now() - start) / 1000;
   const serverCpu = (cpuMicros(pid) - cpu0) / sent;
+  // Per thread, busiest first: the main thread is `main`, the others by their share.
+  const threads = [...threadCpuMicros(pid)]
+    .map(([tid, us]) => ({ name: tid === pid ? 'main' : 'thread', us: (us - (threads0.get(tid) ?? 0)) / sent }))
+    .filter((t) => t.us >= 5)
+    .sort((a, b) => b.us - a.us)
+    .map((t) => `${t.name} ${Math.round(t.us)}`)
+    .join(', ');
   const client = process.cpuUsage(client0);
   for (const c of conns) c.close();
-  return { rate: sent / elapsed, p99: quantile(waits, 0.99), sent, serverCpu, clientCpu: (client.user + client.system) / sent };
+  return { rate: sent / elapsed, p99: quantile(waits, 0.99), sent, serverCpu, clientCpu: (client.user + client.system) / sent, threads };
 }
 
-const cpuNote = (r: { serverCpu: number; clientCpu: number }) => `CPU/msg: server ${Math.round(r.serverCpu)} µs, client ${Math.round(r.clientCpu)} µs`;
+const cpuNote = (r: { serverCpu: number; clientCpu: number; threads: string }) =>
+  `CPU/msg: server ${Math.round(r.serverCpu)} µs (by thread: ${r.threads}), client ${Math.round(r.clientCpu)} µs`;
 
 /**
  * The baseline sink: smtp-server + mailparser, nothing stored. With `durable`, a reference
@@ -270,7 +289,7 @@ export async function smtpSection(): Promise<void> {
   const noop = await sink();
   const base = await blast(noop.port, boxes, noop.pid);
   await noop.stop();
-  row(`no-op smtp-server + mailparser sink, ${CONNECTIONS} connections (baseline)`, `${fmt(base.rate)} msg/s`, `p99 ${ms(base.p99)}`, '100%', cpuNote(base));
+  row(`no-op smtp-server + mailparser sink, ${CONNECTIONS} connections${BODY_BYTES ? `, ~${BODY_BYTES} B bodies` : ''} (baseline)`, `${fmt(base.rate)} msg/s`, `p99 ${ms(base.p99)}`, '100%', cpuNote(base));
   const spool = await sink(true);
   const durable = await blast(spool.port, boxes, spool.pid);
   await spool.stop();

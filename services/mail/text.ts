@@ -104,10 +104,23 @@ export const PREVIEW_LENGTH = 200;
 
 /** First ~200 characters of the text, whitespace collapsed. */
 export function previewOf(text: string | null | undefined, html?: string | null): string {
-  const source = text && text.trim() ? text : html ? htmlToText(html) : '';
-  const collapsed = source.replace(/\s+/g, ' ').trim();
+  const source = text && /\S/.test(text) ? text : html ? htmlToText(html) : '';
+  const collapsed = collapsedStart(source);
   if (collapsed.length <= PREVIEW_LENGTH) return collapsed;
   return `${collapsed.slice(0, PREVIEW_LENGTH - 1).trimEnd()}…`;
+}
+
+/**
+ * `source` with whitespace collapsed, or a start of it longer than a preview: collapsing a
+ * long body whole cost more than parsing it (a 64 KB mail). A prefix collapses to a prefix
+ * of the whole, so once it is longer than the preview the preview is exact.
+ */
+function collapsedStart(source: string): string {
+  for (let n = PREVIEW_LENGTH * 4; ; n *= 4) {
+    const prefix = source.length > n ? source.slice(0, n) : source;
+    const collapsed = prefix.replace(/\s+/g, ' ').trim();
+    if (prefix === source || collapsed.length > PREVIEW_LENGTH) return collapsed;
+  }
 }
 
 /** Message-IDs (`<...>`) found in a header value or list, in order, without duplicates. */

@@ -63,6 +63,22 @@ describe('subjects and bodies', () => {
     expect(long.endsWith('…')).toBe(true);
   });
 
+  test('a long body previews exactly as its whole text would (only its start is read)', () => {
+    const whole = (text: string) => {
+      const collapsed = text.replace(/\s+/g, ' ').trim();
+      return collapsed.length <= 200 ? collapsed : `${collapsed.slice(0, 199).trimEnd()}…`;
+    };
+    const bodies = [
+      'word '.repeat(20_000),
+      `${' '.repeat(5_000)}${'x'.repeat(150)}${'\n'.repeat(10_000)}${'y'.repeat(100)}`,
+      `${'a \t\n'.repeat(250)}${'b'.repeat(60)}`,
+      `${'z'.repeat(199)}${' '.repeat(3_000)}tail`,
+      `${'z'.repeat(198)}${' '.repeat(3_000)}`,
+      `${' '.repeat(799)}${'q'.repeat(201)}`,
+    ];
+    for (const body of bodies) expect(previewOf(body)).toBe(whole(body));
+  });
+
   test('Message-IDs are extracted from header values and lists', () => {
     expect(messageIds('<a@x> <b@y>')).toEqual(['<a@x>', '<b@y>']);
     expect(messageIds(['<a@x>', '<a@x>'])).toEqual(['<a@x>']);
