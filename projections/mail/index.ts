@@ -69,6 +69,9 @@ export interface MessageDoc extends Doc {
   html: string | null;
   textBlob: string | null;
   htmlBlob: string | null;
+  /** Sizes of blob bodies (null: inline, or unknown — an event from before sizes, over 256 KiB). */
+  textBytes?: number | null;
+  htmlBytes?: number | null;
   preview: string;
   attachments: AttachmentRef[];
   read: boolean;
@@ -170,6 +173,8 @@ function received(e: RecordedEvent): DocUpdate[] {
     html: d.html,
     textBlob: d.textBlob,
     htmlBlob: d.htmlBlob,
+    textBytes: d.textBytes ?? null,
+    htmlBytes: d.htmlBytes ?? null,
     preview: d.preview,
     attachments: d.attachments,
     read: false,

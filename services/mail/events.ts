@@ -59,6 +59,12 @@ export interface EmailReceivedData {
   /** Bodies over {@link INLINE_BODY_LIMIT} live in the blob store instead. */
   textBlob: string | null;
   htmlBlob: string | null;
+  /**
+   * The UTF-8 size of a body kept as a blob (null when inline). Absent in events recorded
+   * while only bodies over {@link LIST_BODY_LIMIT} were blobs.
+   */
+  textBytes?: number | null;
+  htmlBytes?: number | null;
   preview: string;
   attachments: AttachmentRef[];
   /** The raw MIME as received (SMTP); null for internal delivery. */
@@ -151,5 +157,13 @@ export interface AttachmentUploadedData {
   at: string;
 }
 
-/** Text or HTML bodies larger than this are stored as blobs, not inline in events. */
-export const INLINE_BODY_LIMIT = 256 * 1024;
+/**
+ * Text or HTML bodies larger than this are stored as blobs, not inline in events and read
+ * models: a large body inline was copied, serialised and parsed at every step of the write
+ * path (the append, the projection, each index of the message document), which made a
+ * 64 KB message cost several times its parse.
+ */
+export const INLINE_BODY_LIMIT = 16 * 1024;
+
+/** Message lists show bodies up to this size; larger ones are `truncated` there (GET the message or its thread). */
+export const LIST_BODY_LIMIT = 256 * 1024;

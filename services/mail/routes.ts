@@ -12,7 +12,7 @@ import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
 import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
-import type { EmailAddress } from './events.js';
+import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
 import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 
@@ -121,7 +121,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     preview: m.preview,
     text: bodies ? bodies.text : m.text,
     html: bodies ? bodies.html : m.html,
-    // Bodies over 256 KiB are kept out of the message list (null here): GET the message, or its thread.
+    // Bodies over LIST_BODY_LIMIT are kept out of the message list (null here): GET the message, or its thread.
     truncated: !bodies && Boolean(m.textBlob || m.htmlBlob),
     attachments: m.attachments.map(attachmentOut(base)),
     read: m.read,
@@ -151,7 +151,15 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
 
   async function fullBodies(m: MessageDoc): Promise<{ text: string | null; html: string | null }> {
     const load = async (inline: string | null, blob: string | null) => (blob ? ((await blobs.get(blob))?.toString('utf8') ?? null) : inline);
-    return { text: await load(m.text, m.textBlob), html: await load(m.html, m.htmlBlob) };
+    const [text, html] = await Promise.all([load(m.text, m.textBlob), load(m.html, m.htmlBlob)]);
+    return { text, html };
+  }
+
+  /** A list's item: its bodies, loaded from the blob store when they fit the list (all within LIST_BODY_LIMIT). */
+  async function listed(base: string, m: MessageDoc) {
+    const fits = (blob: string | null, bytes: number | null | undefined) => !blob || (bytes != null && bytes <= LIST_BODY_LIMIT);
+    const inBlobs = Boolean(m.textBlob || m.htmlBlob);
+    return messageOut(base, inBlobs && fits(m.textBlob, m.textBytes) && fits(m.htmlBlob, m.htmlBytes) ? await fullBodies(m) : undefined)(m);
   }
 
   async function ownMessage(identityId: string, id: string): Promise<MessageDoc> {
@@ -232,7 +240,10 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const { limit, cursor } = pageParams(ctx);
         const where: Record<string, Scalar> = queryFlag(ctx, 'unread') ? { identityId, read: false } : { identityId };
         const page = await messages().find({ where, orderBy: { field: 'createdAt', direction: 'desc' }, limit, cursor });
-        sendPage(ctx, page, messageOut(baseUrl(ctx)), config.publicUrl);
+        const base = baseUrl(ctx);
+        if (!page.items.some((m) => m.textBlob || m.htmlBlob)) return sendPage(ctx, page, messageOut(base), config.publicUrl);
+        const items = await Promise.all(page.items.map((m) => listed(base, m)));
+        sendPage(ctx, { ...page, items }, (item) => item, config.publicUrl);
       });
 
       r.post('/api/email-messages/compose/', async (ctx) => {

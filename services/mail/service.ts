@@ -108,9 +108,10 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     }
   }
 
-  async function storeBody(body: string | null): Promise<{ inline: string | null; blob: string | null }> {
-    if (body === null || Buffer.byteLength(body) <= INLINE_BODY_LIMIT) return { inline: body, blob: null };
-    return { inline: null, blob: (await blobs.put(Buffer.from(body, 'utf8'))).key };
+  async function storeBody(body: string | null): Promise<{ inline: string | null; blob: string | null; bytes: number | null }> {
+    if (body === null || Buffer.byteLength(body) <= INLINE_BODY_LIMIT) return { inline: body, blob: null, bytes: null };
+    const ref = await blobs.put(Buffer.from(body, 'utf8'));
+    return { inline: null, blob: ref.key, bytes: ref.size };
   }
 
   /**
@@ -135,8 +136,8 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
    * same identity (a redelivery, a reactor retry) appends nothing new.
    */
   async function receive(recipients: IdentityDoc[], mail: IncomingMail, eventKey: string, at = nowIso()): Promise<EmailReceivedData[]> {
-    const text = await storeBody(mail.text);
-    const html = await storeBody(mail.html);
+    // Both in one group commit of the blob store when both are large.
+    const [text, html] = await Promise.all([storeBody(mail.text), storeBody(mail.html)]);
     const preview = previewOf(mail.text, mail.html);
     const seen = new Set<string>();
     const unique = recipients.filter((r) => !seen.has(r.id) && seen.add(r.id));
@@ -186,6 +187,8 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
           html: html.inline,
           textBlob: text.blob,
           htmlBlob: html.blob,
+          textBytes: text.bytes,
+          htmlBytes: html.bytes,
           preview,
           attachments: mail.attachments.map((a, i) => ({ ...a, uuid: derivedId(messageId, 'attachment', String(i)) })),
           raw: mail.raw,

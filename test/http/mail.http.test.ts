@@ -165,6 +165,22 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect((await api('GET', `/api/email-messages/${listed.uuid}/`, alice.uuid)).body.text.trim()).toBe(big);
   });
 
+  test('a 64 KB text and HTML mail (kept as blobs, out of the event) reads in full in the list, the thread and the message', async () => {
+    const text = `Dear agent,\n${'a line of a long report, wrapped as mail is.\n'.repeat(1500)}`;
+    const html = `<p>Dear agent,</p>${'<p>a paragraph of a long report</p>'.repeat(2000)}`;
+    await outsideSender().sendMail({ from: 'reports@example.com', to: alice.inbox, subject: `Long report ${suffix}`, text, html });
+    const listed = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((m: { subject: string }) => m.subject === `Long report ${suffix}`);
+    expect(listed).toMatchObject({ truncated: false, preview: expect.stringMatching(/^Dear agent, a line of a long report/) });
+    expect([listed.text.trim(), listed.html.trim()]).toEqual([text.trim(), html]);
+    const thread = await api('GET', `/api/email-inbox/${listed.thread_id}/`, alice.uuid);
+    expect(thread.body.messages[0].text.trim()).toBe(text.trim());
+    expect((await api('GET', `/api/email-messages/${listed.uuid}/`, alice.uuid)).body.html.trim()).toBe(html);
+    // The event carries blob references and sizes, not the bodies.
+    const recorded = (await server.runtime.events.readStream(`mailbox-${alice.uuid}`)).find((e) => e.data.messageId === listed.uuid)!;
+    expect(recorded.data).toMatchObject({ text: null, html: null, textBlob: expect.any(String), htmlBlob: expect.any(String), htmlBytes: Buffer.byteLength(html) });
+    expect(JSON.stringify(recorded.data).length).toBeLessThan(4096);
+  });
+
   test('a reply to a message without a usable sender address is a 400, not a mail to nobody', async () => {
     await outsideSender().sendMail({ envelope: { from: 'bounce@example.com', to: [alice.inbox] }, raw: `From: "bad" <not an address>\r\nTo: ${alice.inbox}\r\nSubject: No sender ${suffix}\r\n\r\nhello\r\n` });
     const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === `No sender ${suffix}`);
