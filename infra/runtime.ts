@@ -267,6 +267,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const app = createApp({ logger, modules });
 
   const server = http.createServer(app.callback());
+  answerProtocolErrorsInJson(server);
   // Requests in progress per connection, so a shutdown can close every other connection at
   // once (Node's closeIdleConnections leaves a connection that has not sent a request yet).
   const inProgress = new Map<Socket, number>();
@@ -335,4 +336,30 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   }
 
   return { config, logger, events, reads, runner, server, url, shared, parts, role, routes: app.routeTable, close };
+}
+
+/**
+ * What Node's HTTP parser refuses before Koa sees it (an unknown method, headers over 16 KiB,
+ * a malformed request line, an `Expect` other than 100-continue) is answered in the API's
+ * error shape `{detail, code}` instead of Node's empty bodies.
+ */
+function answerProtocolErrorsInJson(server: http.Server): void {
+  const raw = (status: number, code: string, detail: string) => {
+    const body = JSON.stringify({ detail, code });
+    return `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+  };
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    if (err.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    if (err.code === 'HPE_HEADER_OVERFLOW') socket.end(raw(431, 'header_too_large', 'The request line or headers exceed 16 KiB.'));
+    else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') socket.end(raw(408, 'request_timeout', 'The request was not received in time.'));
+    else socket.end(raw(400, 'parse_error', 'Malformed HTTP request (method, request line or headers).'));
+  });
+  server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const body = JSON.stringify({ detail: `Unsupported Expect: ${req.headers.expect ?? ''} (only 100-continue is).`, code: 'expectation_failed' });
+    res.writeHead(417, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' });
+    res.end(body);
+  });
 }

@@ -28,6 +28,31 @@ function nestedDeeperThan(value: object, max: number): boolean {
   return false;
 }
 
+/** A UTF-16 surrogate not paired with its other half (in `u` mode a pair is one code point). */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+/**
+ * Whether a string or key of `value` holds a lone surrogate: JSON's `\uD800` escape is the
+ * only way to write one in a UTF-8 body (RFC 8259 §8.2 leaves such strings' behaviour
+ * unpredictable), and it is no text: stored, it came back as-is but left as U+FFFD in mail,
+ * and hashing it (uuid v5 of an SMS sender) threw.
+ */
+function hasLoneSurrogate(value: object): boolean {
+  const stack: unknown[] = [value];
+  while (stack.length) {
+    const node = stack.pop();
+    if (typeof node === 'string') {
+      if (LONE_SURROGATE.test(node)) return true;
+    } else if (node !== null && typeof node === 'object') {
+      for (const [key, child] of Object.entries(node)) {
+        if (LONE_SURROGATE.test(key)) return true;
+        stack.push(child);
+      }
+    }
+  }
+  return false;
+}
+
 const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.');
 
 /** Bodies are UTF-8 (RFC 8259 §8.1 for JSON); a byte sequence that is not is refused, never replaced by U+FFFD. */
@@ -67,6 +92,10 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
     }
     if (nestedDeeperThan(parsed, MAX_JSON_DEPTH)) {
       throw new ApiError(400, 'parse_error', `The request body is nested too deeply (more than ${MAX_JSON_DEPTH} levels).`);
+    }
+    // Only an escape can make one (the bytes were valid UTF-8): look when one is there.
+    if (/\\u[dD][89a-fA-F]/.test(raw) && hasLoneSurrogate(parsed)) {
+      throw new ApiError(400, 'parse_error', 'JSON parse error: a string holds an unpaired UTF-16 surrogate escape (\\uD800–\\uDFFF); strings must be Unicode text.');
     }
     return markJsonBody(parsed as Record<string, unknown>);
   }

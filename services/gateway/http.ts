@@ -25,15 +25,18 @@ export function noContent(ctx: Context): void {
 
 /** `limit` (default 50, max 200) and `cursor` from the query (DECISIONS "Wire conventions"). */
 export function pageParams(ctx: Context): { limit: number; cursor: string | null } {
-  const raw = ctx.query.limit;
+  // Given twice, either would be a guess (a repeated cursor silently restarted the list).
+  for (const name of ['limit', 'cursor']) {
+    if (Array.isArray(ctx.query[name])) throw badRequest({ [name]: [`Give ${name} once.`] });
+  }
+  const raw = ctx.query.limit as string | undefined;
   let limit = DEFAULT_PAGE_SIZE;
   if (raw !== undefined) {
-    const s = Array.isArray(raw) ? raw[0] : raw;
-    if (!/^\d+$/.test(s) || Number(s) < 1) throw badRequest({ limit: ['A valid positive integer is required.'] });
-    limit = Math.min(Number(s), MAX_PAGE_SIZE);
+    if (!/^\d+$/.test(raw) || Number(raw) < 1) throw badRequest({ limit: ['A valid positive integer is required.'] });
+    limit = Math.min(Number(raw), MAX_PAGE_SIZE);
   }
-  const c = ctx.query.cursor;
-  const cursor = typeof c === 'string' && c !== '' ? c : null;
+  const c = ctx.query.cursor as string | undefined;
+  const cursor = c !== undefined && c !== '' ? c : null;
   return { limit, cursor };
 }
 

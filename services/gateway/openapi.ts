@@ -125,13 +125,19 @@ export function buildOpenApi(): Record<string, unknown> {
       const responses: Record<string, unknown> = { [status]: success };
       if (op.alsoStatus) responses[String(op.alsoStatus)] = success;
       // Statuses every operation of a kind can answer: bad query/paging and bodies (400), bodies
-      // over 1 MiB (413) or of a media type not taken (415).
+      // over 1 MiB (413) or of a media type not taken (415); with credentials, a missing or bad
+      // one (401), and where user credentials are taken an identity header naming another
+      // account's identity (403) or none (404), and HTTP Basic throttled (429); the admin
+      // token is throttled too (429).
       const codes = new Set(op.errors ?? []);
       if (op.array || op.request || op.auth === 'identity') codes.add(400);
       if (op.request) {
         codes.add(413);
         codes.add(415);
       }
+      if (op.auth !== 'none') codes.add(401);
+      if (op.auth !== 'none' && op.auth !== 'jwt' && op.auth !== 'admin') [403, 404, 429].forEach((c) => codes.add(c));
+      if (op.auth === 'admin') codes.add(429);
       for (const code of [...codes].sort((a, b) => a - b)) {
         const common = code === 400 ? BAD_REQUEST : { $ref: '#/components/schemas/CommonError' };
         const own = op.errorSchemas?.[String(code)];

@@ -32,7 +32,8 @@ export function loadSchemaFiles(dir = SCHEMAS_DIR): Record<string, Record<string
  * of turning into "123", false and "true".
  */
 function createAjv(coerceTypes: boolean): Ajv2020 {
-  const ajv = new Ajv2020({ allErrors: true, coerceTypes, strict: true, useDefaults: true, verbose: true });
+  // allowUnionTypes: a field may take several JSON types (mail recipients: a string or an array).
+  const ajv = new Ajv2020({ allErrors: true, coerceTypes, strict: true, allowUnionTypes: true, useDefaults: true, verbose: true });
   addFormats(ajv);
   // Optional human message for a `pattern` or `format` failure; also shown in the OpenAPI document.
   ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' });
@@ -127,19 +128,27 @@ export function toFieldErrors(errors: ErrorObject[]): FieldErrors {
   return out;
 }
 
-/** Validator for `file.json#/$defs/Name` (written `file.json#Name` for short). */
+/**
+ * Validator for `file.json#/$defs/Name` (written `file.json#Name` for short), compiled when
+ * it is made (at start), so a schema the strict compiler refuses stops the service from
+ * starting instead of answering 500 to the first request that needs it.
+ */
 export function validator<T>(ref: string): (data: unknown) => T {
   const [file, name] = ref.split('#');
   const fullRef = `${SCHEMA_BASE}${file}#/$defs/${name}`;
-  return (data: unknown) => {
-    const typed = typeof data === 'object' && data !== null && jsonBodies.has(data);
-    const key = (typed ? 'typed ' : '') + fullRef;
+  const compile = (ajv: Ajv2020, key: string) => {
     let fn = compiled.get(key);
     if (!fn) {
-      fn = (typed ? asTyped : coercing).getSchema(fullRef);
+      fn = ajv.getSchema(fullRef);
       if (!fn) throw new Error(`unknown schema ${fullRef}`);
       compiled.set(key, fn);
     }
+    return fn;
+  };
+  const forJson = compile(asTyped, `typed ${fullRef}`);
+  const forText = compile(coercing, fullRef);
+  return (data: unknown) => {
+    const fn = typeof data === 'object' && data !== null && jsonBodies.has(data) ? forJson : forText;
     // Validate a copy: coercion and defaults must not mutate the caller's object.
     const copy = data && typeof data === 'object' ? structuredClone(data) : data;
     if (!fn(copy)) throw badRequest(toFieldErrors(fn.errors ?? []));

@@ -381,26 +381,26 @@ export interface MailComposeRequest {
   /**
    * One address or a comma-separated list; display names allowed (`Ann <ann@example.com>`). JSON arrays of addresses are accepted too.
    */
-  to: string;
+  to: string | string[];
   subject?: string;
   /**
    * HTML content
    */
   body?: string;
   /**
-   * One address or a comma-separated list; may be empty.
+   * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
    */
-  cc?: string;
+  cc?: string | string[] | null;
   /**
-   * One address or a comma-separated list; may be empty.
+   * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
    */
-  bcc?: string;
+  bcc?: string | string[] | null;
   /**
-   * uuids returned by the presign operation (uploaded, unexpired, of the same identity)
+   * uuids returned by the presign operation (uploaded, unexpired, of the same identity): a JSON array, or a comma-separated string (forms); null: none.
    *
    * @maxItems 50
    */
-  attachment_uuids?: string[];
+  attachment_uuids?: string[] | string | null;
 }
 export interface MailReplyRequest {
   /**
@@ -408,17 +408,19 @@ export interface MailReplyRequest {
    */
   body: string;
   /**
-   * One address or a comma-separated list; may be empty.
+   * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
    */
-  cc?: string;
+  cc?: string | string[] | null;
   /**
-   * One address or a comma-separated list; may be empty.
+   * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
    */
-  bcc?: string;
+  bcc?: string | string[] | null;
   /**
+   * uuids returned by the presign operation (uploaded, unexpired, of the same identity): a JSON array, or a comma-separated string (forms); null: none.
+   *
    * @maxItems 50
    */
-  attachment_uuids?: string[];
+  attachment_uuids?: string[] | string | null;
 }
 export interface MailMessagePatch {
   read: boolean;

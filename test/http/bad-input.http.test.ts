@@ -7,6 +7,7 @@
  * shapes: `{detail, code?}` or `{field: [messages]}` (or RFC 8628's `{error}` on the token
  * endpoint).
  */
+import net from 'node:net';
 import { startTestServer, type TestServer } from '../support/server.js';
 
 let s: TestServer;
@@ -124,4 +125,41 @@ it('bodies are UTF-8: invalid bytes, another charset or a Content-Encoding are r
   expect([res.status, ((await res.json()) as { name: string }).name]).toEqual([201, 'With BOM é']);
   const names = ((await s.api('GET', '/api/identities/', { token })).body as { name: string }[]).map((i) => i.name);
   expect(names.some((n) => n.includes('\ufffd') || n === 'gz')).toBe(false);
+});
+
+it('JSON strings must be Unicode text: an unpaired surrogate escape is a 400 (it was a 500 at the SMS webhook), a pair is a character', async () => {
+  const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+    fetch(`${s.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers }, body });
+  for (const name of ['"\\ud800"', '"x\\uDFFFy"', '"\\ude00\\ud83d"']) {
+    const res = await post('/api/identities/', `{"name":${name}}`);
+    expect([res.status, ((await res.json()) as { code: string }).code]).toEqual([400, 'parse_error']);
+  }
+  const key = await post('/api/identities/', '{"name":"ok", "\\ud800":1}');
+  expect(key.status).toBe(400);
+  const webhook = await post('/api/webhooks/sms/', '{"From":"\\ud800","To":"+12395550153","Body":"x","MessageSid":"SMsur"}', { 'x-webhook-secret': 'anything' });
+  expect(webhook.status).toBe(400);
+  const pair = await post('/api/identities/', '{"name":"smile \\ud83d\\ude00"}');
+  expect([pair.status, ((await pair.json()) as { name: string }).name]).toEqual([201, 'smile \u{1F600}']);
+});
+
+it("what Node's HTTP parser refuses is answered in the API's error shape, not an empty body", async () => {
+  const { port, hostname } = new URL(s.url);
+  const exchange = (request: string) =>
+    new Promise<{ status: number; type: string; body: { code?: string; detail?: string } }>((resolve, reject) => {
+      const socket = net.connect(Number(port), hostname, () => socket.write(request));
+      let text = '';
+      socket.setEncoding('latin1');
+      socket.on('data', (chunk) => (text += chunk));
+      socket.on('error', reject);
+      socket.on('close', () => {
+        const [head, body] = text.split('\r\n\r\n');
+        resolve({ status: Number(head.split(' ')[1]), type: /content-type: ([^\r]+)/i.exec(head)?.[1] ?? '', body: body ? JSON.parse(body) : {} });
+      });
+    });
+  const unknownMethod = await exchange('FOO /api/health/ HTTP/1.1\r\nHost: x\r\n\r\n');
+  expect([unknownMethod.status, unknownMethod.type, unknownMethod.body.code]).toEqual([400, 'application/json', 'parse_error']);
+  const hugeHeader = await exchange(`GET /api/health/ HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+  expect([hugeHeader.status, hugeHeader.body.code]).toEqual([431, 'header_too_large']);
+  const expectation = await exchange('POST /api/identities/ HTTP/1.1\r\nHost: x\r\nExpect: banana\r\nContent-Length: 2\r\n\r\n{}');
+  expect([expectation.status, expectation.body.code]).toEqual([417, 'expectation_failed']);
 });

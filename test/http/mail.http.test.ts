@@ -346,6 +346,9 @@ describe('sending through the relay', () => {
     // JSON types are kept through the list normalisation: a number is not a subject; null cc is no cc.
     const typed = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'ok@example.org', subject: 5, body: 'b', cc: null });
     expect([typed.status, typed.body]).toEqual([400, { subject: ['Not a valid string.'] }]);
+    // Arrays of addresses are lists; an array of anything else is not.
+    const numbers = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: ['ok@example.org'], cc: [1, 2], body: 'b' });
+    expect([numbers.status, Object.keys(numbers.body).every((k) => k.startsWith('cc'))]).toEqual([400, true]);
     // A malformed list is refused, not read as other recipients (a dropped one, a smuggled Bcc).
     for (const to of ['x@example.org y@example.org', 'x@example.org <y@example.org>', 'x@example.org\r\nBcc: evil@example.org']) {
       const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to, subject: 's', body: 'b' });
@@ -402,9 +405,9 @@ describe('attachments (presign → PUT → compose)', () => {
     expect(res.status).toBe(201);
     return res.body as { uuid: string; upload_url: string; method: string; headers: Record<string, string>; expires_at: string };
   }
-  const put = (uploadUrl: string, body: Buffer, contentType = 'application/pdf') => {
+  const put = (uploadUrl: string, body: Buffer, contentType = 'application/pdf', headers: Record<string, string> = {}) => {
     const u = new URL(uploadUrl);
-    return fetch(`${server.url}${u.pathname}${u.search}`, { method: 'PUT', headers: { 'content-type': contentType }, body });
+    return fetch(`${server.url}${u.pathname}${u.search}`, { method: 'PUT', headers: { 'content-type': contentType, ...headers }, body });
   };
 
   test('the uploaded bytes reach the relay as an attachment', async () => {
@@ -431,6 +434,7 @@ describe('attachments (presign → PUT → compose)', () => {
     expect((await put(tampered, bytes)).status).toBe(403);
     expect((await put(p.upload_url, bytes.subarray(0, 10))).status).toBe(400);
     expect((await put(p.upload_url, bytes, 'image/png')).status).toBe(400);
+    expect((await put(p.upload_url, bytes, 'application/pdf', { 'content-encoding': 'gzip' })).status).toBe(415);
     expect((await put(p.upload_url, bytes)).status).toBe(200);
     expect((await put(p.upload_url, bytes)).status).toBe(409);
     const tooBig = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'x', content_type: 'text/plain', size: 26 * 1024 * 1024 });
@@ -502,6 +506,11 @@ describe('lists', () => {
     const second = await api('GET', `${next.pathname}${next.search}`, alice.uuid);
     expect(second.body[0].uuid).not.toBe(first.body[1].uuid);
     expect(Date.parse(second.body[0].created_dt)).toBeLessThanOrEqual(Date.parse(first.body[1].created_dt));
+    // Given twice, a cursor (or limit) is refused, not read as "no cursor" (the first page again).
+    const cursor = next.searchParams.get('cursor')!;
+    const twice = await api('GET', `/api/email-messages/?limit=2&cursor=${cursor}&cursor=${cursor}`, alice.uuid);
+    expect([twice.status, twice.body]).toEqual([400, { cursor: ['Give cursor once.'] }]);
+    expect((await api('GET', '/api/email-inbox/?limit=2&limit=3', alice.uuid)).status).toBe(400);
   });
 
   test('unread takes true/false (1/0, yes/no); anything else is a 400, not an unfiltered list', async () => {

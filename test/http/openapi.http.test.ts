@@ -116,6 +116,14 @@ describe('GET /api/schema/', () => {
     await raw('POST', '/api/vault/', token, '{bad', 'application/json');
     await raw('POST', '/api/identities/', token, '<x/>', 'application/xml');
     await raw('POST', '/api/identities/', token, JSON.stringify({ name: 'x'.repeat(1_100_000) }), 'application/json');
+    // Credentials: an identity header naming no identity (404) or another account's (403) on an
+    // account endpoint, an identity key on an account write (403), no credential (401).
+    const stranger = (await s.api('POST', '/api/identities/', { token: (await s.signUp()).access, body: { name: 'Elsewhere' } })).body;
+    await call('GET', '/api/auth/user/', { token, identity: '0190a000-0000-7000-8000-000000000000' });
+    await call('GET', '/api/master/', { token, identity: stranger.uuid });
+    const identityKey = (await s.api('POST', '/api/auth/keys/identity/', { token, body: { label: 'w', identity_uuid: b.uuid } })).body.key;
+    await call('PATCH', '/api/auth/user/', { token: identityKey, body: { first_name: 'x' } });
+    await call('GET', '/api/subscription/');
     expect(problems).toEqual([]);
     expect(checked).toBeGreaterThan(25);
   });
