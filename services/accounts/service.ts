@@ -5,11 +5,11 @@
  */
 import argon2 from 'argon2';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { streamName } from '../../infra/ports/event-store.js';
+import { comparePositions, streamName } from '../../infra/ports/event-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { acquire, holderOf, release, reserve } from '../kernel/reservations.js';
+import { acquire, holderOf, release, reserve, type Reclaim } from '../kernel/reservations.js';
 import { ApiError, badRequest, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
@@ -80,6 +80,31 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (position) await progress.waitFor(position);
   }
 
+  /**
+   * Usernames, emails and external subjects reserved by a sign-up that died before its
+   * UserRegistered (kernel/reservations.ts) are free again; a username also once its
+   * account was renamed after reserving it.
+   */
+  const accountValue = (kind: 'username' | 'useremail' | 'externalsubject'): Reclaim => ({
+    settledBefore: platform.settledBefore,
+    async check(holder, value, reservation) {
+      let s = userEvolver.initial();
+      let namedAt: string | null = null;
+      let external: UserRegisteredData['external'] = null;
+      for (const e of await store.readStream(userStream(Number(holder.slice('user-'.length))))) {
+        s = userEvolver.evolve(s, e);
+        if (e.type === UserRegistered) external = (e.data as UserRegisteredData).external;
+        if (e.type === UserRegistered || (e.type === UserProfileUpdated && (e.data as { username?: string }).username !== undefined)) namedAt = e.position;
+      }
+      if (!s.exists) return 'unknown';
+      if (kind === 'useremail') return s.email.toLowerCase() === value ? 'holds' : 'gone';
+      if (kind === 'externalsubject') return external && externalKeyOf(external.issuer, external.subject) === value ? 'holds' : 'gone';
+      if (s.username.toLowerCase() === value) return 'holds';
+      return comparePositions(namedAt, reservation.position) > 0 ? 'gone' : 'unknown';
+    },
+  });
+  const reclaim = { username: accountValue('username'), useremail: accountValue('useremail'), externalsubject: accountValue('externalsubject') };
+
   async function allocatePk(): Promise<number> {
     const stream = streamName('userseq', 'global');
     const { result } = await execute(
@@ -138,14 +163,14 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const emailKey = input.email.toLowerCase();
     if (await crossTaken('username', usernameKey, owner)) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
     if (await crossTaken('useremail', emailKey, owner)) throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
-    if (!(await reserve(store, 'username', usernameKey, owner))) {
+    if (!(await reserve(store, 'username', usernameKey, owner, false, reclaim.username))) {
       throw badRequest({ username: ['A user with that username already exists.'] });
     }
-    if (!(await reserve(store, 'useremail', emailKey, owner))) {
+    if (!(await reserve(store, 'useremail', emailKey, owner, false, reclaim.useremail))) {
       await release(store, 'username', usernameKey, owner);
       throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
     }
-    if (input.external && !(await reserve(store, 'externalsubject', externalKeyOf(input.external.issuer, input.external.subject), owner))) {
+    if (input.external && !(await reserve(store, 'externalsubject', externalKeyOf(input.external.issuer, input.external.subject), owner, false, reclaim.externalsubject))) {
       await release(store, 'username', usernameKey, owner);
       await release(store, 'useremail', emailKey, owner);
       throw new ApiError(409, 'conflict', 'This external account is already linked.');
@@ -308,7 +333,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const newKey = patch.username?.toLowerCase();
     const reserving = newKey !== undefined && newKey !== current.usernameKey;
     if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
-    const taken = reserving ? await acquire(store, 'username', newKey!, owner) : null;
+    const taken = reserving ? await acquire(store, 'username', newKey!, owner, false, reclaim.username) : null;
     if (taken === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
     // Decided on the stream, so concurrent renames each release the name they replaced.
     let replaced: string | null = null;

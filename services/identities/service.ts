@@ -9,13 +9,13 @@
  * - phone slots of the plan: stream `phones-<pk>`, appended at the revision read, so two
  *   concurrent provisionings cannot both take the last slot.
  */
-import { type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { comparePositions, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Collection, Page } from '../../infra/ports/read-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../../infra/ports/phone-provider.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { acquire, release, reserve } from '../kernel/reservations.js';
+import { acquire, release, reserve, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -79,21 +79,49 @@ export const identityEvolver: Evolver<IdentityState> = {
   },
 };
 
-/** Identity ids holding a phone slot of the account's plan. */
-const slotsEvolver: Evolver<Set<string>> = {
-  initial: () => new Set(),
+/** The identities holding a phone slot of the account's plan, each with its claim. */
+const slotsEvolver: Evolver<Map<string, RecordedEvent>> = {
+  initial: () => new Map(),
   evolve(s, e) {
     const id = (e.data as PhoneSlotData).identityId;
-    const next = new Set(s);
-    if (e.type === PhoneSlotClaimed) next.add(id);
+    const next = new Map(s);
+    if (e.type === PhoneSlotClaimed) next.set(id, e);
     if (e.type === PhoneSlotFreed) next.delete(id);
     return next;
   },
 };
 
-/** Phones the account uses now (its `phones-<pk>` stream). */
-export async function phonesUsed(store: EventStore, ownerPk: number): Promise<number> {
-  return (await loadStream(store, phonesStream(ownerPk), slotsEvolver)).state.size;
+/** The identity's state from its own stream, and the position of the event that last named it. */
+async function identityHistory(store: EventStore, id: string): Promise<{ state: IdentityState; namedAt: string | null; phonedAt: string | null }> {
+  let state = identityEvolver.initial();
+  let namedAt: string | null = null;
+  let phonedAt: string | null = null;
+  for (const e of await store.readStream(identityStream(id))) {
+    state = identityEvolver.evolve(state, e);
+    if (e.type === IdentityCreated || (e.type === IdentityUpdated && (e.data as IdentityUpdatedData).name !== undefined)) namedAt = e.position;
+    if (e.type === PhoneProvisioned) phonedAt = e.position;
+  }
+  return { state, namedAt, phonedAt };
+}
+
+/**
+ * Slots whose identity will never hold a phone by them: deleted (its request died before
+ * freeing the slot), or without a phone and past any request in flight (a create or
+ * provisioning that died between the claim and the phone's event). See kernel/reservations.ts.
+ */
+async function abandonedSlots(store: EventStore, slots: Map<string, RecordedEvent>, settledBefore: number): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const [identityId, claim] of slots) {
+    const { state } = await identityHistory(store, identityId);
+    if (state.deleted || (!state.phone && Date.parse(claim.recordedAt) < settledBefore)) out.add(identityId);
+  }
+  return out;
+}
+
+/** Phones the account uses now (its `phones-<pk>` stream, without abandoned slots). */
+export async function phonesUsed(store: EventStore, ownerPk: number, settledBefore: number): Promise<number> {
+  const { state: slots } = await loadStream(store, phonesStream(ownerPk), slotsEvolver);
+  return slots.size - (await abandonedSlots(store, slots, settledBefore)).size;
 }
 
 export interface CreateIdentityInput {
@@ -118,15 +146,40 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
   const serial = keyedSerial();
+  const idOf = (owner: string) => owner.slice('identity-'.length);
+
+  /** A name reservation is free again once its identity is deleted or was renamed after it. */
+  const names: Reclaim = {
+    settledBefore: platform.settledBefore,
+    async check(holder, value, reservation) {
+      const { state, namedAt } = await identityHistory(store, idOf(holder));
+      if (!state.exists) return 'unknown';
+      if (state.deleted) return 'gone';
+      if (nameKeyOf(state.ownerPk, state.name) === value) return 'holds';
+      return comparePositions(namedAt, reservation.position) > 0 ? 'gone' : 'unknown';
+    },
+  };
+  /** Inbox addresses stay with their identity for good, deleted or not; only one never created frees its address. */
+  const inboxes: Reclaim = {
+    settledBefore: platform.settledBefore,
+    async check(holder, value) {
+      const { state } = await identityHistory(store, idOf(holder));
+      return !state.exists ? 'unknown' : state.inbox === value ? 'holds' : 'gone';
+    },
+  };
 
   /** Takes a phone slot of the plan for `identityId`, or answers 402; true when this call took it (false: it held one already). */
   async function claimSlot(ownerPk: number, identityId: string): Promise<boolean> {
     const sub = await currentSubscription(reads, ownerPk);
     const allowance = phoneAllowance(sub);
-    const { result } = await execute(store, phonesStream(ownerPk), slotsEvolver, (slots) => {
+    const { result } = await execute(store, phonesStream(ownerPk), slotsEvolver, async (slots) => {
       if (slots.has(identityId)) return { events: [], result: false };
-      if (slots.size >= allowance) throw paymentRequired(sub, slots.size + 1);
-      return { events: [event(PhoneSlotClaimed, { identityId, at: nowIso() } satisfies PhoneSlotData)], result: true };
+      // Full: slots abandoned by a crash are freed in the same append as the claim.
+      const stale = slots.size >= allowance ? await abandonedSlots(store, slots, platform.settledBefore()) : new Set<string>();
+      if (slots.size - stale.size >= allowance) throw paymentRequired(sub, slots.size - stale.size + 1);
+      const at = nowIso();
+      const frees = [...stale].map((id) => event(PhoneSlotFreed, { identityId: id, at } satisfies PhoneSlotData));
+      return { events: [...frees, event(PhoneSlotClaimed, { identityId, at } satisfies PhoneSlotData)], result: true };
     }, 20);
     if (!result) return false;
     // The plan was read before the claim: an admin may have downgraded or cancelled it in
@@ -134,10 +187,10 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     // that leaves no room for it (a concurrent downgrade may refuse a claim; never the reverse).
     const latest = await subscriptionInLog(store, ownerPk);
     if (latest.plan !== sub.plan || latest.status !== sub.status) {
-      const { state: slots } = await loadStream(store, phonesStream(ownerPk), slotsEvolver);
-      if (slots.size > phoneAllowance(latest)) {
+      const used = await phonesUsed(store, ownerPk, platform.settledBefore());
+      if (used > phoneAllowance(latest)) {
         await freeSlot(ownerPk, identityId);
-        throw paymentRequired(latest, slots.size);
+        throw paymentRequired(latest, used);
       }
     }
     return true;
@@ -168,7 +221,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   /** Refuses early (before any reservation) when the plan has no room for one more phone. */
   async function precheckPhone(ownerPk: number): Promise<void> {
     const sub = await currentSubscription(reads, ownerPk);
-    const used = await phonesUsed(store, ownerPk);
+    const used = await phonesUsed(store, ownerPk, platform.settledBefore());
     if (used >= phoneAllowance(sub)) throw paymentRequired(sub, used + 1);
   }
 
@@ -190,14 +243,14 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       const local = normalizeLocalPart(emailIdentifier);
       if ('error' in local) throw badRequest({ email_identifier: [local.error] });
       const inbox = `${local.value}@${domain}`;
-      if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true))) {
+      if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true, inboxes))) {
         throw conflict('This email address is already taken.');
       }
       return inbox;
     }
     for (let attempt = 0; attempt < GENERATE_ATTEMPTS; attempt++) {
       const inbox = `${generateLocalPart(name, attempt < 4 ? 4 : 8)}@${domain}`;
-      if (await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true)) return inbox;
+      if (await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true, inboxes)) return inbox;
     }
     throw conflict('Could not generate a free email address; pass email_identifier.');
   }
@@ -208,7 +261,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const owner = ownerOf(id);
     if (input.provisionPhone) await precheckPhone(ownerPk);
     const nameKey = nameKeyOf(ownerPk, name);
-    if (!(await reserve(store, NAME_KIND, nameKey, owner))) throw nameTaken();
+    if (!(await reserve(store, NAME_KIND, nameKey, owner, false, names))) throw nameTaken();
 
     let slot = false;
     let number: AllocatedNumber | null = null;
@@ -258,7 +311,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const oldKey = nameKeyOf(state.ownerPk, state.name);
     const newKey = nameKeyOf(state.ownerPk, name);
     const reserving = renaming && newKey !== oldKey;
-    const taken = reserving ? await acquire(store, NAME_KIND, newKey, owner) : null;
+    const taken = reserving ? await acquire(store, NAME_KIND, newKey, owner, false, names) : null;
     if (taken === 'taken') throw nameTaken();
     let position: string | null = null;
     try {

@@ -25,4 +25,22 @@ export interface Platform {
   progress: ReadModelProgress;
   mailer: Mailer;
   limiter: RateLimiter;
+  /**
+   * Epoch ms before which no request of this deployment can still be in flight: a
+   * reservation older than that whose holder never used it was abandoned by a crash
+   * (services/kernel/reservations.ts).
+   */
+  settledBefore(): number;
+}
+
+/** No request that reserves a value takes longer than this (hashing a password, a phone provider call with its timeout). */
+export const IN_FLIGHT_LIMIT_MS = 5 * 60_000;
+
+/**
+ * {@link Platform.settledBefore}: requests older than the in-flight limit are over; in the
+ * embedded deployment (one process per DATA_DIR) so is every request from before this
+ * process started.
+ */
+export function settledBeforeFor(store: 'embedded' | 'cluster', startedAt = Date.now()): () => number {
+  return () => Math.max(store === 'embedded' ? startedAt : 0, Date.now() - IN_FLIGHT_LIMIT_MS);
 }

@@ -3,9 +3,19 @@
  * address, an identity name) is held by appending to its own reservation stream. The
  * append at `no_stream` (or at the revision of a release) is the atomic check, so it works
  * the same on SQLite and on EventStoreDB, across any number of gateways.
+ *
+ * A reservation and the event that puts the value to use (IdentityCreated, UserRegistered,
+ * a rename) are appended to different streams, so a process killed between the two leaves
+ * a value reserved by a holder that never uses it. Such a reservation is reclaimed by the
+ * next request that wants the value ({@link Reclaim}): the holder's own stream says whether
+ * it uses the value; when it shows the holder gone (deleted, moved to another value) the
+ * value is free, and when it shows nothing yet the reservation is either a request still in
+ * flight or an abandoned one — abandoned once it is older than any request can be, or
+ * older than the process itself in the embedded deployment (one process: nothing from
+ * before its start is still running).
  */
 import { createHash } from 'node:crypto';
-import { WrongExpectedRevisionError, streamName, type EventStore } from '../../infra/ports/event-store.js';
+import { WrongExpectedRevisionError, streamName, type EventData, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import { event, expectedFor } from './command.js';
 
 export const RESERVED = 'ValueReserved';
@@ -17,10 +27,32 @@ export function reservationStream(kind: string, value: string): string {
   return streamName(kind, digest);
 }
 
-async function current(store: EventStore, stream: string): Promise<{ owner: string | null; revision: number }> {
+/** What a holder's own stream says about a value it reserved. */
+export type HolderState =
+  /** it uses the value */
+  | 'holds'
+  /** it never will again (deleted; or it moved to another value after reserving this one) */
+  | 'gone'
+  /** it does not use it yet: a request in flight, or one that died before its main event */
+  | 'unknown';
+
+/** How to tell an abandoned reservation from a live one. */
+export interface Reclaim {
+  check(holder: string, value: string, reservation: RecordedEvent): Promise<HolderState>;
+  /** Epoch ms: reservations recorded before it belong to no request still in flight. */
+  settledBefore(): number;
+}
+
+/** Whether a reservation of `holder` may be taken over: its holder is gone, or it is abandoned. */
+export async function abandoned(reclaim: Reclaim, holder: string, value: string, reservation: RecordedEvent): Promise<boolean> {
+  const state = await reclaim.check(holder, value, reservation);
+  return state === 'gone' || (state === 'unknown' && Date.parse(reservation.recordedAt) < reclaim.settledBefore());
+}
+
+async function current(store: EventStore, stream: string): Promise<{ owner: string | null; revision: number; last: RecordedEvent | null }> {
   const [last] = await store.readStream(stream, { direction: 'backwards', maxCount: 1 });
-  if (!last) return { owner: null, revision: -1 };
-  return { owner: last.type === RESERVED ? (last.data as { owner: string }).owner : null, revision: last.revision };
+  if (!last) return { owner: null, revision: -1, last: null };
+  return { owner: last.type === RESERVED ? (last.data as { owner: string }).owner : null, revision: last.revision, last };
 }
 
 /**
@@ -28,8 +60,8 @@ async function current(store: EventStore, stream: string): Promise<{ owner: stri
  * already was), false when another owner holds it. `permanent` reservations are never
  * released (inbox addresses: a deleted identity's address is never handed out again).
  */
-export async function reserve(store: EventStore, kind: string, value: string, owner: string, permanent = false): Promise<boolean> {
-  return (await acquire(store, kind, value, owner, permanent)) !== 'taken';
+export async function reserve(store: EventStore, kind: string, value: string, owner: string, permanent = false, reclaim?: Reclaim): Promise<boolean> {
+  return (await acquire(store, kind, value, owner, permanent, reclaim)) !== 'taken';
 }
 
 /**
@@ -37,14 +69,19 @@ export async function reserve(store: EventStore, kind: string, value: string, ow
  * already (`held`): only a call that acquired may undo it, or a failed concurrent request of
  * the same owner would release what a successful one relies on.
  */
-export async function acquire(store: EventStore, kind: string, value: string, owner: string, permanent = false): Promise<'acquired' | 'held' | 'taken'> {
+export async function acquire(store: EventStore, kind: string, value: string, owner: string, permanent = false, reclaim?: Reclaim): Promise<'acquired' | 'held' | 'taken'> {
   const stream = reservationStream(kind, value);
   for (let attempt = 0; attempt < 5; attempt++) {
-    const { owner: holder, revision } = await current(store, stream);
+    const { owner: holder, revision, last } = await current(store, stream);
     if (holder === owner) return 'held';
-    if (holder !== null) return 'taken';
+    const events: EventData[] = [event(RESERVED, { kind, owner, permanent })];
+    if (holder !== null) {
+      if (!reclaim || !(await abandoned(reclaim, holder, value, last!))) return 'taken';
+      // Released and taken in one append, at the revision the check saw.
+      events.unshift(event(RELEASED, { kind, owner: holder, reclaimed: true }));
+    }
     try {
-      await store.append(stream, [event(RESERVED, { kind, owner, permanent })], { expectedRevision: expectedFor(revision) });
+      await store.append(stream, events, { expectedRevision: expectedFor(revision) });
       return 'acquired';
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError)) throw err;

@@ -1,0 +1,100 @@
+/**
+ * A write that reserves a value (a name, an inbox, a username, a phone slot) and then dies
+ * (kill -9) before the event that uses it leaves the reservation behind. These tests build
+ * exactly that state in the event log (the reservation without its main event, as a crash
+ * leaves it), restart the service on the same DATA_DIR, and check through the API that a
+ * retry gets the value — while a reservation of a request that may still be in flight is
+ * respected.
+ */
+import { rmSync } from 'node:fs';
+import { startTestServer, type TestServer } from '../support/server.js';
+import { reservationStream, RESERVED } from '../../services/kernel/reservations.js';
+import { event } from '../../services/kernel/command.js';
+import { newId } from '../../services/kernel/ids.js';
+import { IdentityDeleted, IdentityUpdated, PhoneSlotClaimed, identityStream, phonesStream } from '../../services/identities/events.js';
+
+let s: TestServer;
+const dirs: string[] = [];
+
+async function restart(): Promise<void> {
+  await s.runtime.close();
+  s = await startTestServer({ DATA_DIR: dirs[0], ADMIN_TOKEN: 'admin-secret' });
+  dirs.push(s.dataDir); // the fresh one it made and did not use
+}
+
+/** What a request that died after its reservation leaves in the log. */
+async function abandonedReservation(kind: string, value: string, owner: string): Promise<void> {
+  await s.runtime.events.append(reservationStream(kind, value), [event(RESERVED, { kind, owner, permanent: kind === 'inbox' })], { expectedRevision: 'any' });
+}
+
+beforeAll(async () => {
+  s = await startTestServer({ ADMIN_TOKEN: 'admin-secret' });
+  dirs.push(s.dataDir);
+});
+
+afterAll(async () => {
+  await s.runtime.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+test('a name, an inbox, a username and an email reserved by requests that died are free after a restart; a recent one is not', async () => {
+  const owner = await s.signUp();
+  const pk = owner.user.pk;
+  await abandonedReservation('identityname', `${pk}:crashed name`, `identity-${newId()}`);
+  await abandonedReservation('inbox', `crashed-inbox@${s.runtime.config.mailDomain}`, `identity-${newId()}`);
+  await abandonedReservation('username', 'crashed-signup', `user-${pk + 1000}`);
+  await abandonedReservation('useremail', 'crashed-signup@example.com', `user-${pk + 1000}`);
+
+  // While the service that recorded them runs, they may be requests in flight: respected.
+  const inFlight = await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Crashed name' } });
+  expect([inFlight.status, inFlight.body.code]).toEqual([409, 'conflict']);
+
+  await restart();
+  const { access } = (await s.api('POST', '/api/auth/login/', { body: { username: owner.user.username, password: owner.password } })).body;
+  const identity = await s.api('POST', '/api/identities/', { token: access, body: { name: 'Crashed name', email_identifier: 'crashed-inbox' } });
+  expect([identity.status, identity.body.name, identity.body.inbox]).toEqual([201, 'Crashed name', `crashed-inbox@${s.runtime.config.mailDomain}`]);
+  const signup = await s.api('POST', '/api/auth/social/', { body: { username: 'crashed-signup', email: 'crashed-signup@example.com', password1: 'Secret-pw-1', password2: 'Secret-pw-1' } });
+  expect(signup.status).toBe(201);
+  expect((await s.api('POST', '/api/auth/login/', { body: { username: 'crashed-signup', password: 'Secret-pw-1' } })).status).toBe(200);
+  // The values are held again, by their new owners.
+  expect((await s.api('POST', '/api/identities/', { token: access, body: { name: 'crashed NAME' } })).status).toBe(409);
+});
+
+test('the name of an identity deleted (or renamed) by a request that died before releasing it is free at once', async () => {
+  const owner = await s.signUp();
+  const gone = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Deleted twin' } })).body;
+  const renamed = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Old name' } })).body;
+  // The first event of each command landed; the release after it did not.
+  await s.runtime.events.append(identityStream(gone.uuid), [event(IdentityDeleted, { identityId: gone.uuid, ownerPk: owner.user.pk, at: new Date().toISOString() })], { expectedRevision: 'any' });
+  await s.runtime.events.append(identityStream(renamed.uuid), [event(IdentityUpdated, { identityId: renamed.uuid, name: 'New name', at: new Date().toISOString() })], { expectedRevision: 'any' });
+
+  const again = await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Deleted twin' } });
+  expect(again.status).toBe(201);
+  const reused = await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Old name' } });
+  expect(reused.status).toBe(201);
+  // An identity that holds its name keeps it.
+  expect((await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Deleted twin' } })).status).toBe(409);
+});
+
+test('phone slots claimed by requests that died stop counting after a restart: phones_used is true and the plan has room again', async () => {
+  const owner = await s.signUp();
+  const pk = owner.user.pk;
+  await s.api('PUT', `/api/admin/users/${pk}/subscription/`, { token: 'admin-secret', body: { plan: 'developer' } });
+  const withPhone = await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Has a phone', provision_phone: true } });
+  expect(withPhone.status).toBe(201);
+  // Two creates died after claiming their slot (their identities never came to be).
+  for (let i = 0; i < 2; i++) {
+    await s.runtime.events.append(phonesStream(pk), [event(PhoneSlotClaimed, { identityId: newId(), at: new Date().toISOString() })], { expectedRevision: 'any' });
+  }
+  expect((await s.api('GET', '/api/subscription/', { token: owner.access })).body).toMatchObject({ phones_used: 3, phones_available: 0 });
+
+  await restart();
+  const { access } = (await s.api('POST', '/api/auth/login/', { body: { username: owner.user.username, password: owner.password } })).body;
+  expect((await s.api('GET', '/api/subscription/', { token: access })).body).toMatchObject({ phones_used: 1, phones_available: 2 });
+  for (const name of ['Second phone', 'Third phone']) {
+    expect((await s.api('POST', '/api/identities/', { token: access, body: { name, provision_phone: true } })).status).toBe(201);
+  }
+  expect((await s.api('GET', '/api/subscription/', { token: access })).body).toMatchObject({ phones_used: 3, phones_available: 0 });
+  const fourth = await s.api('POST', '/api/identities/', { token: access, body: { name: 'Fourth phone', provision_phone: true } });
+  expect(fourth.status).toBe(402);
+});
