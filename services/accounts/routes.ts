@@ -34,8 +34,13 @@ export interface AccountRoutesDeps {
   jwks: unknown;
 }
 
-const passwordsMatch = (a: string, b: string, field: string) => {
-  if (a !== b) throw badRequest({ [field]: ["The two password fields didn't match."] });
+/**
+ * The two new passwords must be the same: a cross-field rule, so `non_field_errors`
+ * (DECISIONS); password change and reset also name `new_password2`, where Django's
+ * SetPasswordForm (dj-rest-auth) reports it.
+ */
+const passwordsMatch = (a: string, b: string, ...fields: string[]) => {
+  if (a !== b) throw badRequest(Object.fromEntries(['non_field_errors', ...fields].map((f) => [f, ["The two password fields didn't match."]])));
 };
 
 export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
@@ -50,7 +55,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
     routes(r: Router) {
       r.post('/api/auth/social/', async (ctx) => {
         const b = v.register(await body(ctx));
-        passwordsMatch(b.password1, b.password2, 'non_field_errors');
+        passwordsMatch(b.password1, b.password2);
         const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, firstName: b.first_name, lastName: b.last_name });
         created(ctx, await accounts.tokenPair(user, 'register'));
       });

@@ -53,7 +53,12 @@ function hasLoneSurrogate(value: object): boolean {
   return false;
 }
 
-const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.');
+/**
+ * Refused before the whole body was read: the rest of it is still on the connection, so the
+ * connection is closed after the answer (a client reusing it would have its next request
+ * read from the middle of this body, or reset).
+ */
+const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.', undefined, { Connection: 'close' });
 
 /** Bodies are UTF-8 (RFC 8259 §8.1 for JSON); a byte sequence that is not is refused, never replaced by U+FFFD. */
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });

@@ -307,7 +307,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         // Nothing keeps an encoding with the blob: gzip bytes would reach recipients as the file.
         const encoding = (ctx.get('content-encoding') || 'identity').trim().toLowerCase();
         if (encoding !== 'identity') throw new ApiError(415, 'unsupported_media_type', `Unsupported Content-Encoding "${encoding}": upload the file's own bytes.`);
-        const tooLarge = () => new ApiError(413, 'payload_too_large', 'Attachments are limited to 25 MiB.');
+        const tooLarge = () => new ApiError(413, 'payload_too_large', 'Attachments are limited to 25 MiB.', undefined, { Connection: 'close' });
         const declared = Number(ctx.get('content-length') || NaN);
         if (declared > MAX_MESSAGE_BYTES) throw tooLarge();
         let content: Buffer;

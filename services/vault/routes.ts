@@ -122,8 +122,9 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
 
       // --- passwords (identity-scoped) ---
       // Registered before /{uuid}/. Needs a credential but no identity: nothing is stored.
+      // SPEC lists it under "Passwords (identity header required)": identity-scoped like its section.
       r.get('/api/passwords/generate_password/', async (ctx) => {
-        await deps.auth().principal(ctx);
+        await deps.auth().identity(ctx);
         const { length, classes } = generateOptions(ctx);
         ctx.body = { password: generatePassword(length, classes) };
       });

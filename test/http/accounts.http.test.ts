@@ -331,6 +331,7 @@ describe('password change, logout and reset', () => {
     const mismatch = await s.api('POST', '/api/auth/password/change/', { token: u.access, body: { new_password1: 'a', new_password2: 'b' } });
     expect(mismatch.status).toBe(400);
     expect(mismatch.body.new_password2).toHaveLength(1);
+    expect(mismatch.body.non_field_errors).toEqual(["The two password fields didn't match."]); // a cross-field rule (DECISIONS)
   });
 
   it('logout answers {detail} and invalidates the user\'s refresh tokens', async () => {
@@ -384,6 +385,8 @@ describe('password change, logout and reset', () => {
     const token = /token=([\w-]+)/.exec(text)![1];
     const bad = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token: `${token}x`, new_password1: 'n', new_password2: 'n' } });
     expect(bad.status).toBe(400);
+    const differ = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token, new_password1: 'one-pass', new_password2: 'other-pass' } });
+    expect([differ.status, Object.keys(differ.body).sort()]).toEqual([400, ['new_password2', 'non_field_errors']]);
     const ok = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token, new_password1: 'after-reset', new_password2: 'after-reset' } });
     expect(ok.status).toBe(200);
     const again = await s.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token, new_password1: 'x', new_password2: 'x' } });

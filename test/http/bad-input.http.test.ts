@@ -163,3 +163,21 @@ it("what Node's HTTP parser refuses is answered in the API's error shape, not an
   const expectation = await exchange('POST /api/identities/ HTTP/1.1\r\nHost: x\r\nExpect: banana\r\nContent-Length: 2\r\n\r\n{}');
   expect([expectation.status, expectation.body.code]).toEqual([417, 'expectation_failed']);
 });
+
+it('a body over 1 MiB sent without Content-Length is a 413 that closes its connection (the rest of the body is still on it)', async () => {
+  const { port, hostname } = new URL(s.url);
+  const socket = net.connect(Number(port), hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  let text = '';
+  socket.setEncoding('latin1');
+  socket.on('data', (chunk) => (text += chunk));
+  const closed = new Promise((resolve) => socket.once('close', resolve));
+  socket.on('error', () => {}); // the server may reset while this side still writes
+  socket.write('POST /api/auth/login/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+  const chunk = 'a'.repeat(64 * 1024);
+  for (let i = 0; i < 20 && !socket.destroyed && !text; i++) socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
+  await closed;
+  expect(text).toMatch(/^HTTP\/1\.1 413 /);
+  expect(text).toMatch(/\r\nconnection: close\r\n/i);
+  expect((await s.api('GET', '/api/health/')).status).toBe(200);
+});

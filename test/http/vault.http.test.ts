@@ -319,10 +319,13 @@ describe('password entries: server rules', () => {
 });
 
 describe('generate_password', () => {
-  const gen = (q = '', token: string | null = tokenA) => srv.api('GET', `/api/passwords/generate_password/${q}`, { token: token ?? undefined });
+  const gen = (q = '', token: string | null = tokenA, identity: string | undefined = idA1) =>
+    srv.api('GET', `/api/passwords/generate_password/${q}`, { token: token ?? undefined, identity });
 
-  test('needs a credential but no identity; 20 characters from all four classes by default', async () => {
+  test('needs a credential and an identity (SPEC: "Passwords (identity header required)"); 20 characters from all four classes by default', async () => {
     expect((await gen('', null)).status).toBe(401);
+    const none = await gen('', tokenA, '');
+    expect([none.status, none.body.code]).toEqual([400, 'identity_required']);
     const res = await gen();
     expect(res.status).toBe(200);
     expect(Object.keys(res.body)).toEqual(['password']);
