@@ -94,6 +94,8 @@ interface ProjectionState {
   sinceCommit: number;
   /** Pending document writes of the current batch, by `collection\0id`. */
   overlay: Map<string, Change>;
+  /** Position of the last event of the batch that changed a document (null: none did). */
+  lastChange: string | null;
 }
 
 interface Waiter {
@@ -146,6 +148,7 @@ export function createProjectionRunner(deps: {
       position: null,
       committed: null,
       sinceCommit: 0,
+      lastChange: null,
       overlay: new Map(),
     };
   });
@@ -192,6 +195,7 @@ export function createProjectionRunner(deps: {
       if (next === current) continue; // unchanged by contract
       if (next && next.id !== update.id) throw new Error(`evolve of ${update.collection}/${update.id} returned id ${String(next.id)}`);
       state.overlay.set(key, { collection: update.collection, id: update.id, doc: next as Doc | null });
+      state.lastChange = event.position;
     }
   }
 
@@ -223,9 +227,23 @@ export function createProjectionRunner(deps: {
     for (const state of states) {
       if (comparePositions(state.position, state.committed) <= 0) continue;
       if (state.overlay.size === 0 && !force && state.sinceCommit < CHECKPOINT_EVERY) continue;
-      await readStore.commit(state.projection.name, state.position!, [...state.overlay.values()]);
-      state.overlay.clear();
-      state.committed = state.position;
+      // Changes are committed at the position of the last event that made one, not at the end
+      // of the batch: every process that projects the same log (the cluster's worker and the
+      // gateways following it) then names the same position for the same change, and a
+      // gateway waiting for the worker to hold its change waits for exactly that one (the
+      // worker, batching differently, may never commit at this batch's end). The events
+      // after it changed nothing here; a restart replays them as no-ops (or, when the
+      // checkpoint is due anyway, a commit without changes moves it to the batch's end).
+      if (state.overlay.size > 0) {
+        await readStore.commit(state.projection.name, state.lastChange!, [...state.overlay.values()]);
+        state.overlay.clear();
+        state.committed = state.lastChange;
+        state.lastChange = null;
+      }
+      if ((force || state.sinceCommit >= CHECKPOINT_EVERY) && comparePositions(state.position, state.committed) > 0) {
+        await readStore.commit(state.projection.name, state.position!, []);
+        state.committed = state.position;
+      }
       state.sinceCommit = 0;
     }
     pendingEvents = 0;

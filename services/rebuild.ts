@@ -1,21 +1,44 @@
 /**
  * `npm run rebuild [projection ...]`: drops read models and rebuilds them from position 0
  * of the event log. All projections when none is named. Stop the service first (the
- * embedded store has one writer per DATA_DIR).
+ * embedded store has one writer per DATA_DIR; in the cluster deployment, stop the worker:
+ * the rebuild takes the projections lease it holds and writes as the worker would).
  */
+import { MongoClient } from 'mongodb';
 import { loadConfig, ConfigError } from '../infra/config.js';
 import { startRuntime } from '../infra/runtime.js';
+import { PROJECTIONS_LEASE, mongoDatabaseName, useWorkerRole } from '../infra/cluster.js';
+import { acquireLease, type HeldLease } from '../infra/mongodb/lease.js';
+import { newLeaseOwner } from '../infra/mongodb/read-store.js';
 
+/** Longer than the lease's time to live: a worker stopped just before has let go of it by then. */
+const LEASE_WAIT_MS = 30_000;
+
+let mongo: MongoClient | null = null;
+let lease: HeldLease | null = null;
 try {
   const config = loadConfig(process.env);
+  if (config.store === 'cluster' && config.cluster) {
+    // Read models are written by the lease holder only (gateways follow): take its place.
+    mongo = new MongoClient(config.cluster.mongoUrl, { writeConcern: { w: 'majority' } });
+    await mongo.connect();
+    const owner = newLeaseOwner('rebuild');
+    lease = await acquireLease(mongo.db(mongoDatabaseName(config.cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { signal: AbortSignal.timeout(LEASE_WAIT_MS) }).catch(() => {
+      throw new Error('a worker holds the projections lease: stop `npm run worker` first, then rebuild');
+    });
+    useWorkerRole({ name: PROJECTIONS_LEASE, owner });
+  }
   const runtime = await startRuntime(config, { serve: false });
   const names = process.argv.slice(2);
   const started = Date.now();
   await runtime.runner.rebuild(names.length ? names : undefined);
   runtime.logger.info({ projections: names.length ? names : 'all', ms: Date.now() - started }, 'read models rebuilt');
   await runtime.close();
+  await lease?.release();
+  await mongo?.close();
 } catch (err) {
   const busy = (err as NodeJS.ErrnoException).code === 'EBUSY' ? 'DATA_DIR: ' : ''; // the service runs on it
   process.stderr.write(`rebuild failed: ${busy}${err instanceof ConfigError ? err.problems.join('; ') : (err as Error).message}\n`);
+  await lease?.release().catch(() => {});
   process.exit(1);
 }

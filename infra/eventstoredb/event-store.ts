@@ -211,8 +211,10 @@ class EventStoreDbStore implements EventStore {
     };
     subscription.on('caughtUp', finish);
     try {
+      // No break on `finished`: the client emits caughtUp while the last events of the
+      // catch-up are still buffered; unsubscribing ends the stream after them, so the loop
+      // drains them and then ends.
       for await (const resolved of subscription) {
-        if (finished) break;
         const event = toRecordedEvent(resolved.event as EsdbRecorded | undefined);
         if (!event) continue;
         if (comparePositions(event.position, endPosition) > 0) break;

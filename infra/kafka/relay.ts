@@ -27,10 +27,36 @@ import { checkTopic, toMessage, type OutgoingMessage } from './messages.js';
  */
 export const RELAY_PARTITIONS = 1;
 
+/**
+ * The largest event the topic takes: a JSON request body is at most 1 MiB, but an event may
+ * carry more (a composed mail's HTML and its text alternative). Brokers default to ~1 MB.
+ */
+export const RELAY_MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Bytes of one produce request: kafkajs puts a partition's messages in one record batch,
+ * and the broker refuses a batch over the topic's limit as MESSAGE_TOO_LARGE (not retried),
+ * so a backlog sent 500 at a time failed and failed again after every restart. Kept under a
+ * broker's default limit, so even a topic made without our config takes the batches.
+ */
+export const RELAY_MAX_BATCH_BYTES = 900 * 1024;
+
 /** The topic the relay creates when missing (kafkajs `admin.createTopics`). */
-export function relayTopicSpec(topic: string): { topic: string; numPartitions: number } {
-  return { topic: checkTopic(topic), numPartitions: RELAY_PARTITIONS };
+export function relayTopicSpec(topic: string): { topic: string; numPartitions: number; configEntries: { name: string; value: string }[] } {
+  return { topic: checkTopic(topic), numPartitions: RELAY_PARTITIONS, configEntries: [{ name: 'max.message.bytes', value: String(RELAY_MAX_MESSAGE_BYTES) }] };
 }
+
+/** How many of `sizes` (bytes per message, in order) the next send takes: at least one, at most `maxCount`, within `maxBytes`. */
+export function nextBatchSize(sizes: readonly number[], maxCount: number, maxBytes: number): number {
+  let n = 0;
+  let bytes = 0;
+  while (n < sizes.length && n < maxCount && (n === 0 || bytes + sizes[n]! <= maxBytes)) bytes += sizes[n++]!;
+  return n;
+}
+
+/** Bytes a message adds to a record batch (payload, key and headers; framing is small). */
+const messageBytes = (m: OutgoingMessage) =>
+  Buffer.byteLength(m.value) + Buffer.byteLength(m.key) + Object.entries(m.headers).reduce((n, [k, v]) => n + k.length + Buffer.byteLength(v) + 8, 0) + 64;
 
 export interface RelayCheckpoints {
   get(): Promise<string | null>;
@@ -97,7 +123,7 @@ export async function startKafkaRelay(options: KafkaRelayOptions): Promise<Kafka
   await producer.connect();
 
   let acknowledged = await options.checkpoints.get();
-  let buffer: Array<{ message: OutgoingMessage; position: string }> = [];
+  let buffer: Array<{ message: OutgoingMessage; position: string; bytes: number }> = [];
   let sending: Promise<void> | null = null;
   let failure: Error | null = null;
   let stopped = false;
@@ -119,7 +145,7 @@ export async function startKafkaRelay(options: KafkaRelayOptions): Promise<Kafka
 
   async function sendLoop(): Promise<void> {
     while (buffer.length > 0 && !failure) {
-      const batch = buffer.splice(0, maxBatch);
+      const batch = buffer.splice(0, nextBatchSize(buffer.map((b) => b.bytes), maxBatch, RELAY_MAX_BATCH_BYTES));
       await producer.send({ topic, acks: -1, messages: batch.map((b) => b.message) });
       const last = batch[batch.length - 1]!.position;
       await options.checkpoints.set(last);
@@ -145,7 +171,8 @@ export async function startKafkaRelay(options: KafkaRelayOptions): Promise<Kafka
 
   const subscription: Subscription = options.events.subscribeAll({ after: acknowledged }, async (event: RecordedEvent) => {
     if (failure) throw failure;
-    buffer.push({ message: toMessage(event), position: event.position });
+    const message = toMessage(event);
+    buffer.push({ message, position: event.position, bytes: messageBytes(message) });
     // Backpressure: the subscription waits while a full batch is pending.
     if (buffer.length >= maxBatch) await kick();
     else void kick();

@@ -80,6 +80,8 @@ export async function openMongoReadStore(options: MongoReadStoreOptions): Promis
     writeConcern: { w: 'majority' },
     readConcern: { level: 'majority' },
     serverSelectionTimeoutMS: 10_000,
+    // An `undefined` member is absent, as in the SQLite store's JSON (the driver's default writes null).
+    ignoreUndefined: true,
   });
   await client.connect();
   const db = options.database ? client.db(options.database) : client.db();

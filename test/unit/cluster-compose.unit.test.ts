@@ -52,7 +52,7 @@ describe('infra/docker-compose.yml', () => {
     expect(services.eventstore!.environment).toMatchObject({ EVENTSTORE_CLUSTER_SIZE: '1', EVENTSTORE_INSECURE: 'true' });
     expect(services.mongo!.command).toEqual(expect.arrayContaining(['--replSet', 'rs0']));
     expect(services.mongo!.healthcheck!.test.join(' ')).toContain('rs.initiate');
-    expect(services.kafka!.environment).toMatchObject({ KAFKA_CFG_PROCESS_ROLES: 'broker,controller' });
+    expect(services.kafka!.environment).toMatchObject({ KAFKA_PROCESS_ROLES: 'broker,controller', KAFKA_NUM_PARTITIONS: '1' });
     for (const name of ['eventstore', 'mongo', 'kafka', 'worker']) expect(services[name]!.healthcheck).toBeDefined();
   });
 

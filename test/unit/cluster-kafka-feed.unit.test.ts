@@ -8,7 +8,7 @@
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Pending } from '../../infra/ports/event-feed.js';
 import { createKafkaFeed, OffsetWindow, type FeedConsumer } from '../../infra/kafka/feed.js';
-import { RELAY_PARTITIONS, relayTopicSpec } from '../../infra/kafka/relay.js';
+import { RELAY_PARTITIONS, nextBatchSize, relayTopicSpec } from '../../infra/kafka/relay.js';
 import { toMessage } from '../../infra/kafka/messages.js';
 
 const TOPIC = 'agent-identity.events';
@@ -276,7 +276,16 @@ describe('OffsetWindow', () => {
 describe('the relay topic', () => {
   it('has one partition, so its order is the log order', () => {
     expect(RELAY_PARTITIONS).toBe(1);
-    expect(relayTopicSpec(TOPIC)).toEqual({ topic: TOPIC, numPartitions: 1 });
+    expect(relayTopicSpec(TOPIC)).toMatchObject({ topic: TOPIC, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: String(8 * 1024 * 1024) }] });
     expect(() => relayTopicSpec('a b')).toThrow(/invalid Kafka topic/);
+  });
+
+  it('sends a backlog in batches the broker takes: bounded by count and by bytes, never empty', () => {
+    const kib = 1024;
+    expect(nextBatchSize(Array(2000).fill(100), 500, 900 * kib)).toBe(500);
+    expect(nextBatchSize(Array(2000).fill(16 * kib), 500, 900 * kib)).toBe(56); // 56 × 16 KiB ≤ 900 KiB < 57 × 16 KiB
+    expect(nextBatchSize([2000 * kib, 1], 500, 900 * kib)).toBe(1); // one large event goes alone
+    expect(nextBatchSize([1, 2000 * kib], 500, 900 * kib)).toBe(1);
+    expect(nextBatchSize([], 500, 900 * kib)).toBe(0);
   });
 });

@@ -280,6 +280,30 @@ describe('projection runner', () => {
     expect(commits.length).toBeLessThanOrEqual(3 * 3); // ≤ 2 batches of 500 + the idle flush, per projection
   });
 
+  it('should commit changes at the event that made them, not at the batch end, so processes batching differently name the same position', async () => {
+    // given: a change for `identities`, then events it does not handle, in one batch
+    const changed = await append('IdentityCreated', { identityId: 'same-pos', owner: 'o', name: 'n' });
+    await append('SomethingElse', {}, 'noise-1');
+    const head = await append('SomethingElse', {}, 'noise-2');
+    const commits: { projection: string; position: string; changes: number }[] = [];
+    const recording: ReadStore = {
+      ...readStore,
+      collection: readStore.collection.bind(readStore),
+      commit: async (projection, position, changes) => {
+        commits.push({ projection, position, changes: changes.length });
+        return readStore.commit(projection, position, changes);
+      },
+    };
+    // when
+    const r = runner({ readStore: recording });
+    await r.start();
+    await r.waitFor(head);
+    await r.stop();
+    // then: the cluster's gateways wait for the worker to hold exactly this position
+    expect(commits.filter((c) => c.projection === 'identities:v1' && c.changes > 0).map((c) => c.position)).toEqual([changed]);
+    await expect(readStore.getCheckpoint('identities:v1')).resolves.toBe(head); // moved to the end on stop, without changes
+  });
+
   it('should persist the checkpoint of a projection that had nothing to write on stop', async () => {
     // given
     const head = await givenHistory(2);
