@@ -3,7 +3,7 @@
  * JWTs (published at /.well-known/jwks.json) and an HMAC key for signed links (email
  * verification, password reset, upload URLs). Created on first start, reused after.
  */
-import { mkdirSync, readFileSync, writeFileSync, existsSync, renameSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync, existsSync, renameSync } from 'node:fs';
 import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, createHash, type KeyObject } from 'node:crypto';
 import path from 'node:path';
 
@@ -16,9 +16,26 @@ export interface KeyRing {
   hmacKey: Buffer;
 }
 
+/**
+ * Written durably before first use (file, then the directory entry): tokens signed with a
+ * key that a power loss then took, or a key file left empty, would end every session or
+ * keep the service from starting.
+ */
 function writeSecret(file: string, content: string | Buffer): void {
-  writeFileSync(`${file}.tmp`, content, { mode: 0o600 });
+  const fd = openSync(`${file}.tmp`, 'w', 0o600);
+  try {
+    writeSync(fd, typeof content === 'string' ? Buffer.from(content) : content);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
   renameSync(`${file}.tmp`, file);
+  const dir = openSync(path.dirname(file), 'r');
+  try {
+    fsyncSync(dir);
+  } finally {
+    closeSync(dir);
+  }
 }
 
 export function loadKeyRing(dataDir: string): KeyRing {

@@ -272,15 +272,28 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   // Requests in progress per connection, so a shutdown can close every other connection at
   // once (Node's closeIdleConnections leaves a connection that has not sent a request yet).
   const inProgress = new Map<Socket, number>();
+  // Answers not sent yet; once draining, each says `Connection: close`, so a client sends its
+  // next request on a new connection (refused: it retries elsewhere or later) instead of on
+  // this one, where it could be cut unanswered.
+  const unanswered = new Set<http.ServerResponse>();
+  let draining = false;
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const socket = req.socket;
     inProgress.set(socket, (inProgress.get(socket) ?? 0) + 1);
+    if (draining) res.setHeader('Connection', 'close');
+    else unanswered.add(res);
     res.once('close', () => {
+      unanswered.delete(res);
       const left = (inProgress.get(socket) ?? 1) - 1;
       if (left > 0) inProgress.set(socket, left);
       else inProgress.delete(socket);
     });
   });
+  const drain = () => {
+    draining = true;
+    for (const res of unanswered) if (!res.headersSent) res.setHeader('Connection', 'close');
+    unanswered.clear();
+  };
   const connections = new Set<Socket>();
   server.on('connection', (socket: Socket) => {
     connections.add(socket);
@@ -319,6 +332,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       // long polls); let every request in flight finish with its normal answer, closing
       // keep-alive connections as they fall idle; cut what is still open after 5 s.
       const drained = new Promise<void>((resolve) => server.close(() => resolve()));
+      drain();
       closeIdle();
       for (const p of [...parts].reverse()) await p.stop?.().catch((err) => logger.error({ err, context: p.name }, 'stop failed'));
       const idle = setInterval(closeIdle, 20);

@@ -4,7 +4,7 @@
  */
 import nodemailer from 'nodemailer';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
-import { chmod, mkdir, writeFile, rename } from 'node:fs/promises';
+import { chmod, mkdir, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { TemporaryMailError, type Mailer, type OutboundMail, type SendResult } from '../ports/mailer.js';
@@ -44,6 +44,20 @@ function toNodemailer(mail: OutboundMail, domain: string) {
 const RELAY_POOL_CONNECTIONS = 8;
 const RELAY_POOL_MESSAGES = 100;
 
+/**
+ * A process killed while filing a message leaves its `.eml.tmp` behind (the delivery is
+ * retried and files the message again). Removed at start once surely abandoned: older than
+ * any write in progress of another process sharing the outbox.
+ */
+async function removeAbandonedWrites(outboxDir: string): Promise<void> {
+  const names = await readdir(outboxDir).catch(() => [] as string[]);
+  for (const name of names.filter((n) => n.endsWith('.eml.tmp'))) {
+    const file = path.join(outboxDir, name);
+    const info = await stat(file).catch(() => null);
+    if (info && Date.now() - info.mtimeMs > 60_000) await unlink(file).catch(() => {});
+  }
+}
+
 export function createMailer(options: MailerOptions): Mailer {
   const transport = options.relayUrl
     ? nodemailer.createTransport(
@@ -51,6 +65,7 @@ export function createMailer(options: MailerOptions): Mailer {
         options.dkim ? { dkim: options.dkim } : undefined,
       )
     : null;
+  if (!transport) void removeAbandonedWrites(options.outboxDir);
   // Without a relay the message is built (and DKIM-signed, when configured) the same way, then filed.
   const fileTransport = nodemailer.createTransport({ streamTransport: true, buffer: true, ...(options.dkim ? { dkim: options.dkim } : {}) });
 

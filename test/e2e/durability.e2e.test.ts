@@ -156,6 +156,36 @@ describe('durability', () => {
     }
   }, 60_000);
 
+  it('answers finished while draining say Connection: close, so keep-alive clients do not send more on a connection about to end', async () => {
+    const svc = await spawnService({ DATA_DIR: dataDir });
+    const { port } = new URL(svc.url);
+    // Keep-alive connections, each with a registration in flight (argon2id: tens of ms).
+    const replies = Array.from({ length: 8 }, (_, i) => {
+      const body = JSON.stringify({ username: `drain${i}`, email: `drain${i}@example.com`, password1: 'pw', password2: 'pw' });
+      return new Promise<{ head: string; at: number }>((resolve) => {
+        const socket = net.connect(Number(port), '127.0.0.1', () =>
+          socket.write(`POST /api/auth/social/ HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+        );
+        let text = '';
+        socket.setEncoding('latin1');
+        socket.on('data', (chunk) => {
+          text += chunk;
+          if (text.includes('\r\n\r\n')) resolve({ head: text.split('\r\n\r\n')[0]!, at: performance.now() });
+        });
+        socket.on('error', () => resolve({ head: '', at: performance.now() }));
+        socket.on('close', () => resolve({ head: text.split('\r\n\r\n')[0] ?? '', at: performance.now() }));
+      });
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    const signalled = performance.now();
+    svc.child.kill('SIGTERM');
+    const answered = await Promise.all(replies);
+    expect(await svc.exited).toBe(0);
+    const afterSignal = answered.filter((a) => a.at > signalled && a.head.startsWith('HTTP/1.1 201'));
+    expect(afterSignal.length).toBeGreaterThan(0);
+    for (const a of afterSignal) expect(a.head).toMatch(/\r\nConnection: close/i);
+  }, 60_000);
+
   it('npm start: SIGTERM to the npm process reaches the service, which drains; npm exits 0 and nothing is left running', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir }, undefined, { viaNpm: true });
     expect((await post(`${svc.url}/api/auth/social/`, { username: 'npmkeeper', email: 'npmkeeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);

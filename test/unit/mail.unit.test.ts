@@ -6,6 +6,7 @@ import path from 'node:path';
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
+import { createMailer } from '../../infra/mail/mailer.js';
 import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
 import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
 import { htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject } from '../../services/mail/text.js';
@@ -231,5 +232,26 @@ describe('file blob store', () => {
     for await (const c of opened!.stream) chunks.push(c as Buffer);
     expect(Buffer.concat(chunks).toString()).toBe('hello blob');
     expect(fs.readdirSync(path.join(dir, 'tmp'))).toEqual([]);
+  });
+});
+
+describe('outbox', () => {
+  test('a message file left half-written by a killed process is removed at start; one being written now is not', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-outbox-'));
+    try {
+      const abandoned = path.join(dir, 'old.eml.tmp');
+      const inProgress = path.join(dir, 'new.eml.tmp');
+      const delivered = path.join(dir, 'kept.eml');
+      for (const f of [abandoned, inProgress, delivered]) fs.writeFileSync(f, 'From: x');
+      const long = new Date(Date.now() - 5 * 60_000);
+      fs.utimesSync(abandoned, long, long);
+      fs.utimesSync(delivered, long, long);
+      const mailer = createMailer({ relayUrl: null, outboxDir: dir, domain: 'agents.localhost' });
+      for (let i = 0; i < 50 && fs.existsSync(abandoned); i++) await new Promise((r) => setTimeout(r, 10));
+      expect([fs.existsSync(abandoned), fs.existsSync(inProgress), fs.existsSync(delivered)]).toEqual([false, true, true]);
+      await mailer.close();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
