@@ -9,8 +9,9 @@ import { comparePositions, streamName } from '../../infra/ports/event-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { acquire, holderOf, release, reserve, type Reclaim } from '../kernel/reservations.js';
-import { ApiError, badRequest, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
+import { abandoned, acquire, holderReservation, release, reserve, type Reclaim } from '../kernel/reservations.js';
+import { keyedSerial } from '../kernel/serial.js';
+import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
   EmailVerificationSent,
@@ -97,9 +98,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         if (e.type === UserRegistered || (e.type === UserProfileUpdated && (e.data as { username?: string }).username !== undefined)) namedAt = e.position;
       }
       if (!s.exists) return 'unknown';
-      if (kind === 'useremail') return s.email.toLowerCase() === value ? 'holds' : 'gone';
       if (kind === 'externalsubject') return external && externalKeyOf(external.issuer, external.subject) === value ? 'holds' : 'gone';
-      if (s.username.toLowerCase() === value) return 'holds';
+      // An email reservation is the account's email, or the mirror of a username spelling one.
+      if (s.username.toLowerCase() === value || (kind === 'useremail' && s.email.toLowerCase() === value)) return 'holds';
       return comparePositions(namedAt, reservation.position) > 0 ? 'gone' : 'unknown';
     },
   });
@@ -134,11 +135,24 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return (await byEmail()) ?? (await users.findOne({ usernameKey: key }));
   }
 
-  /** Whether a username (email) spells another account's email (username). */
+  /**
+   * Whether a username (email) spells another account's email (username). New usernames
+   * spelling an email also hold it as an email ({@link mirrorOf}), which makes the check
+   * atomic; this read covers accounts from before that, and the other direction.
+   */
   async function crossTaken(kind: 'username' | 'useremail', key: string, owner: string): Promise<boolean> {
-    const holder = await holderOf(store, kind === 'username' ? 'useremail' : 'username', key);
-    return holder !== null && holder !== owner;
+    const other = kind === 'username' ? 'useremail' : 'username';
+    const found = await holderReservation(store, other, key);
+    if (!found || found.holder === owner) return false;
+    return !(await abandoned(reclaim[other], found.holder, key, found.reservation));
   }
+
+  /**
+   * A username spelling an email address is also held in the email namespace, so it and a
+   * sign-up with that email cannot both succeed (two reservations of one stream, not a
+   * read-then-write across two).
+   */
+  const mirrorOf = (usernameKey: string, ownEmailKey: string): string | null => (usernameKey.includes('@') && usernameKey !== ownEmailKey ? usernameKey : null);
 
   async function getUser(pk: number): Promise<UserDoc> {
     const u = await users.get(userDocId(pk));
@@ -166,12 +180,21 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!(await reserve(store, 'username', usernameKey, owner, false, reclaim.username))) {
       throw badRequest({ username: ['A user with that username already exists.'] });
     }
-    if (!(await reserve(store, 'useremail', emailKey, owner, false, reclaim.useremail))) {
+    const mirror = mirrorOf(usernameKey, emailKey);
+    const releaseTaken = async () => {
       await release(store, 'username', usernameKey, owner);
+      if (mirror) await release(store, 'useremail', mirror, owner);
+    };
+    if (mirror && !(await reserve(store, 'useremail', mirror, owner, false, reclaim.useremail))) {
+      await releaseTaken();
+      throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+    }
+    if (!(await reserve(store, 'useremail', emailKey, owner, false, reclaim.useremail))) {
+      await releaseTaken();
       throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
     }
     if (input.external && !(await reserve(store, 'externalsubject', externalKeyOf(input.external.issuer, input.external.subject), owner, false, reclaim.externalsubject))) {
-      await release(store, 'username', usernameKey, owner);
+      await releaseTaken();
       await release(store, 'useremail', emailKey, owner);
       throw new ApiError(409, 'conflict', 'This external account is already linked.');
     }
@@ -327,34 +350,56 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return s;
   }
 
+  /** One profile update of a user at a time in this process: renames of one user take turns. */
+  const profileSerial = keyedSerial();
+
   async function updateProfile(pk: number, patch: { username?: string; firstName?: string; lastName?: string }): Promise<UserDoc> {
-    const current = await getUser(pk);
+    return profileSerial(String(pk), () => updateProfileNow(pk, patch));
+  }
+
+  async function updateProfileNow(pk: number, patch: { username?: string; firstName?: string; lastName?: string }): Promise<UserDoc> {
+    // The user as the log has it (the read model may lag a rename just made).
+    const { state: start } = await loadStream(store, userStream(pk), userEvolver);
+    if (!start.exists) throw tokenNotValid('User not found.');
     const owner = `user-${pk}`;
+    const emailKey = start.email.toLowerCase();
+    const oldKey = start.username.toLowerCase();
     const newKey = patch.username?.toLowerCase();
-    const reserving = newKey !== undefined && newKey !== current.usernameKey;
+    const reserving = newKey !== undefined && newKey !== oldKey;
     if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
     const taken = reserving ? await acquire(store, 'username', newKey!, owner, false, reclaim.username) : null;
     if (taken === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
-    // Decided on the stream, so concurrent renames each release the name they replaced.
-    let replaced: string | null = null;
+    const mirror = reserving ? mirrorOf(newKey!, emailKey) : null;
+    let mirrored: Awaited<ReturnType<typeof acquire>> | null = null;
     try {
+      if (mirror) {
+        mirrored = await acquire(store, 'useremail', mirror, owner, false, reclaim.useremail);
+        if (mirrored === 'taken') throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+      }
       const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
         if (!s.exists) throw tokenNotValid('User not found.');
+        // Another process renamed the user since this request read it: the reservations
+        // taken here were decided against a name that is gone (and may have been reclaimed).
+        if (s.username !== start.username) throw conflict('The user was modified concurrently; retry.');
         const changes: Record<string, string> = {};
         if (patch.username !== undefined && patch.username !== s.username) changes.username = patch.username;
         if (patch.firstName !== undefined && patch.firstName !== s.firstName) changes.firstName = patch.firstName;
         if (patch.lastName !== undefined && patch.lastName !== s.lastName) changes.lastName = patch.lastName;
         if (!Object.keys(changes).length) return { events: [], result: undefined };
-        const oldKey = s.username.toLowerCase();
-        replaced = newKey !== undefined && newKey !== oldKey ? oldKey : null;
         return { events: [event(UserProfileUpdated, { ...changes, at: nowIso() })], result: undefined };
       });
       await settle(append?.position);
     } catch (err) {
-      if (taken === 'acquired') await release(store, 'username', newKey!, owner); // only what this request took
+      // Only what this request took.
+      if (taken === 'acquired') await release(store, 'username', newKey!, owner);
+      if (mirrored === 'acquired') await release(store, 'useremail', mirror!, owner);
       throw err;
     }
-    if (replaced !== null) await release(store, 'username', replaced, owner);
+    if (reserving) {
+      await release(store, 'username', oldKey, owner);
+      const oldMirror = mirrorOf(oldKey, emailKey);
+      if (oldMirror) await release(store, 'useremail', oldMirror, owner);
+    }
     // The user as this write left it (a concurrent later PATCH may already show in the read model).
     const user = await getUser(pk);
     const mine = Object.fromEntries(Object.entries({ username: patch.username, firstName: patch.firstName, lastName: patch.lastName }).filter(([, v]) => v !== undefined));

@@ -62,6 +62,8 @@ const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exce
 
 /** Bodies are UTF-8 (RFC 8259 §8.1 for JSON); a byte sequence that is not is refused, never replaced by U+FFFD. */
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+/** The same, keeping a leading U+FEFF (inside a form value it is text, not a byte-order mark). */
+const utf8Text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
   const contentType = ctx.get('content-type') || '';
@@ -84,7 +86,7 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
     throw new ApiError(400, 'parse_error', 'Could not read the request body.');
   }
   if (raw.trim() === '') return {};
-  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(raw));
+  if (type === 'application/x-www-form-urlencoded') return parseForm(raw);
   if (type === '' || type === 'application/json' || type.endsWith('+json') || type === 'text/plain') {
     let parsed: unknown;
     try {
@@ -105,6 +107,41 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
     return markJsonBody(parsed as Record<string, unknown>);
   }
   throw new ApiError(415, 'unsupported_media_type', `Unsupported media type "${type}" in request.`);
+}
+
+const isHex = (c: number | undefined) => c !== undefined && ((c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66));
+
+/** A form component (WHATWG URL "application/x-www-form-urlencoded"), its bytes strictly UTF-8. */
+function formComponent(text: string): string {
+  const input = Buffer.from(text.replace(/\+/g, ' '), 'utf8');
+  const out = Buffer.allocUnsafe(input.length);
+  let n = 0;
+  for (let i = 0; i < input.length; i++) {
+    if (input[i] === 0x25 && isHex(input[i + 1]) && isHex(input[i + 2])) {
+      out[n++] = parseInt(String.fromCharCode(input[i + 1]!, input[i + 2]!), 16);
+      i += 2;
+    } else out[n++] = input[i]!;
+  }
+  return utf8Text.decode(out.subarray(0, n));
+}
+
+/**
+ * Form fields as URLSearchParams reads them (the last of a repeated name wins), except that
+ * percent-escapes which do not decode to UTF-8 (`%FF`, `%ED%A0%80`) are refused like invalid
+ * bytes in a JSON body, instead of becoming U+FFFD.
+ */
+function parseForm(raw: string): Record<string, unknown> {
+  const entries: [string, string][] = [];
+  try {
+    for (const part of raw.split('&')) {
+      if (!part) continue;
+      const eq = part.indexOf('=');
+      entries.push([formComponent(eq < 0 ? part : part.slice(0, eq)), eq < 0 ? '' : formComponent(part.slice(eq + 1))]);
+    }
+  } catch {
+    throw new ApiError(400, 'parse_error', 'The form body is not valid UTF-8 once percent-decoded.');
+  }
+  return Object.fromEntries(entries); // own properties only, even for a name like __proto__
 }
 
 function readMultipart(ctx: Context): Promise<Record<string, unknown>> {

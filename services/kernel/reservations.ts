@@ -73,8 +73,21 @@ export async function acquire(store: EventStore, kind: string, value: string, ow
   const stream = reservationStream(kind, value);
   for (let attempt = 0; attempt < 5; attempt++) {
     const { owner: holder, revision, last } = await current(store, stream);
-    if (holder === owner) return 'held';
     const events: EventData[] = [event(RESERVED, { kind, owner, permanent })];
+    if (holder === owner) {
+      // Held already, maybe by a reservation its holder moved away from (a rename that died
+      // before releasing it), which another request may be reclaiming right now. Renewed at
+      // the revision read: after this, it is newer than the holder's last move, and a
+      // concurrent reclaim and this renewal cannot both land.
+      if (!reclaim) return 'held';
+      try {
+        await store.append(stream, events, { expectedRevision: revision });
+        return 'held';
+      } catch (err) {
+        if (!(err instanceof WrongExpectedRevisionError)) throw err;
+        continue;
+      }
+    }
     if (holder !== null) {
       if (!reclaim || !(await abandoned(reclaim, holder, value, last!))) return 'taken';
       // Released and taken in one append, at the revision the check saw.
@@ -110,4 +123,10 @@ export async function release(store: EventStore, kind: string, value: string, ow
 /** Current holder of a value, or null. */
 export async function holderOf(store: EventStore, kind: string, value: string): Promise<string | null> {
   return (await current(store, reservationStream(kind, value))).owner;
+}
+
+/** Current holder of a value with its reservation (to ask {@link abandoned}), or null. */
+export async function holderReservation(store: EventStore, kind: string, value: string): Promise<{ holder: string; reservation: RecordedEvent } | null> {
+  const { owner, last } = await current(store, reservationStream(kind, value));
+  return owner && last ? { holder: owner, reservation: last } : null;
 }

@@ -1,6 +1,7 @@
 /** Pure helpers on addresses, subjects and bodies (unit-tested in test/unit/mail.unit.test.ts). */
 import addressparser from 'nodemailer/lib/addressparser/index.js';
 import type { EmailAddress } from './events.js';
+import { startOf } from '../kernel/text.js';
 
 /** A pragmatic addr-spec check (RFC 5321 §4.1.2 sizes; dot-atom local part, LDH domain). */
 const ADDRESS = /^(?=.{3,254}$)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/;
@@ -107,7 +108,7 @@ export function previewOf(text: string | null | undefined, html?: string | null)
   const source = text && /\S/.test(text) ? text : html ? htmlToText(html) : '';
   const collapsed = collapsedStart(source);
   if (collapsed.length <= PREVIEW_LENGTH) return collapsed;
-  return `${collapsed.slice(0, PREVIEW_LENGTH - 1).trimEnd()}…`;
+  return `${startOf(collapsed, PREVIEW_LENGTH - 1).trimEnd()}…`;
 }
 
 /**

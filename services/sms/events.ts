@@ -5,6 +5,7 @@
  */
 import { v5 as uuidv5 } from 'uuid';
 import { streamName } from '../../infra/ports/event-store.js';
+import { startOf } from '../kernel/text.js';
 
 export const SmsReceived = 'SmsReceived';
 export const SmsRead = 'SmsRead';
@@ -52,7 +53,7 @@ const PREVIEW_CHARS = 100;
 /** First characters of the body on one line (listings and the SSE `sms` event). */
 export function previewOf(body: string): string {
   const flat = body.replace(/\s+/g, ' ').trim();
-  return flat.length > PREVIEW_CHARS ? `${flat.slice(0, PREVIEW_CHARS - 1)}…` : flat;
+  return flat.length > PREVIEW_CHARS ? `${startOf(flat, PREVIEW_CHARS - 1)}…` : flat;
 }
 
 /**

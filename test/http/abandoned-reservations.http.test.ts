@@ -44,6 +44,9 @@ test('a name, an inbox, a username and an email reserved by requests that died a
   await abandonedReservation('inbox', `crashed-inbox@${s.runtime.config.mailDomain}`, `identity-${newId()}`);
   await abandonedReservation('username', 'crashed-signup', `user-${pk + 1000}`);
   await abandonedReservation('useremail', 'crashed-signup@example.com', `user-${pk + 1000}`);
+  await abandonedReservation('useremail', 'ghost@cross.example', `user-${pk + 1001}`);
+  const spelled = { username: 'ghost@cross.example', email: 'someone@example.com', password1: 'Secret-pw-2', password2: 'Secret-pw-2' };
+  expect((await s.api('POST', '/api/auth/social/', { body: spelled })).status).toBe(400); // may be a sign-up in flight
 
   // While the service that recorded them runs, they may be requests in flight: respected.
   const inFlight = await s.api('POST', '/api/identities/', { token: owner.access, body: { name: 'Crashed name' } });
@@ -56,6 +59,8 @@ test('a name, an inbox, a username and an email reserved by requests that died a
   const signup = await s.api('POST', '/api/auth/social/', { body: { username: 'crashed-signup', email: 'crashed-signup@example.com', password1: 'Secret-pw-1', password2: 'Secret-pw-1' } });
   expect(signup.status).toBe(201);
   expect((await s.api('POST', '/api/auth/login/', { body: { username: 'crashed-signup', password: 'Secret-pw-1' } })).status).toBe(200);
+  // A username spelling an email no account has (its sign-up died) is free too.
+  expect((await s.api('POST', '/api/auth/social/', { body: spelled })).status).toBe(201);
   // The values are held again, by their new owners.
   expect((await s.api('POST', '/api/identities/', { token: access, body: { name: 'crashed NAME' } })).status).toBe(409);
 });

@@ -142,6 +142,38 @@ describe('login (POST /api/auth/login/)', () => {
     }
   });
 
+  it('renames racing each other and sign-ups never leave two accounts with one username', async () => {
+    const signUp = (username: string) => s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } });
+    for (let trial = 0; trial < 6; trial++) {
+      const u = await s.signUp();
+      const [b, c] = [uniq(), uniq()];
+      // Away and back, away twice, and a sign-up for a name being taken (an audit found each duplicating a name).
+      const [, , , joined, rejoined] = await Promise.all([
+        s.api('PATCH', '/api/auth/user/', { token: u.access, body: { username: c } }),
+        s.api('PATCH', '/api/auth/user/', { token: u.access, body: { username: b } }),
+        s.api('PATCH', '/api/auth/user/', { token: u.access, body: { username: u.user.username } }),
+        signUp(b),
+        signUp(u.user.username),
+      ]);
+      const final = (await s.api('GET', '/api/auth/user/', { token: u.access })).body.username;
+      const owners = (name: string) => [final === name, joined.status === 201 && name === b, rejoined.status === 201 && name === u.user.username].filter(Boolean).length;
+      for (const name of [b, c, u.user.username]) expect([trial, name, owners(name)]).toEqual([trial, name, Math.min(owners(name), 1)]);
+      // Whoever holds a name signs in with it; nobody else's password works for it.
+      if (joined.status === 201) expect((await s.api('POST', '/api/auth/login/', { body: { username: b, password: 'pw-123456' } })).status).toBe(200);
+    }
+  });
+
+  it('a username spelling an email and a sign-up with that email, at once: only one of them gets it', async () => {
+    for (let trial = 0; trial < 6; trial++) {
+      const address = `${uniq()}@cross.example`;
+      const [byName, byEmail] = await Promise.all([
+        s.api('POST', '/api/auth/social/', { body: { username: address, email: `${uniq()}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } }),
+        s.api('POST', '/api/auth/social/', { body: { username: uniq(), email: address, password1: 'pw-234567', password2: 'pw-234567' } }),
+      ]);
+      expect([trial, [byName.status, byEmail.status].filter((x) => x === 201).length]).toEqual([trial, 1]);
+    }
+  });
+
   it('refuses a wrong password without saying which part was wrong', async () => {
     const u = await s.signUp();
     const res = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: 'wrong' } });

@@ -181,3 +181,14 @@ it('a body over 1 MiB sent without Content-Length is a 413 that closes its conne
   expect(text).toMatch(/\r\nconnection: close\r\n/i);
   expect((await s.api('GET', '/api/health/')).status).toBe(200);
 });
+
+it('form bodies: percent-escapes that are not UTF-8 are a 400 (never stored as U+FFFD); valid ones read as URLSearchParams reads them', async () => {
+  const post = (body: string) =>
+    fetch(`${s.url}/api/identities/`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-www-form-urlencoded' }, body });
+  for (const bad of ['name=%FF', 'name=ok%ED%A0%80', 'na%FFme=x']) {
+    const res = await post(bad);
+    expect([bad, res.status, ((await res.json()) as { code: string }).code]).toEqual([bad, 400, 'parse_error']);
+  }
+  const good = await post('name=Caf%C3%A9+%E2%98%95+100%25+%zz&ignored=1&name=Caf%C3%A9+%E2%98%95+100%25+%zz');
+  expect([good.status, ((await good.json()) as { name: string }).name]).toEqual([201, 'Café ☕ 100% %zz']);
+});

@@ -80,6 +80,14 @@ describe('subjects and bodies', () => {
     for (const body of bodies) expect(previewOf(body)).toBe(whole(body));
   });
 
+  test('a preview never ends in half a surrogate pair (an emoji cut in two)', () => {
+    for (const lead of ['', 'x']) {
+      const preview = previewOf(`${lead}${'😀'.repeat(300)}`);
+      expect(/[\uD800-\uDFFF]/u.test(preview)).toBe(false);
+      expect(preview.endsWith('😀…')).toBe(true);
+    }
+  });
+
   test('Message-IDs are extracted from header values and lists', () => {
     expect(messageIds('<a@x> <b@y>')).toEqual(['<a@x>', '<b@y>']);
     expect(messageIds(['<a@x>', '<a@x>'])).toEqual(['<a@x>']);

@@ -81,5 +81,6 @@ describe('sms helpers', () => {
   it('previewOf flattens whitespace and cuts at 100 characters', () => {
     expect(previewOf('a\n\n b\tc')).toBe('a b c');
     expect(previewOf('x'.repeat(150))).toHaveLength(100);
+    for (const lead of ['', 'x']) expect(/[\uD800-\uDFFF]/u.test(previewOf(`${lead}${'😀'.repeat(80)}`))).toBe(false); // no half emoji
   });
 });
