@@ -125,6 +125,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
    * Throws TemporaryMailError when the relay took nothing and may later.
    */
   async function attempt(q: EmailQueuedData, progress: DeliveryProgress): Promise<AttemptOutcome> {
+    const bodies = await deps.mail.queuedBodies(q);
     const everyone = [...q.to, ...q.cc, ...q.bcc];
     const local = everyone.filter((a) => domainOf(a.address) === config.mailDomain);
     const settledBefore = new Set([...progress.relayed, ...progress.rejected.map((r) => r.address)]);
@@ -153,8 +154,8 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           cc: q.cc,
           replyTo: [],
           subject: q.subject,
-          text: q.text,
-          html: q.html,
+          text: bodies.text,
+          html: bodies.html,
           attachments: q.attachments.map(({ uuid: _uuid, ...rest }) => rest),
           raw: null,
           via: 'internal',
@@ -182,8 +183,8 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           to: q.to.map((a) => a.address),
           cc: q.cc.map((a) => a.address),
           subject: q.subject,
-          html: q.html,
-          text: q.text,
+          html: bodies.html ?? undefined,
+          text: bodies.text ?? undefined,
           messageId: q.internetMessageId,
           inReplyTo: q.inReplyTo ?? undefined,
           references: q.references.length ? q.references : undefined,

@@ -92,8 +92,13 @@ export interface EmailQueuedData {
   cc: EmailAddress[];
   bcc: EmailAddress[];
   subject: string;
-  html: string;
-  text: string;
+  /** Inline up to {@link INLINE_BODY_LIMIT}; beyond, null with the body in the blob store (`htmlBlob`, `htmlBytes`). */
+  html: string | null;
+  text: string | null;
+  htmlBlob?: string | null;
+  textBlob?: string | null;
+  htmlBytes?: number | null;
+  textBytes?: number | null;
   preview: string;
   attachments: AttachmentRef[];
   at: string;

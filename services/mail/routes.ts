@@ -205,7 +205,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       kind: all ? 'reply_all' : 'reply',
       original,
     });
-    created(ctx, messageOut(baseUrl(ctx))(doc));
+    created(ctx, messageOut(baseUrl(ctx), await fullBodies(doc))(doc));
   }
 
   return {
@@ -259,7 +259,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           attachmentIds: b.attachment_uuids,
           kind: 'compose',
         });
-        created(ctx, messageOut(baseUrl(ctx))(doc));
+        created(ctx, messageOut(baseUrl(ctx), await fullBodies(doc))(doc));
       });
 
       r.get('/api/email-messages/:id/', async (ctx) => {

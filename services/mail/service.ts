@@ -210,6 +210,18 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     );
   }
 
+  /** The bodies of a queued message, from the blob store when they are kept there. */
+  async function queuedBodies(q: EmailQueuedData): Promise<{ text: string | null; html: string | null }> {
+    const load = async (inline: string | null, blob: string | null | undefined) => {
+      if (!blob) return inline;
+      const content = await blobs.get(blob);
+      if (!content) throw new Error(`body blob ${blob} is missing`);
+      return content.toString('utf8');
+    };
+    const [text, html] = await Promise.all([load(q.text, q.textBlob), load(q.html, q.htmlBlob)]);
+    return { text, html };
+  }
+
   async function identityOf(identityId: string): Promise<IdentityDoc> {
     const identity = await identities().get(identityId);
     if (!identity) throw notFound('Identity not found.');
@@ -279,6 +291,9 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       throw badRequest({ non_field_errors: [`At most ${MAX_RECIPIENTS} recipients per message.`] });
     }
     const attachments = await resolveAttachments(identityId, req.attachmentIds, now);
+    // Large bodies go to the blob store as inbound ones do (one group commit for both).
+    const text = htmlToText(req.html);
+    const [textBody, htmlBody] = await Promise.all([storeBody(text), storeBody(req.html)]);
     const queued = await serial(identityId, async () => {
       const messageId = newId();
       const internetMessageId = `<${messageId}@${config.mailDomain}>`;
@@ -300,7 +315,6 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
         at: now,
       };
       const threadId = original?.threadId ?? (await decideAfterDependencies(threadInput));
-      const text = htmlToText(req.html);
       const data: EmailQueuedData = {
         identityId,
         messageId,
@@ -315,8 +329,12 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
         cc: req.cc,
         bcc: req.bcc,
         subject,
-        html: req.html,
-        text,
+        html: htmlBody.inline,
+        text: textBody.inline,
+        htmlBlob: htmlBody.blob,
+        textBlob: textBody.blob,
+        htmlBytes: htmlBody.bytes,
+        textBytes: textBody.bytes,
         preview: previewOf(text, req.html),
         attachments,
         at: now,
@@ -446,6 +464,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   return {
     receive,
     send,
+    queuedBodies,
     markRead,
     presign,
     checkUploadSignature,

@@ -488,6 +488,23 @@ describe('internal delivery between inboxes of MAIL_DOMAIN', () => {
     expect(sink.received.filter((r) => r.mail.subject?.includes(`Lunch ${suffix}`))).toHaveLength(0);
   });
 
+  test('a large composed body (kept as a blob) reaches the relay and the inbox whole; the sender\'s copy reads like the recipient\'s', async () => {
+    sink.received.length = 0;
+    const html = `<p>Report ${suffix}</p>${'<p>a paragraph of the long report, in full</p>'.repeat(1500)}`; // ~70 KB
+    const sent = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: `${bob.inbox}, ops@example.org`, subject: `Long ${suffix}`, body: html });
+    expect([sent.status, sent.body.html, sent.body.truncated]).toEqual([201, html, false]);
+    const relayed = await eventually(async () => sink.received.find((r) => r.mail.subject === `Long ${suffix}`));
+    expect(relayed.mail.html).toBe(html);
+    expect(relayed.mail.text).toContain('a paragraph of the long report, in full');
+    const inBob = (await api('GET', '/api/email-messages/', bob.uuid)).body.find((m: { subject: string }) => m.subject === `Long ${suffix}`);
+    expect([inBob.html, inBob.truncated]).toEqual([html, false]);
+    const mine = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((m: { uuid: string }) => m.uuid === sent.body.uuid);
+    expect([mine.html, mine.text, mine.truncated]).toEqual([html, inBob.text, false]);
+    // The queued event carries the blob, not the body.
+    const queued = (await server.runtime.events.readStream(`outbox-${alice.uuid}`)).find((e) => e.data.messageId === sent.body.uuid)!;
+    expect(queued.data).toMatchObject({ html: null, htmlBlob: expect.any(String), htmlBytes: Buffer.byteLength(html) });
+  });
+
   test('an unknown inbox of MAIL_DOMAIN makes the message fail', async () => {
     const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: `ghost${suffix}@${DOMAIN}`, subject: 'ghost', body: 'x' });
     expect([res.status, res.body.status]).toEqual([201, 'failed']);
