@@ -3,7 +3,7 @@
  * JWTs (published at /.well-known/jwks.json) and an HMAC key for signed links (email
  * verification, password reset, upload URLs). Created on first start, reused after.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync, existsSync, renameSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, writeFileSync, existsSync, renameSync } from 'node:fs';
 import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, createHash, type KeyObject } from 'node:crypto';
 import path from 'node:path';
 
@@ -24,7 +24,7 @@ export interface KeyRing {
 function writeSecret(file: string, content: string | Buffer): void {
   const fd = openSync(`${file}.tmp`, 'w', 0o600);
   try {
-    writeSync(fd, typeof content === 'string' ? Buffer.from(content) : content);
+    writeFileSync(fd, content); // loops until all is written (one writeSync may write part)
     fsyncSync(fd);
   } finally {
     closeSync(fd);

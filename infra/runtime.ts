@@ -364,7 +364,10 @@ function answerProtocolErrorsInJson(server: http.Server): void {
     return `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
   };
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-    if (err.code === 'ECONNRESET' || !socket.writable) {
+    // A response already under way on this connection (a stream, a pipelined request) must
+    // not get an error written into its body: the connection just ends, as Node's own handler does.
+    const current = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (err.code === 'ECONNRESET' || !socket.writable || current?.headersSent) {
       socket.destroy();
       return;
     }

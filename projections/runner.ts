@@ -382,6 +382,7 @@ export function createProjectionRunner(deps: {
       for (const state of selected) {
         await readStore.reset(state.projection.name, [...state.collections]);
         state.position = state.committed = null;
+        state.lastChange = null;
         state.sinceCommit = 0;
       }
       // The others keep their checkpoints and skip what they already have. The replay reads

@@ -23,8 +23,9 @@ try {
     mongo = new MongoClient(config.cluster.mongoUrl, { writeConcern: { w: 'majority' } });
     await mongo.connect();
     const owner = newLeaseOwner('rebuild');
-    lease = await acquireLease(mongo.db(mongoDatabaseName(config.cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { signal: AbortSignal.timeout(LEASE_WAIT_MS) }).catch(() => {
-      throw new Error('a worker holds the projections lease: stop `npm run worker` first, then rebuild');
+    const gaveUp = AbortSignal.timeout(LEASE_WAIT_MS);
+    lease = await acquireLease(mongo.db(mongoDatabaseName(config.cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { signal: gaveUp }).catch((err: unknown) => {
+      throw gaveUp.aborted ? new Error('a worker holds the projections lease: stop `npm run worker` first, then rebuild') : err;
     });
     useWorkerRole({ name: PROJECTIONS_LEASE, owner });
   }

@@ -13,7 +13,7 @@
  * - The topic is created with {@link RELAY_PARTITIONS} partition(s) when it does not exist
  *   (an existing topic is used as it is; one with more partitions stops the relay with an error).
  */
-import { Kafka, logLevel, type Producer } from 'kafkajs';
+import kafkajs, { Kafka, logLevel, type Producer } from 'kafkajs';
 import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../ports/event-store.js';
 import { checkTopic, toMessage, type OutgoingMessage } from './messages.js';
 
@@ -107,6 +107,20 @@ async function ensureTopic(kafka: Kafka, topic: string, logger?: RelayLogger): P
         // Projections need the log's total order; on more partitions they would skip events.
         logger?.error({ topic, partitions }, 'the relay topic has more than one partition');
         throw new Error(`Kafka topic "${topic}" has ${partitions} partitions; the relay needs ${RELAY_PARTITIONS} (total order for projections): recreate it (docs/DEPLOYMENT.md)`);
+      }
+      // Made by someone else (a consumer's auto-creation, an operator): its message size
+      // limit may be the broker's ~1 MB, which a large event would exceed. Said, not
+      // changed: altering a topic's configuration is the operator's call.
+      const described = await admin
+        // kafkajs is CommonJS: its ConfigResourceTypes is no named ESM export.
+        .describeConfigs({ resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic, configNames: ['max.message.bytes'] }], includeSynonyms: false })
+        .catch(() => null);
+      const limit = Number(described?.resources[0]?.configEntries.find((c) => c.configName === 'max.message.bytes')?.configValue ?? NaN);
+      if (limit < RELAY_MAX_MESSAGE_BYTES) {
+        logger?.error(
+          { topic, maxMessageBytes: limit, wanted: RELAY_MAX_MESSAGE_BYTES },
+          'the relay topic takes smaller messages than an event may be: set its max.message.bytes (docs/DEPLOYMENT.md)',
+        );
       }
     }
   } finally {

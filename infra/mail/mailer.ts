@@ -46,8 +46,8 @@ const RELAY_POOL_MESSAGES = 100;
 
 /**
  * A process killed while filing a message leaves its `.eml.tmp` behind (the delivery is
- * retried and files the message again). Removed at start once surely abandoned: older than
- * any write in progress of another process sharing the outbox.
+ * retried and files the message again). Removed at start when over a minute old: a write in
+ * progress (of another process sharing the outbox) takes milliseconds.
  */
 async function removeAbandonedWrites(outboxDir: string): Promise<void> {
   const names = await readdir(outboxDir).catch(() => [] as string[]);

@@ -6,10 +6,10 @@
 import argon2 from 'argon2';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { comparePositions, streamName } from '../../infra/ports/event-store.js';
-import type { Platform } from '../kernel/platform.js';
+import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { abandoned, acquire, holderReservation, release, reserve, type Reclaim } from '../kernel/reservations.js';
+import { abandoned, hold, holderReservation, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
@@ -170,6 +170,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     emailVerified?: boolean;
     external?: { issuer: string; subject: string } | null;
   }): Promise<UserDoc> {
+    const started = Date.now();
     const passwordHash = input.password === null ? Promise.resolve(null) : hashPassword(input.password);
     const pk = await allocatePk();
     const owner = `user-${pk}`;
@@ -210,6 +211,11 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       external: input.external ?? null,
       at: nowIso(),
     };
+    if (outlivedReservations(started)) {
+      await releaseTaken();
+      await release(store, 'useremail', emailKey, owner);
+      throw new ApiError(503, 'service_unavailable', 'The sign-up took too long to complete and was not applied; retry it.', undefined, { 'Retry-After': '1' });
+    }
     const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
     await settle(appended.position);
     if (!data.emailVerified) void sendVerification(pk, input.email).catch((err) => logger.warn({ err }, 'verification mail not sent'));
@@ -358,6 +364,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   async function updateProfileNow(pk: number, patch: { username?: string; firstName?: string; lastName?: string }): Promise<UserDoc> {
+    const started = Date.now();
     // The user as the log has it (the read model may lag a rename just made).
     const { state: start } = await loadStream(store, userStream(pk), userEvolver);
     if (!start.exists) throw tokenNotValid('User not found.');
@@ -367,20 +374,23 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const newKey = patch.username?.toLowerCase();
     const reserving = newKey !== undefined && newKey !== oldKey;
     if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
-    const taken = reserving ? await acquire(store, 'username', newKey!, owner, false, reclaim.username) : null;
-    if (taken === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
+    const taken = reserving ? await hold(store, 'username', newKey!, owner, false, reclaim.username) : null;
+    if (taken?.outcome === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
     const mirror = reserving ? mirrorOf(newKey!, emailKey) : null;
-    let mirrored: Awaited<ReturnType<typeof acquire>> | null = null;
+    let mirrored: Hold | null = null;
     try {
       if (mirror) {
-        mirrored = await acquire(store, 'useremail', mirror, owner, false, reclaim.useremail);
-        if (mirrored === 'taken') throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+        mirrored = await hold(store, 'useremail', mirror, owner, false, reclaim.useremail);
+        if (mirrored.outcome === 'taken') throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+      }
+      if (reserving && outlivedReservations(started)) {
+        throw new ApiError(503, 'service_unavailable', 'The rename took too long to complete and was not applied; retry it.', undefined, { 'Retry-After': '1' });
       }
       const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
         if (!s.exists) throw tokenNotValid('User not found.');
-        // Another process renamed the user since this request read it: the reservations
-        // taken here were decided against a name that is gone (and may have been reclaimed).
-        if (s.username !== start.username) throw conflict('The user was modified concurrently; retry.');
+        // Another process renamed the user since this rename read it: its reservations were
+        // decided against a name that is gone (and may have been reclaimed).
+        if (reserving && s.username !== start.username) throw conflict('The user was modified concurrently; retry.');
         const changes: Record<string, string> = {};
         if (patch.username !== undefined && patch.username !== s.username) changes.username = patch.username;
         if (patch.firstName !== undefined && patch.firstName !== s.firstName) changes.firstName = patch.firstName;
@@ -390,9 +400,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       });
       await settle(append?.position);
     } catch (err) {
-      // Only what this request took.
-      if (taken === 'acquired') await release(store, 'username', newKey!, owner);
-      if (mirrored === 'acquired') await release(store, 'useremail', mirror!, owner);
+      // Only what this request took, and only if no duplicate of it renewed it meanwhile.
+      await undo(store, taken);
+      await undo(store, mirrored);
       throw err;
     }
     if (reserving) {

@@ -12,10 +12,10 @@
 import { comparePositions, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Collection, Page } from '../../infra/ports/read-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../../infra/ports/phone-provider.js';
-import type { Platform } from '../kernel/platform.js';
+import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { acquire, release, reserve, type Reclaim } from '../kernel/reservations.js';
+import { hold, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -145,6 +145,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const identities = reads.collection<IdentityDoc>(IDENTITIES);
 
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
+  const tooSlow = () => new ApiError(503, 'service_unavailable', 'The request took too long to complete and was not applied; retry it.', undefined, { 'Retry-After': '1' });
   const serial = keyedSerial();
   const idOf = (owner: string) => owner.slice('identity-'.length);
 
@@ -259,6 +260,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const name = cleanName(input.name);
     const id = newId();
     const owner = ownerOf(id);
+    const started = Date.now();
     if (input.provisionPhone) await precheckPhone(ownerPk);
     const nameKey = nameKeyOf(ownerPk, name);
     if (!(await reserve(store, NAME_KIND, nameKey, owner, false, names))) throw nameTaken();
@@ -269,6 +271,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (input.provisionPhone) slot = await claimSlot(ownerPk, id);
       const inbox = await reserveInbox(id, name, input.emailIdentifier);
       if (input.provisionPhone) number = await allocateNumber(id);
+      if (outlivedReservations(started)) throw tooSlow();
       const at = nowIso();
       const evs = [event(IdentityCreated, { identityId: id, ownerPk, name, inbox, phone: number?.phone ?? null, at } satisfies IdentityCreatedData)];
       if (number) {
@@ -277,7 +280,8 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       const appended = await store.append(identityStream(id), evs, { expectedRevision: 'no_stream' });
       await progress.waitFor(appended.position);
     } catch (err) {
-      // Undo what this attempt took (the inbox reservation is permanent by design).
+      // Undo what this attempt took (the inbox reservation is permanent by design; it is
+      // reclaimed later, as it belongs to no identity: see `inboxes`).
       await release(store, NAME_KIND, nameKey, owner).catch(() => undefined);
       if (number) await phones.release(id, number).catch((e) => logger.warn({ err: e, identityId: id }, 'phone release failed'));
       if (slot) await freeSlot(ownerPk, id).catch(() => undefined);
@@ -304,6 +308,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   }
 
   async function updateNow(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
+    const started = Date.now();
     const { state } = await load(id);
     const owner = ownerOf(id);
     const name = input.name !== undefined ? cleanName(input.name) : state.name;
@@ -311,12 +316,13 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const oldKey = nameKeyOf(state.ownerPk, state.name);
     const newKey = nameKeyOf(state.ownerPk, name);
     const reserving = renaming && newKey !== oldKey;
-    const taken = reserving ? await acquire(store, NAME_KIND, newKey, owner, false, names) : null;
-    if (taken === 'taken') throw nameTaken();
+    const taken = reserving ? await hold(store, NAME_KIND, newKey, owner, false, names) : null;
+    if (taken?.outcome === 'taken') throw nameTaken();
     let position: string | null = null;
     try {
       if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
       if (renaming) {
+        if (outlivedReservations(started)) throw tooSlow();
         const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
           if (!s.exists || s.deleted) throw notFound('Identity not found.');
           if (s.name !== state.name) throw conflict('The identity was modified concurrently; retry.');
@@ -325,8 +331,9 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
         position = append?.position ?? position;
       }
     } catch (err) {
-      // Only what this request took (another process's concurrent rename may rely on a held one).
-      if (taken === 'acquired') await release(store, NAME_KIND, newKey, owner).catch(() => undefined);
+      // Only what this request took, and only if no duplicate of it (another process) renewed
+      // it meanwhile to rename with it.
+      await undo(store, taken).catch(() => undefined);
       throw err;
     }
     if (reserving) await release(store, NAME_KIND, oldKey, owner);
@@ -336,10 +343,12 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   async function provisionPhone(id: string, ownerPk: number): Promise<string | null> {
     await precheckPhone(ownerPk);
+    const started = Date.now();
     const claimed = await claimSlot(ownerPk, id);
     let number: AllocatedNumber | null = null;
     try {
       number = await allocateNumber(id);
+      if (outlivedReservations(started)) throw tooSlow();
       const n = number;
       const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
         if (!s.exists || s.deleted) throw notFound('Identity not found.');

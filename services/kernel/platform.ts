@@ -37,6 +37,13 @@ export interface Platform {
 export const IN_FLIGHT_LIMIT_MS = 5 * 60_000;
 
 /**
+ * Whether a request that took reservations at `startedAt` has run too long to rely on them:
+ * past half the in-flight limit (margin for clocks), a reclaim may be near. Such a request
+ * gives up before its main event instead of landing on a value another request now holds.
+ */
+export const outlivedReservations = (startedAt: number): boolean => Date.now() - startedAt > IN_FLIGHT_LIMIT_MS / 2;
+
+/**
  * {@link Platform.settledBefore}: requests older than the in-flight limit are over; in the
  * embedded deployment (one process per DATA_DIR) so is every request from before this
  * process started.

@@ -66,11 +66,40 @@ export async function reserve(store: EventStore, kind: string, value: string, ow
 
 /**
  * {@link reserve}, telling whether this call took the value (`acquired`) or `owner` held it
- * already (`held`): only a call that acquired may undo it, or a failed concurrent request of
- * the same owner would release what a successful one relies on.
+ * already (`held`): only a call that acquired may undo it ({@link undo}), or a failed
+ * concurrent request of the same owner would release what a successful one relies on.
  */
 export async function acquire(store: EventStore, kind: string, value: string, owner: string, permanent = false, reclaim?: Reclaim): Promise<'acquired' | 'held' | 'taken'> {
+  return (await hold(store, kind, value, owner, permanent, reclaim)).outcome;
+}
+
+/** What {@link hold} did, with the revision of the reservation stream it left (for {@link undo}). */
+export interface Hold {
+  outcome: 'acquired' | 'held' | 'taken';
+  kind: string;
+  value: string;
+  owner: string;
+  revision: number;
+}
+
+/**
+ * Undoes a hold that acquired, unless the reservation changed since: a concurrent request of
+ * the same owner renewed it because it relies on it (a duplicate rename that succeeded while
+ * this one failed), or another owner reclaimed it. Appended at the revision the hold left.
+ */
+export async function undo(store: EventStore, taken: Hold | null): Promise<void> {
+  if (!taken || taken.outcome !== 'acquired') return;
+  try {
+    await store.append(reservationStream(taken.kind, taken.value), [event(RELEASED, { kind: taken.kind, owner: taken.owner })], { expectedRevision: taken.revision });
+  } catch (err) {
+    if (!(err instanceof WrongExpectedRevisionError)) throw err;
+  }
+}
+
+/** {@link acquire}, keeping what {@link undo} needs. */
+export async function hold(store: EventStore, kind: string, value: string, owner: string, permanent = false, reclaim?: Reclaim): Promise<Hold> {
   const stream = reservationStream(kind, value);
+  const result = (outcome: Hold['outcome'], revision: number): Hold => ({ outcome, kind, value, owner, revision });
   for (let attempt = 0; attempt < 5; attempt++) {
     const { owner: holder, revision, last } = await current(store, stream);
     const events: EventData[] = [event(RESERVED, { kind, owner, permanent })];
@@ -79,28 +108,28 @@ export async function acquire(store: EventStore, kind: string, value: string, ow
       // before releasing it), which another request may be reclaiming right now. Renewed at
       // the revision read: after this, it is newer than the holder's last move, and a
       // concurrent reclaim and this renewal cannot both land.
-      if (!reclaim) return 'held';
+      if (!reclaim) return result('held', revision);
       try {
-        await store.append(stream, events, { expectedRevision: revision });
-        return 'held';
+        const appended = await store.append(stream, events, { expectedRevision: revision });
+        return result('held', appended.nextRevision);
       } catch (err) {
         if (!(err instanceof WrongExpectedRevisionError)) throw err;
         continue;
       }
     }
     if (holder !== null) {
-      if (!reclaim || !(await abandoned(reclaim, holder, value, last!))) return 'taken';
+      if (!reclaim || !(await abandoned(reclaim, holder, value, last!))) return result('taken', revision);
       // Released and taken in one append, at the revision the check saw.
       events.unshift(event(RELEASED, { kind, owner: holder, reclaimed: true }));
     }
     try {
-      await store.append(stream, events, { expectedRevision: expectedFor(revision) });
-      return 'acquired';
+      const appended = await store.append(stream, events, { expectedRevision: expectedFor(revision) });
+      return result('acquired', appended.nextRevision);
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError)) throw err;
     }
   }
-  return 'taken';
+  return result('taken', -1);
 }
 
 /** Releases `value` if `owner` holds it and the reservation is not permanent. */

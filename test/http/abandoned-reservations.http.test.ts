@@ -12,6 +12,8 @@ import { reservationStream, RESERVED } from '../../services/kernel/reservations.
 import { event } from '../../services/kernel/command.js';
 import { newId } from '../../services/kernel/ids.js';
 import { IdentityDeleted, IdentityUpdated, PhoneSlotClaimed, identityStream, phonesStream } from '../../services/identities/events.js';
+import { createAccounts } from '../../services/accounts/service.js';
+import type { EventStore } from '../../infra/ports/event-store.js';
 
 let s: TestServer;
 const dirs: string[] = [];
@@ -102,4 +104,45 @@ test('phone slots claimed by requests that died stop counting after a restart: p
   expect((await s.api('GET', '/api/subscription/', { token: access })).body).toMatchObject({ phones_used: 3, phones_available: 0 });
   const fourth = await s.api('POST', '/api/identities/', { token: access, body: { name: 'Fourth phone', provision_phone: true } });
   expect(fourth.status).toBe(402);
+});
+
+test('a duplicate rename that fails on one gateway does not release the name the other just gave the user', async () => {
+  // Two gateways (cluster) in one process: the same rename, retried by a client, reaches both.
+  // Gateway 1 reserves the name, then stalls before its append; gateway 2 renews it and
+  // renames; gateway 1 then finds the user renamed (409) and must not free the name.
+  const u = await s.signUp();
+  const { platform, tokens, keys } = s.runtime.shared;
+  const base = platform.events;
+  let reads = 0;
+  let resume!: () => void;
+  const resumed = new Promise<void>((r) => (resume = r));
+  let stalled!: () => void;
+  const reachedStall = new Promise<void>((r) => (stalled = r));
+  const stalling: EventStore = {
+    ...base,
+    append: base.append.bind(base),
+    readAll: base.readAll.bind(base),
+    subscribeAll: base.subscribeAll.bind(base),
+    headPosition: base.headPosition.bind(base),
+    close: base.close.bind(base),
+    readStream: async (stream, options) => {
+      if (stream === `user-${u.user.pk}` && ++reads === 2) {
+        stalled();
+        await resumed;
+      }
+      return base.readStream(stream, options);
+    },
+  };
+  const gateway1 = createAccounts({ ...platform, events: stalling }, tokens, keys.hmacKey);
+  const gateway2 = createAccounts(platform, tokens, keys.hmacKey);
+  const first = gateway1.updateProfile(u.user.pk, { username: 'samename' }).then(
+    () => 200,
+    (err: { status?: number }) => (stalled(), err.status),
+  );
+  await reachedStall;
+  expect((await gateway2.updateProfile(u.user.pk, { username: 'samename' })).username).toBe('samename');
+  resume();
+  expect(await first).toBe(409);
+  const other = await s.api('POST', '/api/auth/social/', { body: { username: 'samename', email: 'other-same@example.com', password1: 'Secret-pw-9', password2: 'Secret-pw-9' } });
+  expect([other.status, other.body.username]).toEqual([400, ['A user with that username already exists.']]);
 });
