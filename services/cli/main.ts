@@ -180,7 +180,8 @@ async function translate(ctx: Ctx, err: unknown, c?: AisClient): Promise<unknown
 // ---------------------------------------------------------------------------------------------
 // Secrets input (never an argument: env var, stdin for agents, or a prompt)
 
-let stdinLines: string[] | null = null;
+/** Stdin read once (it is not a terminal): the text, and how far lines were taken from it. */
+let stdin: { text: string; at: number } | null = null;
 /**
  * A secret, in this order: the env var; the next line of stdin when stdin is not a terminal
  * (agents pipe values in, one per line; a value to store takes the rest of stdin); else a
@@ -193,20 +194,29 @@ async function readSecret(ctx: Ctx, envName: string, prompt: string, opts: { val
   if (fromEnv) return opts.value ? fromEnv : fromEnv.trim();
   const missing = () => new CliError('usage', `${prompt} needed: set ${envName} or give it on stdin (one value per line).`, EXIT.usage);
   if (!process.stdin.isTTY) {
-    if (stdinLines === null) {
+    if (stdin === null) {
       const chunks: Buffer[] = [];
       for await (const c of process.stdin) chunks.push(c as Buffer);
-      stdinLines = Buffer.concat(chunks).toString('utf8').split(/\r?\n/);
+      try {
+        stdin = { text: new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(Buffer.concat(chunks)), at: 0 };
+      } catch {
+        // Bytes that are no UTF-8 would be stored as U+FFFD, silently: refused instead.
+        throw new CliError('usage', 'stdin is not UTF-8 text (the vault stores text: encode binary values, e.g. base64).', EXIT.usage);
+      }
     }
     if (opts.value) {
-      // The value to store is the last thing read: the rest of stdin, as is (a multi-line PEM),
-      // less the one line break that ends it.
-      const rest = stdinLines.splice(0).join('\n');
+      // The value to store is the last thing read: the rest of stdin, exactly as given (a
+      // multi-line PEM, CRLF line ends), less the one line break that ends it.
+      const rest = stdin.text.slice(stdin.at).replace(/\r?\n$/, '');
+      stdin.at = stdin.text.length;
       if (rest === '') throw missing();
-      return rest.replace(/\n$/, '');
+      return rest;
     }
-    const line = stdinLines.shift();
-    if (line === undefined || line === '') throw missing();
+    if (stdin.at >= stdin.text.length) throw missing();
+    const end = stdin.text.indexOf('\n', stdin.at);
+    const line = stdin.text.slice(stdin.at, end < 0 ? undefined : end).replace(/\r$/, '');
+    stdin.at = end < 0 ? stdin.text.length : end + 1;
+    if (line === '') throw missing();
     return line.trim();
   }
   if (ctx.noInput) throw missing();
@@ -944,15 +954,24 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   }
 }
 
+/**
+ * Exits once stdout and stderr are written out: a pipe takes 64 KiB at a time, and
+ * process.exit drops what is still queued (a large `--json` document was cut short when
+ * the reader was slower than the CLI).
+ */
+export async function exitWhenWritten(code: number): Promise<never> {
+  const written = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.write('', () => resolve()));
+  process.exitCode = code;
+  await Promise.all([written(process.stdout), written(process.stderr)]);
+  // Keep-alive sockets of fetch must not hold the process open.
+  process.exit(code);
+}
+
 // Run when executed (bin.js imports this module; tests may import `main`).
 const invoked = process.argv[1] && /(?:^|[\\/])(bin\.js|main\.ts|ais)$/.test(process.argv[1]);
 if (invoked) {
   main(process.argv.slice(2)).then(
-    (code) => {
-      process.exitCode = code;
-      // Keep-alive sockets of fetch must not hold the process open.
-      setImmediate(() => process.exit(code));
-    },
+    (code) => exitWhenWritten(code),
     (err) => {
       process.stderr.write(`fatal: ${err?.stack ?? err}\n`);
       process.exit(1);

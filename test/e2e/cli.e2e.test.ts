@@ -7,14 +7,14 @@
  * service whose device codes live one second). `--help` is checked on every command.
  * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
 import { runCli, type CliRun } from '../support/cli.js';
 import { main, progressReporter } from '../../services/cli/main.js';
-import { spawnService, type ServiceProcess } from '../support/spawn.js';
+import { ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
 
 jest.setTimeout(120_000);
 
@@ -39,8 +39,8 @@ afterAll(async () => {
 /** The vault's Argon2id at the OWASP floor instead of 64 MiB: the same code paths, faster. */
 const FAST_KDF = 'argon2id:m=19456,t=2,p=1';
 
-function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void; input?: string; url?: string } = {}): Promise<CliRun> {
-  return runCli(args, { url: opts.url ?? svc.url, home: xdg, env: opts.env, onStderr: opts.onStderr, input: opts.input });
+function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s: string) => void; input?: string | Buffer; url?: string; readAfterMs?: number } = {}): Promise<CliRun> {
+  return runCli(args, { url: opts.url ?? svc.url, home: xdg, env: opts.env, onStderr: opts.onStderr, input: opts.input, readAfterMs: opts.readAfterMs });
 }
 
 async function api(method: string, p: string, body?: unknown, token?: string) {
@@ -80,6 +80,13 @@ test('--help works on the root and on every command', async () => {
   const groups: string[] = [];
   expect(await main(['inbox', '--help'], {}, { out: (s) => groups.push(s), err: () => undefined })).toBe(0);
   expect(groups.join('\n')).toMatch(/inbox watch/);
+});
+
+test('output larger than a pipe holds reaches a slow reader whole: the CLI exits only once it is written', () => {
+  // A real pipe (64 KiB) to a reader that starts late; Node's own child pipes are sockets with larger buffers.
+  const script = `import { exitWhenWritten } from ${JSON.stringify(path.join(ROOT, 'services/cli/main.ts'))}; process.stdout.write('x'.repeat(300000)); await exitWhenWritten(0);`;
+  const run = spawnSync('sh', ['-c', `"${process.execPath}" --import tsx --input-type=module -e "$SCRIPT" | (sleep 1; wc -c)`], { cwd: ROOT, env: { ...process.env, SCRIPT: script }, encoding: 'utf8' });
+  expect(run.stdout.trim()).toBe('300000');
 });
 
 test('upload progress: redrawn bytes sent / total on a terminal, one final line otherwise', () => {
@@ -268,6 +275,17 @@ describe('a logged-in agent', () => {
     const pem = '-----BEGIN KEY-----\nAAAA\nBBBB\n-----END KEY-----';
     expect((await ais(['secrets', 'set', 'pem', '--json'], { input: `111222\n${pem}\n` })).code).toBe(0);
     expect((await ais(['secrets', 'get', 'pem', '--json'], { env: { AIS_PIN: '111222' } })).json.value).toBe(pem);
+    // CRLF line ends are part of the value (only the final line break is dropped).
+    expect((await ais(['secrets', 'set', 'crlf', '--json'], { input: '111222\nline1\r\nline2\r\n' })).code).toBe(0);
+    expect((await ais(['secrets', 'get', 'crlf', '--json'], { env: { AIS_PIN: '111222' } })).json.value).toBe('line1\r\nline2');
+    // Bytes that are not UTF-8 are refused, not stored as U+FFFD.
+    const binary = await ais(['secrets', 'set', 'bin', '--json'], { input: Buffer.concat([Buffer.from('111222\n'), Buffer.from([0xff, 0xfe, 0x00, 0x80])]) });
+    expect([binary.code, binary.error?.message]).toEqual([2, expect.stringMatching(/not UTF-8/)]);
+    // A large value comes back whole through a pipe (output over 64 KiB was cut short at exit).
+    const large = 'x'.repeat(190_000);
+    expect((await ais(['secrets', 'set', 'large', '--json'], { input: `111222\n${large}\n` })).code).toBe(0);
+    const back = await ais(['secrets', 'get', 'large', '--json'], { env: { AIS_PIN: '111222' }, readAfterMs: 1000 });
+    expect([back.code, back.json?.value?.length]).toEqual([0, large.length]);
 
     // pin recover on another machine: with AIS_DEVICE_SECRET the others keep working; without
     // one, the new device secret is announced (the others need it).

@@ -22,7 +22,9 @@ export interface CliOptions {
   /** Called with the whole stderr so far, on every chunk (to react to prompts and codes). */
   onStderr?: (stderr: string) => void;
   /** Written to stdin, then closed; stdin is ignored when absent. */
-  input?: string;
+  input?: string | Buffer;
+  /** Read stdout only after this many ms (a slow reader: a full pipe must not lose output at exit). */
+  readAfterMs?: number;
 }
 
 const parse = (s: string) => {
@@ -44,11 +46,16 @@ export function runCli(args: string[], o: CliOptions): Promise<CliRun> {
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (d) => (stdout += d));
+    if (o.readAfterMs) {
+      child.stdout!.pause();
+      setTimeout(() => child.stdout!.resume(), o.readAfterMs);
+    }
     child.stderr!.on('data', (d) => {
       stderr += d;
       o.onStderr?.(stderr);
     });
-    child.on('exit', (code) => {
+    // 'close': the process ended and its pipes are read to the end ('exit' may come first).
+    child.on('close', (code) => {
       const lastErr = stderr.trim().split('\n').pop() ?? '';
       resolve({ code, stdout, stderr, json: parse(stdout), error: parse(lastErr)?.error });
     });
