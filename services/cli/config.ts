@@ -17,6 +17,11 @@ export interface CliConfig {
   user?: { pk: number; username: string; email: string };
   /** Vault device secret (SK1-...), kept only on this machine. */
   device_secret?: string;
+  /**
+   * `ais pin setup` between keeping its keys and showing the recovery key: a setup cut off
+   * after its upload shows the key on the next run (matched by the uploaded public key).
+   */
+  pending_setup?: { recovery_key: string; public_key: string };
 }
 
 export function configDir(env: NodeJS.ProcessEnv = process.env): string {
@@ -121,4 +126,18 @@ export async function withConfigLock<T>(env: NodeJS.ProcessEnv, work: () => Prom
       // already gone
     }
   }
+}
+
+/**
+ * Changes the stored config under its lock, starting from what is stored now: another ais
+ * process may have rotated the tokens since this one read it, and writing back the copy
+ * read at start would restore a spent refresh token (which ends the session).
+ */
+export async function updateConfig(env: NodeJS.ProcessEnv, change: (stored: CliConfig) => CliConfig): Promise<CliConfig> {
+  return withConfigLock(env, async () => {
+    const next = change(loadConfig(env));
+    if (Object.keys(next).length === 0) removeConfig(env);
+    else saveConfig(next, env);
+    return next;
+  });
 }

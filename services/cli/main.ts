@@ -12,7 +12,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, createClient, NetworkError, type AisClient, type Attachment, type DeviceAuthorization } from '../sdk/client.js';
 import { changePin, CryptoError, fileLockStore, parseKdf, recover, setupEncryption, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
 import { UnlockedVault } from '../sdk/unlocked.js';
-import { configDir, configFile, loadConfig, removeConfig, saveConfig, withConfigLock, type CliConfig } from './config.js';
+import { configDir, configFile, loadConfig, saveConfig, updateConfig, withConfigLock, type CliConfig } from './config.js';
 
 /** Distinct exit codes per condition (documented in docs/CLI.md). */
 export const EXIT = {
@@ -257,15 +257,14 @@ function parse(cmd: Command, args: string[]) {
 }
 
 async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: CliConfig['user']; management_key?: string }) {
-  ctx.config = {
-    ...ctx.config,
+  ctx.config = await updateConfig(ctx.env, (stored) => ({
+    ...stored,
     base_url: ctx.baseUrl,
     access: t.access,
     refresh: t.refresh,
     user: t.user,
     ...(t.management_key ? { management_key: t.management_key } : {}),
-  };
-  saveConfig(ctx.config, ctx.env);
+  }));
 }
 
 const commands: Record<string, Command> = {
@@ -313,10 +312,7 @@ const commands: Record<string, Command> = {
     options: { 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
       if (ctx.config.access) await client(ctx).auth.logout().catch(() => undefined);
-      const { access: _a, refresh: _r, management_key, ...rest } = ctx.config;
-      ctx.config = v['keep-key'] && management_key ? { ...rest, management_key } : rest;
-      if (Object.keys(ctx.config).length === 0) removeConfig(ctx.env);
-      else saveConfig(ctx.config, ctx.env);
+      ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => (v['keep-key'] && management_key ? { ...rest, management_key } : rest));
       show(ctx, { logged_out: true }, () => 'Logged out.');
     },
   },
@@ -344,10 +340,7 @@ const commands: Record<string, Command> = {
     async run(ctx, p, v) {
       if (!p[0]) throw usage('ais identities create <name>');
       const i = await client(ctx).identities.create({ name: p[0], ...(v['email-identifier'] ? { email_identifier: v['email-identifier'] } : {}), ...(v.phone ? { provision_phone: true } : {}) });
-      if (v.use || !ctx.config.identity) {
-        ctx.config.identity = i.uuid;
-        saveConfig(ctx.config, ctx.env);
-      }
+      if (v.use || !ctx.config.identity) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: i.uuid }));
       show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']) + (ctx.config.identity === i.uuid ? '\n(default identity)' : ''));
     },
   },
@@ -367,8 +360,7 @@ const commands: Record<string, Command> = {
     async run(ctx, p) {
       const c = client(ctx);
       const id = await resolveIdentity(c, p[0]);
-      ctx.config.identity = id;
-      saveConfig(ctx.config, ctx.env);
+      ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: id }));
       show(ctx, { identity: id }, () => `Default identity: ${id}.`);
     },
   },
@@ -494,16 +486,29 @@ const commands: Record<string, Command> = {
     async run(ctx) {
       const c = client(ctx);
       const meta = await c.encryption.get();
-      if (meta.public_key) throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
+      const shown = (recoveryKey: string, deviceSecret: string) =>
+        show(ctx, { recovery_key: recoveryKey, device_secret: deviceSecret }, () =>
+          `PIN set. Recovery key (shown once; store it safely):\n\n  ${recoveryKey}\n\nDevice secret (needed with the PIN on other machines; saved in ${configFile(ctx.env)}):\n\n  ${deviceSecret}`,
+        );
+      const pending = loadConfig(ctx.env).pending_setup;
+      if (meta.public_key) {
+        // A setup of this machine cut off after its upload landed: its keys are here, shown now.
+        if (pending && pending.public_key === meta.public_key && ctx.config.device_secret) {
+          ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
+          await lockStore(ctx).write({ failures: 0 });
+          return shown(pending.recovery_key, ctx.config.device_secret!);
+        }
+        throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
+      }
       const pin = await readSecret(ctx, 'AIS_PIN', 'New 6-digit PIN');
       const s = await setupEncryption({ pin, salt: meta.salt, deviceSecret: ctx.config.device_secret, kdf: kdfOverride(ctx) });
+      // Kept before the upload: a setup cut off after it (a crash, a lost answer) would leave a
+      // PIN whose device secret and recovery key are nowhere, a vault nobody can open.
+      ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: s.deviceSecret, pending_setup: { recovery_key: s.recoveryKey, public_key: s.upload.public_key } }));
       await c.encryption.setup(s.upload);
-      ctx.config.device_secret = s.deviceSecret;
-      saveConfig(ctx.config, ctx.env);
+      ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
       await lockStore(ctx).write({ failures: 0 });
-      show(ctx, { recovery_key: s.recoveryKey, device_secret: s.deviceSecret }, () =>
-        `PIN set. Recovery key (shown once; store it safely):\n\n  ${s.recoveryKey}\n\nDevice secret (needed with the PIN on other machines; saved in ${configFile(ctx.env)}):\n\n  ${s.deviceSecret}`,
-      );
+      shown(s.recoveryKey, s.deviceSecret);
     },
   },
   'pin change': {
@@ -532,8 +537,7 @@ const commands: Record<string, Command> = {
       const known = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
       const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx) });
       await c.encryption.rewrap(r.upload);
-      ctx.config.device_secret = r.deviceSecret;
-      saveConfig(ctx.config, ctx.env);
+      ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: r.deviceSecret }));
       // Without the old device secret the vault key is now wrapped under a new one: every other
       // machine needs it (else its PIN no longer opens the vault), so say so, loudly.
       show(ctx, { recovered: true, device_secret: r.deviceSecret, new_device_secret: !known }, () =>
@@ -692,6 +696,14 @@ async function resolveIdentity(c: AisClient, ref: string | undefined): Promise<s
  */
 async function resolveIdentityName(ctx: Ctx): Promise<void> {
   const ref = ctx.identityFlag ?? ctx.env.AIS_IDENTITY;
+  // An identity key is fenced to one identity: with none named, that one (the vault and the
+  // watch commands need its uuid, not just a request the server scopes by the key), over a
+  // default identity in the config (the key, given explicitly, decides).
+  if (!ref && ctx.env.AIS_API_KEY?.startsWith('svc_id_')) {
+    const me = await client(ctx).whoami().catch(() => null);
+    if (me?.identity) ctx.identityFlag = me.identity;
+    return;
+  }
   if (!ref || isUuid(ref)) return;
   let c: AisClient;
   try {

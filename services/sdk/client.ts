@@ -4,7 +4,9 @@
  *
  * - retries with exponential backoff and full jitter on network errors and 5xx, for
  *   idempotent methods (GET, HEAD, PUT, DELETE) only, so a POST is never sent twice;
- * - 429 (any method: the server did not act) waits for `Retry-After`, then retries;
+ * - 429 (any method: the server did not act) waits for `Retry-After`, then retries, unless
+ *   the server asks for longer than `maxDelayMs` (a send limit for the hour): then the
+ *   error is thrown at once, with its `Retry-After`, instead of retrying too early;
  * - 401 `token_expired` with a refresh token held: one refresh (rotating, DECISIONS "Auth"),
  *   then ONE retry of the request; `onTokens` is told about the new pair so it can be saved;
  * - identity selection per client (`X-Service-Identity`), `withIdentity(uuid)` for another;
@@ -337,10 +339,14 @@ export class AisClient {
         continue;
       }
       if (attempt < retries && (res.status === 429 || (res.status >= 500 && idempotent) || (res.status === 503 && res.headers.has('retry-after')))) {
-        const wait = retryAfterMs(res.headers.get('retry-after')) ?? this.#backoff(attempt);
-        await res.body?.cancel().catch(() => undefined);
-        await sleep(Math.min(wait, this.#options.maxDelayMs ?? 30_000), o.signal);
-        continue;
+        const asked = retryAfterMs(res.headers.get('retry-after'));
+        const cap = this.#options.maxDelayMs ?? 30_000;
+        // A wait longer than we would wait: retrying sooner is sure to be refused again.
+        if (asked === null || asked <= cap) {
+          await res.body?.cancel().catch(() => undefined);
+          await sleep(Math.min(asked ?? this.#backoff(attempt), cap), o.signal);
+          continue;
+        }
       }
       throw await toError(res);
     }

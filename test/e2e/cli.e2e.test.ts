@@ -14,6 +14,7 @@ import path from 'node:path';
 import { jest } from '@jest/globals';
 import { runCli, type CliRun } from '../support/cli.js';
 import { main, progressReporter } from '../../services/cli/main.js';
+import { parseKdf, setupEncryption } from '../../services/sdk/crypto.js';
 import { ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
 
 jest.setTimeout(120_000);
@@ -224,6 +225,8 @@ describe('a logged-in agent', () => {
     const setup = await ais(['pin', 'setup', '--json'], { env: { AIS_PIN: '123456', AIS_PIN_KDF: FAST_KDF } });
     expect(setup.code).toBe(0);
     expect(setup.json.recovery_key).toMatch(/^RK1-/);
+    expect(config()).toMatchObject({ device_secret: setup.json.device_secret });
+    expect(config().pending_setup).toBeUndefined(); // kept only while the upload was under way
     expect((await api('GET', '/api/encryption/', undefined, config().management_key)).body.kdf).toBe(FAST_KDF);
     // Below the floor is refused, not silently used.
     const weak = await ais(['pin', 'setup', '--json'], { env: { AIS_PIN: '123456', AIS_PIN_KDF: 'argon2id:m=1024,t=1,p=1' } });
@@ -309,6 +312,35 @@ describe('a logged-in agent', () => {
     // This machine takes the vault back under its own device secret (the next tests use PIN 111222).
     expect((await ais(['pin', 'recover', '--json'], { env: { AIS_RECOVERY_KEY: setup.json.recovery_key, AIS_NEW_PIN: '111222' } })).code).toBe(0);
     for (const home of [second, third]) rmSync(home, { recursive: true, force: true });
+
+    // An agent with only its identity key (and the device secret): the key names its identity.
+    const key = (await api('POST', '/api/auth/keys/identity/', { label: 'agent runtime', identity_uuid: identity }, config().management_key)).body.key;
+    const agentHome = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-agent-'));
+    mkdirSync(path.join(agentHome, 'agent-identity'), { recursive: true, mode: 0o700 });
+    writeFileSync(path.join(agentHome, 'agent-identity/config.json'), JSON.stringify({ device_secret: config().device_secret }), { mode: 0o600 });
+    const asAgent = await runCli(['secrets', 'get', 'api-token', '--json'], { url: svc.url, home: agentHome, env: { AIS_API_KEY: key, AIS_PIN: '111222' } });
+    expect([asAgent.code, asAgent.json?.value]).toEqual([0, 's3cr3t-value']);
+    rmSync(agentHome, { recursive: true, force: true });
+  });
+
+  test('pin setup cut off after its upload: the next run shows the recovery key it kept, instead of leaving a vault nobody can open', async () => {
+    // A fresh account whose setup was uploaded by a run that then died (what it kept is in its config).
+    const pw = 'pw-interrupted-1';
+    const user = (await api('POST', '/api/auth/social/', { username: 'interrupted', email: 'interrupted@example.com', password1: pw, password2: pw })).body;
+    const mgmt = (await api('POST', '/api/auth/keys/management/', { label: 'cli' }, user.access)).body.key;
+    const meta = (await api('GET', '/api/encryption/', undefined, mgmt)).body;
+    const s = await setupEncryption({ pin: '123456', salt: meta.salt, kdf: parseKdf(FAST_KDF) });
+    expect((await api('POST', '/api/encryption/', s.upload, mgmt)).status).toBe(201);
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-cut-'));
+    mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o700 });
+    const file = path.join(home, 'agent-identity/config.json');
+    writeFileSync(file, JSON.stringify({ device_secret: s.deviceSecret, pending_setup: { recovery_key: s.recoveryKey, public_key: s.upload.public_key } }), { mode: 0o600 });
+    const resumed = await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { AIS_API_KEY: mgmt } });
+    expect([resumed.code, resumed.json]).toEqual([0, { recovery_key: s.recoveryKey, device_secret: s.deviceSecret }]);
+    expect(JSON.parse(readFileSync(file, 'utf8')).pending_setup).toBeUndefined();
+    // Shown once: a second run is the usual refusal.
+    expect((await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { AIS_API_KEY: mgmt } })).error?.code).toBe('already_set_up');
+    rmSync(home, { recursive: true, force: true });
   });
 
   test('identity_not_found: the configured identity was deleted', async () => {

@@ -64,6 +64,17 @@ describe('retries', () => {
     expect(seen).toHaveLength(2);
   });
 
+  test('429 asking for longer than maxDelayMs (a send limit for the hour) fails at once with its Retry-After, no futile retries', async () => {
+    handler = (_q, _b, res) => json(res, 429, { detail: 'Email send limit reached. Try again in 3509 seconds.', code: 'throttled' }, { 'retry-after': '3509' });
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const t0 = Date.now();
+    const err = await c.email.compose({ to: 'a@b.c', subject: 's', body: 'b' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiRequestError);
+    expect([(err as ApiRequestError).status, (err as ApiRequestError).code]).toEqual([429, 'throttled']);
+    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(seen).toHaveLength(1);
+  });
+
   test('network errors on GET are retried', async () => {
     let n = 0;
     handler = (req, _b, res) => {
