@@ -96,7 +96,17 @@ function table(rows: Record<string, unknown>[], cols: string[]): string {
 }
 
 function show(ctx: Ctx, value: unknown, human: () => string): void {
-  ctx.out(ctx.json ? JSON.stringify(value, null, 2) : human());
+  ctx.out(ctx.json ? JSON.stringify(value, null, 2) : forTerminal(human()));
+}
+
+/**
+ * Human output shows text from others (mail subjects and bodies, SMS): control characters
+ * and bidirectional overrides in it would drive the terminal (clear the screen, set the
+ * title, reorder what is read), so they are shown as escapes. Line breaks and tabs stay;
+ * `--json` output is exact.
+ */
+export function forTerminal(text: string): string {
+  return text.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]|\r(?!\n)/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 function kv(obj: Record<string, unknown>, keys?: string[]): string {
@@ -839,7 +849,7 @@ async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, any>, li
   });
   for await (const e of stream) {
     if (e.event !== kind) continue;
-    ctx.out(ctx.json ? JSON.stringify({ id: e.id, event: e.event, ...(e.data as object) }) : line(e.data));
+    ctx.out(ctx.json ? JSON.stringify({ id: e.id, event: e.event, ...(e.data as object) }) : forTerminal(line(e.data)));
     if (++seen >= max) {
       ac.abort();
       break;

@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
 import { runCli, type CliRun } from '../support/cli.js';
-import { main, progressReporter } from '../../services/cli/main.js';
+import { forTerminal, main, progressReporter } from '../../services/cli/main.js';
 import { parseKdf, setupEncryption } from '../../services/sdk/crypto.js';
 import { ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
 
@@ -88,6 +88,11 @@ test('output larger than a pipe holds reaches a slow reader whole: the CLI exits
   const script = `import { exitWhenWritten } from ${JSON.stringify(path.join(ROOT, 'services/cli/main.ts'))}; process.stdout.write('x'.repeat(300000)); await exitWhenWritten(0);`;
   const run = spawnSync('sh', ['-c', `"${process.execPath}" --import tsx --input-type=module -e "$SCRIPT" | (sleep 1; wc -c)`], { cwd: ROOT, env: { ...process.env, SCRIPT: script }, encoding: 'utf8' });
   expect(run.stdout.trim()).toBe('300000');
+});
+
+test('human output shows control characters and bidi overrides from senders as escapes; line breaks and tabs stay', () => {
+  const subject = 'Invoice\u001b[2J\u001b]0;pwned\u0007 due\tnow\nline 2\r\nline 3 \u202eevil\r';
+  expect(forTerminal(subject)).toBe('Invoice\\u001b[2J\\u001b]0;pwned\\u0007 due\tnow\nline 2\r\nline 3 \\u202eevil\\u000d');
 });
 
 test('upload progress: redrawn bytes sent / total on a terminal, one final line otherwise', () => {
