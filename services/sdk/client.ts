@@ -499,7 +499,14 @@ export class AisClient {
       let interval = Math.max(1, auth.interval) * 1000;
       const deadline = Date.now() + auth.expires_in * 1000 + 5000;
       for (;;) {
-        const r = await this.auth.devicePoll(auth.device_code, opts);
+        // A poll is safe to repeat (it changes nothing until approval, and a collected
+        // approval is not collected twice): a service restarting, a connection cut, or a
+        // 5xx is waited out until the code expires.
+        const r = await this.auth.devicePoll(auth.device_code, opts).catch((err: unknown) => {
+          const transient = err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
+          if (!transient || opts.signal?.aborted || Date.now() > deadline) throw err;
+          return { error: 'authorization_pending' } as DevicePending;
+        });
         if ('access' in r) {
           this.setTokens(r);
           return r;

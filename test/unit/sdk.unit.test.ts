@@ -165,6 +165,19 @@ describe('errors and identity', () => {
     expect(JSON.parse(seen[0].body)).toEqual({ device_code: 'dc', wait: true });
     await expect(c.auth.devicePoll('dc')).rejects.toMatchObject({ code: 'device_code_expired' });
   });
+
+  test('waiting for approval rides out a service restart: a cut connection or a 503 mid-poll is polled again', async () => {
+    let n = 0;
+    handler = (req, _b, res) => {
+      n += 1;
+      if (n === 1) return req.socket.destroy(); // the service went down mid-poll
+      if (n === 2) return json(res, 503, { detail: 'starting', code: 'service_unavailable' });
+      json(res, 200, { access: 'a', refresh: 'r', user: { pk: 1, username: 'u', email: 'u@x' } });
+    };
+    const c = createClient({ baseUrl: url, backoffMs: 1, retries: 0 });
+    const tokens = await c.auth.deviceWait({ device_code: 'dc', user_code: 'ABCD-EFGH', verification_uri: 'x', verification_uri_complete: 'x', expires_in: 60, interval: 1 } as never, { wait: true });
+    expect([tokens.access, n]).toEqual(['a', 3]);
+  }, 15_000);
 });
 
 describe('attachment upload', () => {
