@@ -321,9 +321,11 @@ const commands: Record<string, Command> = {
     summary: 'End the session on the server and forget the tokens (and the management key unless --keep-key).',
     options: { 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
-      if (ctx.config.access) await client(ctx).auth.logout().catch(() => undefined);
+      // An expired session needs no ending; a service out of reach does: said, not hidden.
+      const ended = ctx.config.access ? await client(ctx).auth.logout().then(() => true, (err: unknown) => !(err instanceof NetworkError)) : true;
       ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => (v['keep-key'] && management_key ? { ...rest, management_key } : rest));
-      show(ctx, { logged_out: true }, () => 'Logged out.');
+      if (!ended) ctx.err('warning: the service could not be reached, so the session was not ended there (its refresh token stays valid until it expires).');
+      show(ctx, { logged_out: true, session_ended: ended }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
     },
   },
   whoami: {

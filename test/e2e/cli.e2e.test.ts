@@ -90,6 +90,18 @@ test('output larger than a pipe holds reaches a slow reader whole: the CLI exits
   expect(run.stdout.trim()).toBe('300000');
 });
 
+test('logout with the service out of reach says the session was not ended there, and forgets the tokens here', async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-offline-'));
+  mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o700 });
+  const file = path.join(home, 'agent-identity/config.json');
+  writeFileSync(file, JSON.stringify({ access: 'a.b.c', refresh: 'r.s.t', identity: 'keep-me' }), { mode: 0o600 });
+  const run = await runCli(['logout', '--json'], { url: 'http://127.0.0.1:9', home });
+  expect([run.code, run.json]).toEqual([0, { logged_out: true, session_ended: false }]);
+  expect(run.stderr).toMatch(/could not be reached/);
+  expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ identity: 'keep-me' });
+  rmSync(home, { recursive: true, force: true });
+});
+
 test('human output shows control characters and bidi overrides from senders as escapes; line breaks and tabs stay', () => {
   const subject = 'Invoice\u001b[2J\u001b]0;pwned\u0007 due\tnow\nline 2\r\nline 3 \u202eevil\r';
   expect(forTerminal(subject)).toBe('Invoice\\u001b[2J\\u001b]0;pwned\\u0007 due\tnow\nline 2\r\nline 3 \\u202eevil\\u000d');
