@@ -89,6 +89,13 @@ export const eventsContext: ContextFactory = (shared) => {
       throw new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
     }
     if (stopping) throw new ApiError(503, 'service_unavailable', 'The service is shutting down; reconnect shortly.', undefined, { 'Retry-After': '1' });
+    if (ctx.method === 'HEAD') {
+      // The stream's headers, no stream: a HEAD that opened one would never end.
+      ctx.status = 200;
+      ctx.set('Cache-Control', 'no-cache');
+      ctx.type = 'text/event-stream; charset=utf-8';
+      return;
+    }
 
     let lastSent: string | null = after;
     let held: RecordedEvent[] | null = after === null ? null : []; // non-null while replaying
@@ -141,8 +148,9 @@ export const eventsContext: ContextFactory = (shared) => {
         for (const e of page) {
           if (conn.closed) return;
           send(e);
+          // Paced per frame: a page of large frames written at once would count as a slow reader.
+          if (!conn.writable) await stalled(conn);
         }
-        if (!conn.writable) await stalled(conn);
         if (conn.closed) return;
         if (page.length < REPLAY_PAGE) break;
       }

@@ -103,8 +103,12 @@ export class SseConnection {
 
   #write(chunk: string): void {
     if (this.#closed) return;
+    // A slow reader is one already behind by the bound before this frame: one large frame
+    // (a mail with a huge subject) to a reader keeping up is no reason to cut it, and cutting
+    // it would cut every replay that includes that frame too.
+    const behind = this.#res.writableLength;
     const ok = this.#res.write(chunk);
-    if (!ok && this.#res.writableLength > this.#max) this.destroy();
+    if (!ok && behind > this.#max) this.destroy();
   }
 
   #finish(): void {

@@ -56,10 +56,11 @@ export function markJsonBody<T extends object>(body: T): T {
 
 /**
  * A flag whose schema took the spellings of Django REST framework's BooleanField (forms;
- * fields whose type the spec leaves open): JSON true or 1, or the text true/1/yes/on.
+ * fields whose type the spec leaves open): JSON true or 1, or its texts (t, y, yes, true, on, 1
+ * in the cases DRF lists: true, True, TRUE ...); the false ones likewise.
  */
 export const isTrue = (value: unknown): boolean =>
-  value === true || value === 1 || (typeof value === 'string' && ['true', '1', 'yes', 'on'].includes(value.toLowerCase()));
+  value === true || value === 1 || (typeof value === 'string' && ['t', 'y', 'true', '1', 'yes', 'on'].includes(value.toLowerCase()));
 
 const compiled = new Map<string, ValidateFunction>();
 

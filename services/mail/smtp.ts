@@ -159,7 +159,11 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     if (!recipients.length) throw smtpError(550, '5.1.1 No valid recipients');
     // Parsed once per message, whatever the number of recipients. The raw MIME is stored
     // while it is parsed; the attachments' puts join the same group commit.
-    const [parsed, rawRef] = await Promise.all([simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, keepCidLinks: true }), blobs.put(raw)]);
+    const parse = simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, keepCidLinks: true }).catch((err: Error) => {
+      // The same bytes fail the same way: a permanent refusal, or the sender retries for days.
+      throw /header size/i.test(err.message) ? smtpError(552, '5.3.4 Message header too large') : smtpError(554, '5.6.0 Message could not be parsed');
+    });
+    const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
     const incoming = await incomingFromParsed(parsed, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
     // Same bytes for the same identity = the same message (a sender retrying after a lost 250).

@@ -33,7 +33,39 @@ export type IdentitiesName = string;
  * Requests a phone number (true or false; also 1/0 and the texts true/false, 1/0, yes/no, on/off, as Django REST framework's BooleanField); subject to the plan: 402 when a paid add-on is needed.
  */
 export type IdentitiesProvisionPhone =
-  true | false | 1 | 0 | 'true' | 'false' | 'True' | 'False' | '1' | '0' | 'yes' | 'no' | 'on' | 'off' | null;
+  | true
+  | false
+  | 1
+  | 0
+  | 't'
+  | 'T'
+  | 'y'
+  | 'Y'
+  | 'yes'
+  | 'Yes'
+  | 'YES'
+  | 'true'
+  | 'True'
+  | 'TRUE'
+  | 'on'
+  | 'On'
+  | 'ON'
+  | '1'
+  | 'f'
+  | 'F'
+  | 'n'
+  | 'N'
+  | 'no'
+  | 'No'
+  | 'NO'
+  | 'false'
+  | 'False'
+  | 'FALSE'
+  | 'off'
+  | 'Off'
+  | 'OFF'
+  | '0'
+  | null;
 export type KeysLabel = string;
 export type MailEmailThreadDetail = MailEmailThread & {
   messages: MailEmailMessage[];
@@ -207,7 +239,39 @@ export interface DeviceDeviceTokenRequest {
   /**
    * Hold the poll (up to DEVICE_WAIT_MAX seconds) until the code is approved, denied or expired.
    */
-  wait?: true | false | 1 | 0 | 'true' | 'false' | 'True' | 'False' | '1' | '0' | 'yes' | 'no' | 'on' | 'off';
+  wait?:
+    | true
+    | false
+    | 1
+    | 0
+    | 't'
+    | 'T'
+    | 'y'
+    | 'Y'
+    | 'yes'
+    | 'Yes'
+    | 'YES'
+    | 'true'
+    | 'True'
+    | 'TRUE'
+    | 'on'
+    | 'On'
+    | 'ON'
+    | '1'
+    | 'f'
+    | 'F'
+    | 'n'
+    | 'N'
+    | 'no'
+    | 'No'
+    | 'NO'
+    | 'false'
+    | 'False'
+    | 'FALSE'
+    | 'off'
+    | 'Off'
+    | 'OFF'
+    | '0';
   grant_type?: 'urn:ietf:params:oauth:grant-type:device_code';
   client_id?: string;
 }

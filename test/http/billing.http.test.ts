@@ -75,7 +75,7 @@ describe('phone provisioning', () => {
     const u = await s.signUp();
     expect((await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'early', provision_phone: true } })).status).toBe(402);
     // BooleanField's other spellings of true ask for a phone too.
-    for (const provision_phone of [1, '1', 'yes', 'on', 'True']) {
+    for (const provision_phone of [1, '1', 'yes', 'on', 'True', 'TRUE', 'YES', 't', 'Y']) {
       expect([provision_phone, (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'early', provision_phone } })).status]).toEqual([provision_phone, 402]);
     }
     expect((await admin(u.user.pk, { plan: 'developer', status: 'active' })).status).toBe(200);

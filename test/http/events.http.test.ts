@@ -259,6 +259,34 @@ describe('Last-Event-ID: replay from the log, then live, no gap, no duplicate', 
     expect(ids).toEqual(all.map((e) => e.position));
   }, 40_000);
 
+  it('large frames reach a reader that keeps up, live and replayed: one 1.4 MB subject, then 40 frames of 100 KB', async () => {
+    const fresh = await createIdentity(owner.access, `large-${Date.now()}`);
+    const live = await stream(owner.access, fresh);
+    await settle();
+    const huge = await email(fresh, '"'.repeat(700_000)); // escaped in JSON: a 1.4 MB frame
+    const after = await sms(fresh);
+    expect((await live.frames(2, 10_000)).map((f) => f.id)).toEqual([huge, after]);
+    const many: string[] = [];
+    for (let i = 0; i < 40; i++) many.push(await email(fresh, `${i} ${'s'.repeat(100_000)}`));
+    const replay = await stream(owner.access, fresh, { 'last-event-id': '0' });
+    const frames = await replay.frames(42, 20_000);
+    expect(frames.map((f) => f.id)).toEqual([huge, after, ...many]);
+    expect(JSON.parse(frames[0].data!).subject).toHaveLength(700_000);
+  }, 40_000);
+
+  it('HEAD answers the stream\'s headers and ends (it opened a stream that never ended: a request after it on the connection hung)', async () => {
+    const { port, hostname } = new URL(s.url);
+    const socket = net.connect(Number(port), hostname);
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk) => (text += chunk));
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(`HEAD /api/events/stream/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${owner.access}\r\nX-Service-Identity: ${idA}\r\n\r\nGET /api/health/ HTTP/1.1\r\nHost: x\r\n\r\n`);
+    for (let i = 0; i < 60 && !text.includes('{"status":"ok"}'); i++) await settle(50);
+    socket.destroy();
+    expect(text).toMatch(/^HTTP\/1\.1 200 [^]*text\/event-stream[^]*HTTP\/1\.1 200 [^]*\{"status":"ok"\}/);
+  });
+
   it('a real EventSource client reconnects by itself and resumes without duplicates', async () => {
     const fresh = await createIdentity(owner.access, `es-${Date.now()}`);
     const received: { id: string; type: string }[] = [];

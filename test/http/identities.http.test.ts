@@ -49,7 +49,7 @@ describe('create', () => {
 
   it('accepts provision_phone false in every spelling', async () => {
     // Django REST framework's BooleanField spellings (the spec leaves the type open).
-    for (const [i, provision_phone] of [false, 'false', 'False', 0, '0', 'no', 'off', null].entries()) {
+    for (const [i, provision_phone] of [false, 'false', 'False', 'FALSE', 0, '0', 'no', 'NO', 'off', 'f', 'N', null].entries()) {
       const res = await create(owner.access, { name: `no phone ${i}`, provision_phone });
       expect(res.status).toBe(201);
       expect(res.body.phone).toBeNull();

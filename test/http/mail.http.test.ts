@@ -285,6 +285,11 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const msgs = await api('GET', '/api/email-messages/', alice.uuid);
     expect(msgs.body.find((m: { subject: string }) => m.subject === 'too big')).toBeUndefined();
   }, 60_000);
+
+  test('a message the parser refuses (a 1.2 MB header) is a permanent 552, not a 451 the sender retries for days', async () => {
+    const raw = `From: carol@example.com\r\nTo: ${alice.inbox}\r\nSubject: ${'a'.repeat(1_200_000)}\r\n\r\nbody\r\n`;
+    await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw })).rejects.toMatchObject({ responseCode: 552 });
+  }, 30_000);
 });
 
 describe('sending through the relay', () => {
