@@ -322,9 +322,10 @@ const commands: Record<string, Command> = {
     options: { 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
       // An expired session needs no ending; a service out of reach does: said, not hidden.
-      const ended = ctx.config.access ? await client(ctx).auth.logout().then(() => true, (err: unknown) => !(err instanceof NetworkError)) : true;
+      const unreached = (err: unknown) => err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
+      const ended = ctx.config.access ? await client(ctx).auth.logout().then(() => true, (err: unknown) => !unreached(err)) : true;
       ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => (v['keep-key'] && management_key ? { ...rest, management_key } : rest));
-      if (!ended) ctx.err('warning: the service could not be reached, so the session was not ended there (its refresh token stays valid until it expires).');
+      if (!ended) ctx.err('warning: the service could not be reached (or failed), so the session was not ended there (its refresh token stays valid until it expires).');
       show(ctx, { logged_out: true, session_ended: ended }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
     },
   },
@@ -508,7 +509,10 @@ const commands: Record<string, Command> = {
         if (pending && pending.public_key === meta.public_key && ctx.config.device_secret) {
           ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
           await lockStore(ctx).write({ failures: 0 });
-          return shown(pending.recovery_key, ctx.config.device_secret!);
+          // The PIN is the one that run was given (no new one is read or set here).
+          return show(ctx, { recovery_key: pending.recovery_key, device_secret: ctx.config.device_secret, resumed: true }, () =>
+            `An earlier \`ais pin setup\` was cut off after it set the PIN: the PIN is the one given to it then (not changed now).\nIts recovery key (shown once; store it safely):\n\n  ${pending.recovery_key}\n\nDevice secret (saved in ${configFile(ctx.env)}):\n\n  ${ctx.config.device_secret}`,
+          );
         }
         throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
       }
@@ -994,6 +998,11 @@ export async function exitWhenWritten(code: number): Promise<never> {
 // Run when executed (bin.js imports this module; tests may import `main`).
 const invoked = process.argv[1] && /(?:^|[\\/])(bin\.js|main\.ts|ais)$/.test(process.argv[1]);
 if (invoked) {
+  // A reader that went away (`ais ... | head -c 10`) ends the output, quietly, as with any
+  // CLI, instead of an unhandled EPIPE and its stack trace.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (err: NodeJS.ErrnoException) => process.exit(err.code === 'EPIPE' ? Number(process.exitCode ?? 0) : 1));
+  }
   main(process.argv.slice(2)).then(
     (code) => exitWhenWritten(code),
     (err) => {

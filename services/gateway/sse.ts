@@ -20,8 +20,15 @@ export interface SseOptions {
   onClose?: () => void;
 }
 
+/** How long a reader may stay over the buffer bound before it counts as slow. */
+const SLOW_AFTER_MS = 10_000;
+/** Over this many times the bound, a reader is cut at once (memory per stream stays bounded). */
+const HARD_BOUND_FACTOR = 8;
+
 export class SseConnection {
   #closed = false;
+  /** When the bytes not yet taken by the socket last went over the bound (null: under it). */
+  #behindSince: number | null = null;
   readonly #res: ServerResponse;
   readonly #max: number;
   readonly #onClose?: () => void;
@@ -103,12 +110,16 @@ export class SseConnection {
 
   #write(chunk: string): void {
     if (this.#closed) return;
-    // A slow reader is one already behind by the bound before this frame: one large frame
-    // (a mail with a huge subject) to a reader keeping up is no reason to cut it, and cutting
-    // it would cut every replay that includes that frame too.
+    this.#res.write(chunk);
+    // A slow reader is one that stays behind: over the bound for SLOW_AFTER_MS (checked at
+    // every write, keepalives included), or far over it. Large frames (a mail with a huge
+    // subject) put a reader that keeps up over the bound for a moment; cutting it then would
+    // also cut every replay that includes those frames, for good.
     const behind = this.#res.writableLength;
-    const ok = this.#res.write(chunk);
-    if (!ok && behind > this.#max) this.destroy();
+    if (behind <= this.#max) this.#behindSince = null;
+    else if (behind > this.#max * HARD_BOUND_FACTOR) this.destroy();
+    else if (this.#behindSince === null) this.#behindSince = Date.now();
+    else if (Date.now() - this.#behindSince > SLOW_AFTER_MS) this.destroy();
   }
 
   #finish(): void {

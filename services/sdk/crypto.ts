@@ -298,7 +298,8 @@ export function encryptField(key: VaultKey, plaintext: string, binding: FieldBin
 export function decryptField(key: VaultKey, ciphertext: string, binding: FieldBinding): string {
   const bytes = openBytes(key.fieldKey(), ciphertext, binding);
   try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    // ignoreBOM: a value starting with U+FEFF is text like any other, kept as encrypted.
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
     throw new CryptoError('decrypt_failed', 'The plaintext is not UTF-8.');
   }

@@ -9,6 +9,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
@@ -99,6 +100,13 @@ test('logout with the service out of reach says the session was not ended there,
   expect([run.code, run.json]).toEqual([0, { logged_out: true, session_ended: false }]);
   expect(run.stderr).toMatch(/could not be reached/);
   expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ identity: 'keep-me' });
+  // A service answering 5xx did not end the session either.
+  const failing = http.createServer((_req, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"detail":"boom","code":"server_error"}'));
+  await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
+  writeFileSync(file, JSON.stringify({ access: 'a.b.c', refresh: 'r.s.t' }), { mode: 0o600 });
+  const broken = await runCli(['logout', '--json'], { url: `http://127.0.0.1:${(failing.address() as { port: number }).port}`, home, env: { AIS_RETRIES: '0' } });
+  failing.close();
+  expect([broken.code, broken.json?.session_ended]).toEqual([0, false]);
   rmSync(home, { recursive: true, force: true });
 });
 
@@ -306,6 +314,12 @@ describe('a logged-in agent', () => {
     expect((await ais(['secrets', 'set', 'large', '--json'], { input: `111222\n${large}\n` })).code).toBe(0);
     const back = await ais(['secrets', 'get', 'large', '--json'], { env: { AIS_PIN: '111222' }, readAfterMs: 1000 });
     expect([back.code, back.json?.value?.length]).toEqual([0, large.length]);
+    // A reader that stops early (`| head -c 10`) ends the output quietly: exit 0, no EPIPE stack.
+    const early = spawnSync('bash', ['-c', `set -o pipefail; "${process.execPath}" services/cli/bin.js secrets get large --json 2>"$ERR" | head -c 10 >/dev/null`], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: xdg, XDG_CONFIG_HOME: xdg, AIS_BASE_URL: svc.url, AIS_PIN: '111222', ERR: path.join(xdg, 'epipe.err') },
+    });
+    expect([early.status, readFileSync(path.join(xdg, 'epipe.err'), 'utf8')]).toEqual([0, '']);
 
     // pin recover on another machine: with AIS_DEVICE_SECRET the others keep working; without
     // one, the new device secret is announced (the others need it).
@@ -353,7 +367,7 @@ describe('a logged-in agent', () => {
     const file = path.join(home, 'agent-identity/config.json');
     writeFileSync(file, JSON.stringify({ device_secret: s.deviceSecret, pending_setup: { recovery_key: s.recoveryKey, public_key: s.upload.public_key } }), { mode: 0o600 });
     const resumed = await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { AIS_API_KEY: mgmt } });
-    expect([resumed.code, resumed.json]).toEqual([0, { recovery_key: s.recoveryKey, device_secret: s.deviceSecret }]);
+    expect([resumed.code, resumed.json]).toEqual([0, { recovery_key: s.recoveryKey, device_secret: s.deviceSecret, resumed: true }]);
     expect(JSON.parse(readFileSync(file, 'utf8')).pending_setup).toBeUndefined();
     // Shown once: a second run is the usual refusal.
     expect((await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { AIS_API_KEY: mgmt } })).error?.code).toBe('already_set_up');

@@ -259,18 +259,19 @@ describe('Last-Event-ID: replay from the log, then live, no gap, no duplicate', 
     expect(ids).toEqual(all.map((e) => e.position));
   }, 40_000);
 
-  it('large frames reach a reader that keeps up, live and replayed: one 1.4 MB subject, then 40 frames of 100 KB', async () => {
+  it('large frames reach a reader that keeps up, live and replayed: three 1.4 MB subjects in a row, then 40 frames of 100 KB', async () => {
     const fresh = await createIdentity(owner.access, `large-${Date.now()}`);
     const live = await stream(owner.access, fresh);
     await settle();
-    const huge = await email(fresh, '"'.repeat(700_000)); // escaped in JSON: a 1.4 MB frame
+    const subject = '"'.repeat(700_000); // escaped in JSON: a 1.4 MB frame
+    const [huge, huge2, huge3] = await Promise.all([email(fresh, subject), email(fresh, subject), email(fresh, subject)]);
     const after = await sms(fresh);
-    expect((await live.frames(2, 10_000)).map((f) => f.id)).toEqual([huge, after]);
+    expect((await live.frames(4, 10_000)).map((f) => f.id)).toEqual([huge, huge2, huge3, after]);
     const many: string[] = [];
     for (let i = 0; i < 40; i++) many.push(await email(fresh, `${i} ${'s'.repeat(100_000)}`));
     const replay = await stream(owner.access, fresh, { 'last-event-id': '0' });
-    const frames = await replay.frames(42, 20_000);
-    expect(frames.map((f) => f.id)).toEqual([huge, after, ...many]);
+    const frames = await replay.frames(44, 20_000);
+    expect(frames.map((f) => f.id)).toEqual([huge, huge2, huge3, after, ...many]);
     expect(JSON.parse(frames[0].data!).subject).toHaveLength(700_000);
   }, 40_000);
 

@@ -107,6 +107,7 @@ describe('field encryption', () => {
     ['empty string', ''],
     ['unicode (emoji, CJK, combining marks, RTL)', 'zoë 🔑 パスワード e\u0301 שלום \u0000 tab\tnl\n'],
     ['long', 'x'.repeat(100_000)],
+    ['a leading byte order mark (U+FEFF) is text too', '\ufeffX'],
   ])('round trip byte for byte: %s', (_n, text) => {
     const ct = encryptField(key, text, pw('password'));
     expect(ct).toMatch(E2E_PATTERN);
