@@ -5,13 +5,13 @@
  */
 import argon2 from 'argon2';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { comparePositions, streamName } from '../../infra/ports/event-store.js';
+import { streamName } from '../../infra/ports/event-store.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { abandoned, hold, holderReservation, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
+import { abandoned, hold, holderReservation, movedAway, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
-import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid } from '../gateway/errors.js';
+import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid, tookTooLong } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
   EmailVerificationSent,
@@ -101,7 +101,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       if (kind === 'externalsubject') return external && externalKeyOf(external.issuer, external.subject) === value ? 'holds' : 'gone';
       // An email reservation is the account's email, or the mirror of a username spelling one.
       if (s.username.toLowerCase() === value || (kind === 'useremail' && s.email.toLowerCase() === value)) return 'holds';
-      return comparePositions(namedAt, reservation.position) > 0 ? 'gone' : 'unknown';
+      return movedAway(namedAt, reservation);
     },
   });
   const reclaim = { username: accountValue('username'), useremail: accountValue('useremail'), externalsubject: accountValue('externalsubject') };
@@ -214,7 +214,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (outlivedReservations(started)) {
       await releaseTaken();
       await release(store, 'useremail', emailKey, owner);
-      throw new ApiError(503, 'service_unavailable', 'The sign-up took too long to complete and was not applied; retry it.', undefined, { 'Retry-After': '1' });
+      throw tookTooLong('The sign-up');
     }
     const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
     await settle(appended.position);
@@ -384,7 +384,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         if (mirrored.outcome === 'taken') throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
       }
       if (reserving && outlivedReservations(started)) {
-        throw new ApiError(503, 'service_unavailable', 'The rename took too long to complete and was not applied; retry it.', undefined, { 'Retry-After': '1' });
+        throw tookTooLong('The rename');
       }
       const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
         if (!s.exists) throw tokenNotValid('User not found.');

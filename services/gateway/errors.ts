@@ -71,3 +71,7 @@ export const throttled = (retryAfterSeconds: number, detail?: string) => {
     'Retry-After': String(wait),
   });
 };
+
+/** A request that held reservations too long to rely on them (kernel/platform.ts `outlivedReservations`): nothing was applied. */
+export const tookTooLong = (what: string) =>
+  new ApiError(503, 'service_unavailable', `${what} took too long to complete and was not applied; retry it.`, undefined, { 'Retry-After': '1' });

@@ -9,15 +9,15 @@
  * - phone slots of the plan: stream `phones-<pk>`, appended at the revision read, so two
  *   concurrent provisionings cannot both take the last slot.
  */
-import { comparePositions, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Collection, Page } from '../../infra/ports/read-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../../infra/ports/phone-provider.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { hold, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
+import { hold, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
-import { ApiError, badRequest, conflict, notFound } from '../gateway/errors.js';
+import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { currentSubscription, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog } from '../billing/plans.js';
 import {
@@ -145,7 +145,6 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const identities = reads.collection<IdentityDoc>(IDENTITIES);
 
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
-  const tooSlow = () => new ApiError(503, 'service_unavailable', 'The request took too long to complete and was not applied; retry it.', undefined, { 'Retry-After': '1' });
   const serial = keyedSerial();
   const idOf = (owner: string) => owner.slice('identity-'.length);
 
@@ -157,7 +156,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (!state.exists) return 'unknown';
       if (state.deleted) return 'gone';
       if (nameKeyOf(state.ownerPk, state.name) === value) return 'holds';
-      return comparePositions(namedAt, reservation.position) > 0 ? 'gone' : 'unknown';
+      return movedAway(namedAt, reservation);
     },
   };
   /** Inbox addresses stay with their identity for good, deleted or not; only one never created frees its address. */
@@ -271,7 +270,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (input.provisionPhone) slot = await claimSlot(ownerPk, id);
       const inbox = await reserveInbox(id, name, input.emailIdentifier);
       if (input.provisionPhone) number = await allocateNumber(id);
-      if (outlivedReservations(started)) throw tooSlow();
+      if (outlivedReservations(started)) throw tookTooLong('The request');
       const at = nowIso();
       const evs = [event(IdentityCreated, { identityId: id, ownerPk, name, inbox, phone: number?.phone ?? null, at } satisfies IdentityCreatedData)];
       if (number) {
@@ -322,7 +321,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     try {
       if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
       if (renaming) {
-        if (outlivedReservations(started)) throw tooSlow();
+        if (outlivedReservations(started)) throw tookTooLong('The request');
         const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
           if (!s.exists || s.deleted) throw notFound('Identity not found.');
           if (s.name !== state.name) throw conflict('The identity was modified concurrently; retry.');
@@ -348,7 +347,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     let number: AllocatedNumber | null = null;
     try {
       number = await allocateNumber(id);
-      if (outlivedReservations(started)) throw tooSlow();
+      if (outlivedReservations(started)) throw tookTooLong('The request');
       const n = number;
       const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
         if (!s.exists || s.deleted) throw notFound('Identity not found.');

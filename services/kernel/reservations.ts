@@ -15,7 +15,7 @@
  * before its start is still running).
  */
 import { createHash } from 'node:crypto';
-import { WrongExpectedRevisionError, streamName, type EventData, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { WrongExpectedRevisionError, comparePositions, streamName, type EventData, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import { event, expectedFor } from './command.js';
 
 export const RESERVED = 'ValueReserved';
@@ -41,6 +41,15 @@ export interface Reclaim {
   check(holder: string, value: string, reservation: RecordedEvent): Promise<HolderState>;
   /** Epoch ms: reservations recorded before it belong to no request still in flight. */
   settledBefore(): number;
+}
+
+/**
+ * For a holder that exists but does not use the value now: `namedAt` is the position of the
+ * holder's event that last set its value. Set after the reservation, the holder moved on
+ * ('gone'); before it, the reservation may be a move still in flight ('unknown').
+ */
+export function movedAway(namedAt: string | null, reservation: RecordedEvent): HolderState {
+  return comparePositions(namedAt, reservation.position) > 0 ? 'gone' : 'unknown';
 }
 
 /** Whether a reservation of `holder` may be taken over: its holder is gone, or it is abandoned. */

@@ -125,7 +125,9 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
    * Throws TemporaryMailError when the relay took nothing and may later.
    */
   async function attempt(q: EmailQueuedData, progress: DeliveryProgress): Promise<AttemptOutcome> {
-    const bodies = await deps.mail.queuedBodies(q);
+    const bodies = await deps.mail.bodiesOf(q);
+    // Written before the event that names them: missing is damage, not something to send around.
+    if ((q.textBlob && bodies.text === null) || (q.htmlBlob && bodies.html === null)) throw new Error(`a body blob of message ${q.messageId} is missing`);
     const everyone = [...q.to, ...q.cc, ...q.bcc];
     const local = everyone.filter((a) => domainOf(a.address) === config.mailDomain);
     const settledBefore = new Set([...progress.relayed, ...progress.rejected.map((r) => r.address)]);

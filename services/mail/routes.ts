@@ -149,17 +149,11 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     created_dt: t.createdAt,
   });
 
-  async function fullBodies(m: MessageDoc): Promise<{ text: string | null; html: string | null }> {
-    const load = async (inline: string | null, blob: string | null) => (blob ? ((await blobs.get(blob))?.toString('utf8') ?? null) : inline);
-    const [text, html] = await Promise.all([load(m.text, m.textBlob), load(m.html, m.htmlBlob)]);
-    return { text, html };
-  }
-
   /** A list's item: its bodies, loaded from the blob store when they fit the list (all within LIST_BODY_LIMIT). */
   async function listed(base: string, m: MessageDoc) {
     const fits = (blob: string | null, bytes: number | null | undefined) => !blob || (bytes != null && bytes <= LIST_BODY_LIMIT);
     const inBlobs = Boolean(m.textBlob || m.htmlBlob);
-    return messageOut(base, inBlobs && fits(m.textBlob, m.textBytes) && fits(m.htmlBlob, m.htmlBytes) ? await fullBodies(m) : undefined)(m);
+    return messageOut(base, inBlobs && fits(m.textBlob, m.textBytes) && fits(m.htmlBlob, m.htmlBytes) ? await mail.bodiesOf(m) : undefined)(m);
   }
 
   async function ownMessage(identityId: string, id: string): Promise<MessageDoc> {
@@ -205,7 +199,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       kind: all ? 'reply_all' : 'reply',
       original,
     });
-    created(ctx, messageOut(baseUrl(ctx), await fullBodies(doc))(doc));
+    created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc));
   }
 
   return {
@@ -232,7 +226,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           list = await threadMessages(thread.id);
         }
         const base = baseUrl(ctx);
-        ctx.body = { ...threadOut(thread), messages: await Promise.all(list.map(async (m) => messageOut(base, await fullBodies(m))(m))) };
+        ctx.body = { ...threadOut(thread), messages: await Promise.all(list.map(async (m) => messageOut(base, await mail.bodiesOf(m))(m))) };
       });
 
       r.get('/api/email-messages/', async (ctx) => {
@@ -259,7 +253,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           attachmentIds: b.attachment_uuids,
           kind: 'compose',
         });
-        created(ctx, messageOut(baseUrl(ctx), await fullBodies(doc))(doc));
+        created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc));
       });
 
       r.get('/api/email-messages/:id/', async (ctx) => {
@@ -269,7 +263,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           await mail.markRead(identityId, [m], true);
           m = (await messages().get(m.id)) ?? m;
         }
-        ctx.body = messageOut(baseUrl(ctx), await fullBodies(m))(m);
+        ctx.body = messageOut(baseUrl(ctx), await mail.bodiesOf(m))(m);
       });
 
       r.patch('/api/email-messages/:id/', async (ctx) => {
@@ -278,7 +272,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const b = v.patch(await body(ctx));
         await mail.markRead(identityId, [m], b.read);
         m = (await messages().get(m.id)) ?? m;
-        ctx.body = messageOut(baseUrl(ctx), await fullBodies(m))(m);
+        ctx.body = messageOut(baseUrl(ctx), await mail.bodiesOf(m))(m);
       });
 
       r.post('/api/email-messages/:id/reply/', (ctx) => reply(ctx, false));

@@ -210,15 +210,13 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     );
   }
 
-  /** The bodies of a queued message, from the blob store when they are kept there. */
-  async function queuedBodies(q: EmailQueuedData): Promise<{ text: string | null; html: string | null }> {
-    const load = async (inline: string | null, blob: string | null | undefined) => {
-      if (!blob) return inline;
-      const content = await blobs.get(blob);
-      if (!content) throw new Error(`body blob ${blob} is missing`);
-      return content.toString('utf8');
-    };
-    const [text, html] = await Promise.all([load(q.text, q.textBlob), load(q.html, q.htmlBlob)]);
+  /**
+   * The bodies of a message (an event or a read-model document), from the blob store where
+   * {@link storeBody} put them; a blob that is missing reads as null.
+   */
+  async function bodiesOf(m: { text: string | null; html: string | null; textBlob?: string | null; htmlBlob?: string | null }): Promise<{ text: string | null; html: string | null }> {
+    const load = async (inline: string | null, blob: string | null | undefined) => (blob ? ((await blobs.get(blob))?.toString('utf8') ?? null) : inline);
+    const [text, html] = await Promise.all([load(m.text, m.textBlob), load(m.html, m.htmlBlob)]);
     return { text, html };
   }
 
@@ -464,7 +462,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   return {
     receive,
     send,
-    queuedBodies,
+    bodiesOf,
     markRead,
     presign,
     checkUploadSignature,
