@@ -129,6 +129,14 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     expect(Date.now() - t0).toBeGreaterThanOrEqual(1900);
   });
 
+  it('a code typed in fullwidth forms (an East Asian keyboard) is the same code (NFKC)', async () => {
+    const d = await start();
+    const fullwidth = [...d.user_code].map((c) => String.fromCharCode(c.charCodeAt(0) + 0xfee0)).join(''); // Ｂ…－…
+    expect(fullwidth).not.toBe(d.user_code);
+    expect((await approve(fullwidth)).status).toBe(200);
+    expect((await poll(d.device_code)).status).toBe(200);
+  });
+
   it('approved (by a user JWT, code typed in lower case without dash) → 200 with tokens and a working management key; then spent', async () => {
     const d = await start();
     expect((await poll(d.device_code)).body.error).toBe('authorization_pending');
