@@ -125,6 +125,9 @@ function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
   const token = ctx.env.AIS_TOKEN ?? (envKey ? undefined : c.access);
   const managementKey = envKey?.startsWith('svc_mgmt_') ? envKey : envKey ? undefined : c.management_key;
   const identityKey = envKey?.startsWith('svc_id_') ? envKey : undefined;
+  if (envKey && !managementKey && !identityKey) {
+    throw new CliError('usage', 'AIS_API_KEY is not a key of this service: keys start with svc_mgmt_ or svc_id_.', EXIT.usage);
+  }
   if (!token && !managementKey && !identityKey) {
     throw new CliError('not_authenticated', 'Not logged in: run `ais login` (or set AIS_API_KEY).');
   }
@@ -935,7 +938,11 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const cmd = commands[name];
   let ctx: Ctx | undefined;
   try {
-    if (!cmd) throw new CliError('usage', `Unknown command: ${name}. Run \`ais --help\`.`, EXIT.usage);
+    if (!cmd) {
+      const group = GROUPS.find((g) => name!.startsWith(`${g} `)) ?? (GROUPS.includes(name!) ? name : undefined);
+      const what = group && rest[0] ? `${group} ${rest[0]}` : name;
+      throw new CliError('usage', `Unknown command: ${what}. Run \`ais ${group ?? ''}${group ? ' ' : ''}--help\`.`, EXIT.usage);
+    }
     let parsed;
     try {
       parsed = parse(cmd, rest);

@@ -130,6 +130,22 @@ export class NetworkError extends Error {
   }
 }
 
+/** Why fetch failed, in words: undici says only "fetch failed" and keeps the reason in `cause`. */
+function networkReason(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
+  const known: Record<string, string> = {
+    ECONNREFUSED: 'connection refused (is the service running?)',
+    ENOTFOUND: 'host not found',
+    EAI_AGAIN: 'host name lookup failed',
+    ECONNRESET: 'connection reset',
+    ETIMEDOUT: 'timed out',
+    UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+    UND_ERR_SOCKET: 'connection closed',
+  };
+  if (cause?.code && known[cause.code]) return known[cause.code];
+  return cause?.message ?? (err as Error)?.message ?? String(err);
+}
+
 async function toError(res: Response): Promise<ApiRequestError> {
   const text = await res.text().catch(() => '');
   let body: unknown = text;
@@ -327,7 +343,7 @@ export class AisClient {
           await sleep(this.#backoff(attempt), o.signal);
           continue;
         }
-        throw new NetworkError(`Cannot reach ${this.baseUrl}: ${(err as Error).message}`, err);
+        throw new NetworkError(`Cannot reach ${this.baseUrl}: ${networkReason(err)}`, err);
       }
       if (res.ok || o.accept?.includes(res.status)) return res;
       if (res.status === 401 && !refreshed && !o.anonymous && this.#creds.token && this.#creds.refresh) {

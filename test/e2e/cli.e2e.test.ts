@@ -130,6 +130,19 @@ test('upload progress: redrawn bytes sent / total on a terminal, one final line 
   expect(plain).toEqual(['uploaded a.bin (200000 bytes)']);
 });
 
+test('errors say what is wrong: an unknown subcommand names its group, a key of another kind, a refused connection', async () => {
+  const sub = await ais(['identities', 'bogus']);
+  expect([sub.code, sub.stderr.trim()]).toEqual([2, 'error: Unknown command: identities bogus. Run `ais identities --help`.']);
+  const notAKey = await ais(['whoami'], { env: { AIS_API_KEY: 'sk-live-123' } });
+  expect([notAKey.code, notAKey.stderr]).toEqual([2, expect.stringMatching(/AIS_API_KEY is not a key of this service: keys start with svc_mgmt_ or svc_id_/)]);
+  const idle = http.createServer();
+  await new Promise<void>((resolve) => idle.listen(0, '127.0.0.1', resolve));
+  const port = (idle.address() as { port: number }).port;
+  await new Promise((resolve) => idle.close(resolve)); // a port nobody listens on
+  const refused = await ais(['whoami'], { url: `http://127.0.0.1:${port}`, env: { AIS_API_KEY: 'svc_mgmt_x', AIS_RETRIES: '0' } });
+  expect(refused.stderr).toContain(`Cannot reach http://127.0.0.1:${port}: connection refused (is the service running?)`);
+});
+
 test('not_authenticated: no stored credential', async () => {
   const r = await ais(['whoami', '--json']);
   expect(r.code).toBe(10);
