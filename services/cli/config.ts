@@ -64,7 +64,9 @@ const LOCK_WAIT_MS = 90_000;
 function staleLock(content: string, mtimeMs: number): boolean {
   if (Date.now() - mtimeMs > STALE_LOCK_MS) return true;
   const pid = Number(content.trim());
-  if (!Number.isInteger(pid) || pid <= 0) return false; // being written: its holder is alive
+  // No pid yet: being written right now, or its writer died between creating and writing it
+  // (writing a pid takes microseconds, so after a second it is the latter).
+  if (!Number.isInteger(pid) || pid <= 0) return Date.now() - mtimeMs > 1_000;
   try {
     process.kill(pid, 0);
   } catch (err) {

@@ -205,6 +205,14 @@ describe('a logged-in agent', () => {
     expect(r.code).toBe(0);
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(existsSync(path.join(xdg, 'agent-identity/config.json.lock'))).toBe(false);
+    // Killed between creating the lock and writing its pid: an empty lock, a few seconds old.
+    const lock = path.join(xdg, 'agent-identity/config.json.lock');
+    writeFileSync(lock, '', { mode: 0o600 });
+    await new Promise((r) => setTimeout(r, 3100));
+    const again = Date.now();
+    expect((await ais(['whoami', '--json'])).code).toBe(0);
+    expect(Date.now() - again).toBeLessThan(10_000); // not the 60 s of a hung holder
+    expect(existsSync(lock)).toBe(false);
   });
 
   test('identities create / list / use', async () => {
