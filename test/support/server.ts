@@ -37,15 +37,21 @@ let counter = 0;
 
 export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-test-'));
-  const config = loadConfig({
-    PORT: '0',
-    SMTP_PORT: '0',
-    DATA_DIR: dataDir,
-    LOG_LEVEL: 'silent',
-    PASSWORD_HASH_MEMORY_KIB: '19456',
-    ...env,
-  });
-  const runtime = await startRuntime(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) });
+  let runtime: Runtime;
+  try {
+    const config = loadConfig({
+      PORT: '0',
+      SMTP_PORT: '0',
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'silent',
+      PASSWORD_HASH_MEMORY_KIB: '19456',
+      ...env,
+    });
+    runtime = await startRuntime(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) });
+  } catch (err) {
+    rmSync(dataDir, { recursive: true, force: true }); // a test of a refused configuration leaves nothing behind
+    throw err;
+  }
   const url = runtime.url;
 
   async function api(method: string, p: string, o: ApiOptions = {}): Promise<ApiResponse> {
