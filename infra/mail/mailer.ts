@@ -7,7 +7,8 @@ import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import { chmod, mkdir, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { TemporaryMailError, type Mailer, type OutboundMail, type SendResult } from '../ports/mailer.js';
+import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
+import { TemporaryMailError, type Mailer, type OutboundAddress, type OutboundMail, type SendResult } from '../ports/mailer.js';
 
 export interface MailerOptions {
   relayUrl: string | null;
@@ -17,23 +18,79 @@ export interface MailerOptions {
   dkim?: { domainName: string; keySelector: string; privateKey: string };
 }
 
+/** RFC 5322 §2.1.1: a header line is at most 998 characters; folding happens only at whitespace. */
+const MAX_LINE = 998;
+
+/**
+ * A subject nodemailer would leave on one over-long line (a run of more characters than a
+ * line holds, with no whitespace to fold at) goes out as RFC 2047 encoded words, which fold.
+ */
+function subjectHeader(subject: string): string | { prepared: true; foldLines: true; value: string } {
+  if (!new RegExp(`\\S{${MAX_LINE - 'Subject: '.length - 10},}`).test(subject)) return subject;
+  return { prepared: true, foldLines: true, value: mimeFuncs.encodeWord(subject, 'Q', 52) };
+}
+
+/** Whether `content` is valid 8bit data (RFC 2045 §2.8): no NUL, CR and LF only as CRLF, lines ≤ 998. */
+function fitsEightBit(content: Buffer): boolean {
+  let line = 0;
+  for (let i = 0; i < content.length; i++) {
+    const c = content[i];
+    if (c === 0) return false;
+    if (c === 0x0d) {
+      if (content[i + 1] !== 0x0a) return false;
+      continue;
+    }
+    if (c === 0x0a) {
+      if (content[i - 1] !== 0x0d) return false;
+      line = 0;
+    } else if (++line > MAX_LINE) return false;
+  }
+  return true;
+}
+
+/**
+ * Attachments go out as attachments (nodemailer makes message/* parts inline). A message/*
+ * part may not be base64-encoded (RFC 2046 §5.2.1): 7-bit content goes as it is, valid 8bit
+ * content as 8bit with BODY=8BITMIME, and bytes that are neither (NUL, long lines) as
+ * application/octet-stream in base64 under the same file name, which any client still opens.
+ */
+function attachmentsOf(mail: OutboundMail): { attachments: object[] | undefined; eightBit: boolean } {
+  let eightBit = false;
+  const attachments = mail.attachments?.map((a) => {
+    const part = { filename: a.filename, contentType: a.contentType, content: a.content, contentDisposition: 'attachment' as const };
+    if (!/^message\//i.test(a.contentType)) return part;
+    if (a.content.every((b) => b < 0x80) && fitsEightBit(a.content)) return { ...part, contentTransferEncoding: '7bit' };
+    if (fitsEightBit(a.content)) {
+      eightBit = true;
+      return { ...part, contentTransferEncoding: '8bit' };
+    }
+    return { ...part, contentType: 'application/octet-stream', contentTransferEncoding: 'base64' };
+  });
+  return { attachments, eightBit };
+}
+
 function toNodemailer(mail: OutboundMail, domain: string) {
+  const { attachments, eightBit } = attachmentsOf(mail);
+  // nodemailer copies envelope members other than from/to into the SMTP envelope.
+  const envelope = eightBit ? { ...(mail.envelope ?? { from: addressOf(mail.from), to: [...mail.to, ...(mail.cc ?? []), ...(mail.bcc ?? [])].map(addressOf) }), use8BitMime: true } : mail.envelope;
   return {
     from: mail.from,
     to: mail.to,
     cc: mail.cc?.length ? mail.cc : undefined,
     bcc: mail.bcc?.length ? mail.bcc : undefined,
-    subject: mail.subject,
+    subject: subjectHeader(mail.subject) as string, // nodemailer takes a prepared header object here too (untyped)
     text: mail.text,
     html: mail.html,
     messageId: mail.messageId ?? `<${randomUUID()}@${domain}>`,
     inReplyTo: mail.inReplyTo,
     references: mail.references,
     headers: mail.headers,
-    attachments: mail.attachments?.map((a) => ({ filename: a.filename, contentType: a.contentType, content: a.content })),
-    envelope: mail.envelope,
+    attachments,
+    envelope,
   };
 }
+
+const addressOf = (a: OutboundAddress): string => (typeof a === 'string' ? a : a.address);
 
 /**
  * Relay connections kept open and reused (nodemailer's pool): a relay reached over TLS with

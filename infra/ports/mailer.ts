@@ -9,11 +9,14 @@ export interface OutboundAttachment {
   content: Buffer;
 }
 
+/** An address, or an address with its display name (quoted or encoded on the wire as needed). */
+export type OutboundAddress = string | { name: string; address: string };
+
 export interface OutboundMail {
-  from: string;
-  to: string[];
-  cc?: string[];
-  bcc?: string[];
+  from: OutboundAddress;
+  to: OutboundAddress[];
+  cc?: OutboundAddress[];
+  bcc?: OutboundAddress[];
   subject: string;
   text?: string;
   html?: string;

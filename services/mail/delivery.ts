@@ -35,7 +35,7 @@ import {
   type EmailSentData,
 } from './events.js';
 import { derivedId, type IdentityDoc, type MailService } from './service.js';
-import { domainOf } from './text.js';
+import { domainOf, formatAddress } from './text.js';
 
 export const CHECKPOINT = 'reactor:mail-delivery';
 /** The reactor's consumer group on the feed. */
@@ -181,9 +181,10 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
       }
       try {
         const result = await mailer.send({
-          from: q.from.name ? `"${q.from.name.replace(/["\\]/g, '')}" <${q.from.address}>` : q.from.address,
-          to: q.to.map((a) => a.address),
-          cc: q.cc.map((a) => a.address),
+          // With their display names: nodemailer quotes or encodes them (RFC 5322 §3.4, RFC 2047).
+          from: formatAddress(q.from),
+          to: q.to.map(formatAddress),
+          cc: q.cc.map(formatAddress),
           subject: q.subject,
           html: bodies.html ?? undefined,
           text: bodies.text ?? undefined,

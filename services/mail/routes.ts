@@ -184,9 +184,16 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     const target = original.direction === 'inbound' ? (original.replyTo.length ? original.replyTo : [original.from]) : original.to;
     let to = without(all ? [...target, ...(original.direction === 'inbound' ? original.to : [])] : target, all ? [own] : []);
     if (to.length === 0) to = without(target.length ? target : [original.from], []);
-    // A sender header without a usable address (`From: bad <not an address>`, no From at all).
+    // A sender header without a usable address (`From: bad <not an address>`, no From at all),
+    // or one outbound mail cannot reach (a UTF-8 local part needs SMTPUTF8, RFC 6531).
+    const unusable = to.filter((a) => !isEmailAddress(a.address));
     to = to.filter((a) => isEmailAddress(a.address));
-    if (to.length === 0) throw badRequest({ non_field_errors: ['The original message has no address to reply to.'] });
+    if (to.length === 0) {
+      const utf8 = unusable.find((a) => /[^\x00-\x7f]/.test(a.address));
+      throw badRequest({
+        non_field_errors: [utf8 ? `${utf8.address} cannot be answered: outbound mail does not support addresses with non-ASCII local parts (SMTPUTF8).` : 'The original message has no address to reply to.'],
+      });
+    }
     const cc = all ? without([...original.cc, ...extra.cc], [own, ...to.map((a) => a.address)]) : without(extra.cc, to.map((a) => a.address));
     const bcc = without(extra.bcc, [...to, ...cc].map((a) => a.address));
     const doc = await mail.send(identityId, {
@@ -243,6 +250,8 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       r.post('/api/email-messages/compose/', async (ctx) => {
         const identityId = await identityOf(ctx);
         const b = v.compose(normaliseLists(await body(ctx)));
+        // A header holds one line: a line break would be folded away on the wire and kept in the copy here.
+        if (/[\x00-\x08\x0a-\x1f\x7f]/.test(b.subject)) throw badRequest({ subject: ['The subject cannot contain line breaks or other control characters.'] });
         const list = recipients({ to: b.to, cc: b.cc, bcc: b.bcc }, ['to']);
         const doc = await mail.send(identityId, {
           to: list.to,

@@ -37,7 +37,7 @@ import {
 } from './events.js';
 import { decideThread, mayDependOn, type ThreadInput, type ThreadLookup } from './threading.js';
 import { createSendLimits } from './send-limits.js';
-import { addressKey, domainOf, htmlToText, previewOf, replySubject } from './text.js';
+import { addressKey, domainOf, htmlToText, previewOf, replySubject, trimReferences } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 
@@ -299,7 +299,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       const inReplyTo = original?.internetMessageId ?? null;
       // RFC 5322 §3.6.4: the parent's References (or its In-Reply-To) followed by the parent's id.
       const parentRefs = original ? (original.references.length ? original.references : original.inReplyTo ? [original.inReplyTo] : []) : [];
-      const references = inReplyTo ? [...parentRefs.filter((r) => r !== inReplyTo), inReplyTo] : [];
+      const references = inReplyTo ? trimReferences([...parentRefs.filter((r) => r !== inReplyTo), inReplyTo]) : [];
       const from: EmailAddress = { address: identity.inbox, name: identity.name };
       const subject = original ? replySubject(original.subject) : req.subject;
       const threadInput: ThreadInput = {

@@ -13,6 +13,7 @@ import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
 import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
+import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
 import { addressKey, domainOf, messageIds } from './text.js';
 
 /** RFC 5321 §4.5.3.1.8: at least 100 recipients must be accepted; we stop there. */
@@ -41,23 +42,34 @@ function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailA
 
 /** What the read side needs from a parsed message (attachments stored as blobs). */
 export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore): Promise<IncomingMail> {
-  const from = addressesOf(parsed.from)[0] ?? { address: addressKey(envelopeFrom || 'unknown@invalid'), name: '' };
+  // No From address at all (no header, or `From: Just A Name`): the envelope sender, as an
+  // MTA adding the missing header would (Postfix, sendmail), under the header's name if any.
+  // A malformed address is kept as written: a reply to it answers 400, it reaches no one.
+  const from = addressesOf(parsed.from)[0] ?? {
+    address: addressKey(envelopeFrom || 'unknown@invalid'),
+    name: (parsed.from?.value?.[0]?.name ?? '').trim(),
+  };
   // In parallel: small blobs join one group commit of the blob store.
   const attachments = await Promise.all(
     (parsed.attachments ?? []).map(async (a) => {
       const ref = await blobs.put(a.content);
+      const contentType = (a.contentType || 'application/octet-stream').toLowerCase();
       return {
-        filename: a.filename ?? 'attachment',
-        contentType: (a.contentType || 'application/octet-stream').toLowerCase(),
+        // An unnamed part (a forwarded message, an invite) gets a name its type opens with.
+        filename: a.filename ?? `attachment.${mimeFuncs.detectExtension(contentType)}`,
+        contentType,
         size: ref.size,
         blob: ref.key,
         contentId: a.contentId ?? null,
-        inline: a.contentDisposition === 'inline',
+        // Parts of multipart/related (cid: images) are inline whether or not they say so.
+        inline: a.contentDisposition === 'inline' || (a as { related?: boolean }).related === true,
       };
     }),
   );
   const internetMessageId = messageIds(parsed.messageId)[0] ?? null;
-  const date = parsed.date && !Number.isNaN(parsed.date.getTime()) ? parsed.date.toISOString() : null;
+  // mailparser turns an unparsable Date into "now": that is no more the sender's date than a missing one.
+  const dateLine = parsed.headerLines?.find((l) => l.key === 'date')?.line.replace(/^date\s*:/i, '').replace(/\s+/g, ' ').trim();
+  const date = dateLine && parsed.date && !Number.isNaN(Date.parse(dateLine)) && !Number.isNaN(parsed.date.getTime()) ? parsed.date.toISOString() : null;
   return {
     internetMessageId,
     inReplyTo: messageIds(parsed.inReplyTo)[0] ?? null,

@@ -1,6 +1,7 @@
 /** Pure helpers on addresses, subjects and bodies (unit-tested in test/unit/mail.unit.test.ts). */
 import addressparser from 'nodemailer/lib/addressparser/index.js';
 import type { EmailAddress } from './events.js';
+import { domainToASCII } from 'node:url';
 import { startOf } from '../kernel/text.js';
 
 /** A pragmatic addr-spec check (RFC 5321 §4.1.2 sizes; dot-atom local part, LDH domain). */
@@ -8,8 +9,25 @@ const ADDRESS = /^(?=.{3,254}$)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$
 
 export const isEmailAddress = (value: string): boolean => ADDRESS.test(value) && value.split('@')[0].length <= 64;
 
-/** Addresses compare case-insensitively here (RFC 5321 allows case-sensitive local parts; no real host uses them). */
-export const addressKey = (address: string): string => address.trim().toLowerCase();
+/**
+ * The form addresses are kept and compared in: lower case (RFC 5321 allows case-sensitive
+ * local parts; no real host uses them), a quoted local part that needs no quotes unquoted
+ * (`"ann"@x` is `ann@x`, RFC 5321 §4.1.2), and an internationalised domain in its ASCII
+ * form (`bücher.de` → `xn--bcher-kva.de`, RFC 5890): what SMTP without SMTPUTF8 can carry.
+ */
+export function addressKey(address: string): string {
+  let a = address.trim().toLowerCase();
+  const at = a.lastIndexOf('@');
+  if (at <= 0) return a;
+  let local = a.slice(0, at);
+  let domain = a.slice(at + 1);
+  const unquoted = /^"([^"\\]+)"$/.exec(local)?.[1];
+  if (unquoted && DOT_ATOM_LOCAL.test(unquoted)) local = unquoted;
+  if (/[^\x00-\x7f]/.test(domain)) domain = domainToASCII(domain) || domain;
+  a = `${local}@${domain}`;
+  return a;
+}
+const DOT_ATOM_LOCAL = /^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/;
 
 export const domainOf = (address: string): string => addressKey(address).split('@').pop() ?? '';
 
@@ -37,7 +55,7 @@ export function parseAddressList(input: unknown): { addresses: EmailAddress[]; i
     }
     for (const entry of flatten(addressparser(part))) {
       const address = entry.address.trim();
-      if (!address || !isEmailAddress(address)) {
+      if (!address || !isEmailAddress(addressKey(address))) {
         invalid.push(address || entry.name);
         continue;
       }
@@ -64,38 +82,67 @@ function flatten(list: Parsed[]): { address: string; name: string }[] {
 /** `"Name" <address>` for headers (nodemailer quotes as needed). */
 export const formatAddress = (a: EmailAddress): { name: string; address: string } => ({ name: a.name, address: a.address });
 
-const REPLY_PREFIX = /^\s*((re|fwd?|aw|sv|antw)(\[\d+\])?\s*:\s*)+/i;
+/**
+ * Reply and forward prefixes as clients write them (English, and the German, Scandinavian,
+ * Dutch, French, Italian, Polish, Spanish and Portuguese ones Outlook sends: AW, SV, VS, WG,
+ * TR, RIF, ODP, RES, ENC), with a counter (`Re[2]:`) or a mailing list's `[tag]` among them.
+ */
+const REPLY_PREFIX = /^\s*((\[[^\]\n]{1,40}\]\s*)*(re|fwd?|aw|sv|vs|antw|wg|tr|rif|odp|res|enc)(\[\d+\])?\s*:\s*)+/i;
+/** A mailing list's tag alone (`[dev] Hello`): not a reply, but part of no one's subject. */
+const LIST_TAG = /^\s*(\[[^\]\n]{1,40}\]\s*)+/;
 
-/** The subject without reply/forward prefixes, whitespace collapsed, lowercased: the fallback thread key. */
+/** The subject without reply/forward prefixes and list tags, whitespace collapsed, lowercased: the fallback thread key. */
 export function normaliseSubject(subject: string): string {
-  return subject.replace(REPLY_PREFIX, '').replace(/\s+/g, ' ').trim().toLowerCase();
+  return subject.replace(REPLY_PREFIX, '').replace(LIST_TAG, '').replace(/\s+/g, ' ').trim().toLowerCase();
 }
 
 export const hasReplyPrefix = (subject: string): boolean => REPLY_PREFIX.test(subject);
 
-/** "Re: " exactly once (RFC 5322 §3.6.5). */
+/** "Re: " exactly once (RFC 5322 §3.6.5); an empty subject answers as "Re:". */
 export function replySubject(subject: string): string {
   const s = subject.trim();
-  return /^re\s*:/i.test(s) ? s : `Re: ${s}`;
+  return /^re\s*:/i.test(s) ? s : s ? `Re: ${s}` : 'Re:';
+}
+
+/**
+ * The References of a reply: the parent's chain plus the parent. A long chain keeps its
+ * first id (the thread's root) and the newest ones (what RFC 5537 §3.4.4 asks of news
+ * software, and what mail clients do): relays refuse headers of hundreds of kilobytes.
+ */
+export const MAX_REFERENCES = 20;
+export function trimReferences(references: string[]): string[] {
+  return references.length <= MAX_REFERENCES ? references : [references[0], ...references.slice(-(MAX_REFERENCES - 1))];
 }
 
 const ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ' };
 
-/** A readable plain-text alternative of an HTML body (for the text part and previews). */
+function decodeEntity(m: string, e: string): string {
+  if (e[0] === '#') {
+    const code = e[1] === 'x' || e[1] === 'X' ? parseInt(e.slice(2), 16) : parseInt(e.slice(1), 10);
+    return Number.isFinite(code) && code > 0 && code < 0x110000 ? String.fromCodePoint(code) : m;
+  }
+  return ENTITIES[e.toLowerCase()] ?? m;
+}
+const decodeEntities = (s: string): string => s.replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, decodeEntity);
+
+/** A readable plain-text alternative of an HTML body (for the text part and previews): links keep their targets, table cells their separation. */
 export function htmlToText(html: string): string {
   return html
     .replace(/<(script|style|head)[^>]*>[\s\S]*?<\/\1\s*>/gi, '')
+    // A link keeps its target (`here (https://…)`): the text part must not lose where it leads.
+    .replace(/<a\b[^>]*?\bhref\s*=\s*("([^"]*)"|'([^']*)'|([^\s>]+))[^>]*>([\s\S]*?)<\/a\s*>/gi, (_m, _q, d, sq, bare, inner: string) => {
+      const href = decodeEntities(String(d ?? sq ?? bare ?? '').trim());
+      const label = inner.replace(/<[^>]+>/g, '').trim();
+      if (!/^(https?:|mailto:)/i.test(href)) return inner;
+      const shown = href.replace(/^mailto:/i, '');
+      return decodeEntities(label) === shown || !label ? shown : `${inner} (${shown})`;
+    })
+    .replace(/<\/t[dh]\s*>\s*(?=<t[dh][\s>])/gi, '\t')
     .replace(/<br\s*\/?>/gi, '\n')
     .replace(/<\/(p|div|h[1-6]|li|tr|blockquote|pre)\s*>/gi, '\n')
     .replace(/<li[^>]*>/gi, '- ')
     .replace(/<[^>]+>/g, '')
-    .replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, (m, e: string) => {
-      if (e[0] === '#') {
-        const code = e[1] === 'x' || e[1] === 'X' ? parseInt(e.slice(2), 16) : parseInt(e.slice(1), 10);
-        return Number.isFinite(code) && code > 0 && code < 0x110000 ? String.fromCodePoint(code) : m;
-      }
-      return ENTITIES[e.toLowerCase()] ?? m;
-    })
+    .replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, decodeEntity)
     .replace(/[ \t]+\n/g, '\n')
     .replace(/\n{3,}/g, '\n\n')
     .trim();

@@ -15,22 +15,29 @@ const DOMAIN = 'agents.localhost';
 
 /** An SMTP relay sink: records envelope and parsed message of everything relayed to it. */
 async function startSink() {
-  const received: { envelope: { from: string; to: string[] }; mail: ParsedMail; session: string }[] = [];
+  const received: { envelope: { from: string; to: string[]; body?: string }; mail: ParsedMail; raw: string; session: string }[] = [];
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['AUTH', 'STARTTLS'],
     logger: false,
     onData(stream, session, callback) {
-      simpleParser(stream)
-        .then((mail) => {
-          received.push({
-            envelope: { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: session.envelope.rcptTo.map((r) => r.address) },
-            mail,
-            session: session.id, // one per SMTP connection
-          });
-          callback();
-        })
-        .catch(callback);
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        const raw = Buffer.concat(chunks);
+        simpleParser(raw)
+          .then((mail) => {
+            const args = session.envelope.mailFrom ? (session.envelope.mailFrom.args as Record<string, string> | false) : false;
+            received.push({
+              envelope: { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: session.envelope.rcptTo.map((r) => r.address), body: args ? args.BODY : undefined },
+              mail,
+              raw: raw.toString('latin1'),
+              session: session.id, // one per SMTP connection
+            });
+            callback();
+          })
+          .catch(callback);
+      });
     },
   });
   const port = await freePort();
@@ -186,6 +193,54 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === `No sender ${suffix}`);
     const res = await api('POST', `/api/email-messages/${m.uuid}/reply/`, alice.uuid, { body: 'hi' });
     expect([res.status, Object.keys(res.body)]).toEqual([400, ['non_field_errors']]);
+  });
+
+  test('real-world shapes: cid images of multipart/related are inline, unnamed parts get a name their type opens with, a bad Date is no date, a From without an address is the envelope sender under its name', async () => {
+    const subject = `Shapes ${suffix}`;
+    const raw = [
+      'From: Just A Name',
+      `To: ${alice.inbox}`,
+      `Subject: ${subject}`,
+      'Date: the day after tomorrow',
+      'MIME-Version: 1.0',
+      'Content-Type: multipart/mixed; boundary="m"',
+      '',
+      '--m',
+      'Content-Type: multipart/related; boundary="r"',
+      '',
+      '--r',
+      'Content-Type: text/html; charset=utf-8',
+      '',
+      '<p>logo: <img src="cid:logo@x"></p>',
+      '--r',
+      'Content-Type: image/png',
+      'Content-ID: <logo@x>',
+      'Content-Transfer-Encoding: base64',
+      '',
+      'iVBORw0KGgo=',
+      '--r--',
+      '--m',
+      'Content-Type: message/rfc822',
+      '',
+      'From: inner@example.com',
+      'Subject: forwarded',
+      '',
+      'inner body',
+      '--m',
+      'Content-Type: text/calendar; method=REQUEST',
+      '',
+      'BEGIN:VCALENDAR',
+      'END:VCALENDAR',
+      '--m--',
+      '',
+    ].join('\r\n');
+    await outsideSender().sendMail({ envelope: { from: 'bounces@lists.example.com', to: [alice.inbox] }, raw });
+    const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === subject);
+    expect([m.from_email, m.from_name, m.sent_at]).toEqual(['bounces@lists.example.com', 'Just A Name', null]);
+    const byType = Object.fromEntries(m.attachments.map((a: { content_type: string }) => [a.content_type, a]));
+    expect(byType['image/png']).toMatchObject({ inline: true, content_id: '<logo@x>' });
+    expect(byType['message/rfc822']).toMatchObject({ filename: 'attachment.eml', inline: false });
+    expect(byType['text/calendar']).toMatchObject({ filename: 'attachment.ics' });
   });
 
   test('RFC 5322 §3.6.4: a reply carrying In-Reply-To joins the thread; opening the thread marks all read', async () => {
@@ -402,6 +457,59 @@ describe('sending through the relay', () => {
   });
 });
 
+describe('on the wire: RFC 5322 / MIME conformance of what the relay receives', () => {
+  const longestLine = (raw: string) => Math.max(...raw.split('\r\n').map((l) => l.length));
+  const send = (body: Record<string, unknown>) => api('POST', '/api/email-messages/compose/', alice.uuid, body);
+  const relayedOf = (res: { body: { message_id: string } }) => eventually(async () => sink.received.find((r) => r.mail.messageId === res.body.message_id));
+
+  test('recipients keep their display names (quoted or encoded as needed); the sender\'s name is not mangled', async () => {
+    const res = await send({ to: '"Doe, John" <john@example.com>, Jörg Müller <jm@example.com>', cc: 'Ünïcode Person <u@example.com>', subject: 'names', body: '<p>x</p>' });
+    expect(res.status).toBe(201);
+    const r = await relayedOf(res);
+    expect((r.mail.to as { value: unknown[] }).value).toEqual([
+      { address: 'john@example.com', name: 'Doe, John' },
+      { address: 'jm@example.com', name: 'Jörg Müller' },
+    ]);
+    expect((r.mail.cc as { value: unknown[] }).value).toEqual([{ address: 'u@example.com', name: 'Ünïcode Person' }]);
+    expect(r.mail.from?.value[0]).toEqual({ address: alice.inbox, name: 'Alice Agent' });
+  });
+
+  test('an internationalised domain is accepted and sent in its ASCII form; a line break in a subject is a 400', async () => {
+    const res = await send({ to: 'user@bücher.de', subject: 'idn', body: '<p>x</p>' });
+    expect([res.status, res.body.to]).toEqual([201, ['user@xn--bcher-kva.de']]);
+    expect((await relayedOf(res)).raw).toMatch(/^To: user@xn--bcher-kva\.de\r$/m);
+    const broken = await send({ to: 'x@example.com', subject: 'inject\r\nBcc: evil@example.com', body: 'b' });
+    expect([broken.status, Object.keys(broken.body)]).toEqual([400, ['subject']]);
+  });
+
+  test('no header line over 998 characters: a long unbreakable subject (also of a reply) is sent as encoded words', async () => {
+    const subject = 'x'.repeat(998); // the API's limit; "Subject: " makes the line 1,007 characters
+    const res = await send({ to: 'x@example.com', subject, body: '<p>x</p>' });
+    expect(res.status).toBe(201);
+    const r = await relayedOf(res);
+    expect(longestLine(r.raw)).toBeLessThanOrEqual(998);
+    expect(r.mail.subject).toBe(subject);
+  });
+
+  test('the text part keeps link targets and table cells apart', async () => {
+    const res = await send({ to: 'x@example.com', subject: 'links', body: '<p>Click <a href="https://example.com/verify?token=abc">here</a> to verify.</p><table><tr><td>a</td><td>b</td></tr></table>' });
+    const r = await relayedOf(res);
+    expect(r.mail.text).toContain('Click here (https://example.com/verify?token=abc) to verify.');
+    expect(r.mail.text).toContain('a\tb');
+  });
+
+  test('a reply to a message with a very long References chain sends its root and the newest ids (20 in all)', async () => {
+    const refs = Array.from({ length: 60 }, (_, i) => `<r${i}-${suffix}@example.com>`);
+    const id = `<long-refs-${suffix}@example.com>`;
+    await outsideSender().sendMail({ from: 'olga@example.com', to: alice.inbox, subject: 'long chain', text: 'x', messageId: id, references: refs, inReplyTo: refs[59] });
+    const original = await eventually(async () => (await api('GET', '/api/email-messages/', alice.uuid)).body.find((m: { message_id: string }) => m.message_id === id));
+    const reply = await api('POST', `/api/email-messages/${original.uuid}/reply/`, alice.uuid, { body: 'ok' });
+    const r = await relayedOf(reply);
+    expect(r.mail.references).toEqual([refs[0], ...refs.slice(42), id]); // the parent's 60 plus the parent: 61, trimmed to 20
+    expect(r.mail.inReplyTo).toBe(id);
+  });
+});
+
 describe('attachments (presign → PUT → compose)', () => {
   const bytes = Buffer.from(Array.from({ length: 3000 }, (_, i) => i % 251));
 
@@ -431,6 +539,36 @@ describe('attachments (presign → PUT → compose)', () => {
     expect(relayed.mail.attachments[0].filename).toBe('report.pdf');
     expect(relayed.mail.attachments[0].contentType).toBe('application/pdf');
     expect(Buffer.compare(relayed.mail.attachments[0].content, bytes)).toBe(0);
+  });
+
+  test('a forwarded message (message/rfc822) goes out as an attachment in a valid transfer encoding (RFC 2046 §5.2.1)', async () => {
+    const upload = async (content: Buffer, filename: string) => {
+      const res = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename, content_type: 'message/rfc822', size: content.length });
+      expect(res.status).toBe(201);
+      expect((await put(res.body.upload_url, content, 'message/rfc822')).status).toBe(200);
+      return res.body.uuid as string;
+    };
+    const seven = Buffer.from('From: a@b.c\r\nSubject: inner seven\r\n\r\nplain ascii\r\n');
+    const eight = Buffer.concat([Buffer.from('From: a@b.c\r\nSubject: inner eight\r\nContent-Type: text/plain; charset=iso-8859-1\r\n\r\nCaf'), Buffer.from([0xe9]), Buffer.from('\r\n')]);
+    const binary = Buffer.concat([Buffer.from('From: a@b.c\r\nSubject: inner binary\r\n\r\n'), Buffer.from([0, 255, 10]), Buffer.from('y'.repeat(2000))]);
+    const uuids = [await upload(seven, 'seven.eml'), await upload(eight, 'eight.eml'), await upload(binary, 'binary.eml')];
+    const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'fwd@example.net', subject: 'forwarded', body: '<p>see</p>', attachment_uuids: uuids });
+    expect(res.status).toBe(201);
+    const r = await eventually(async () => sink.received.find((m) => m.mail.messageId === res.body.message_id));
+    expect(Math.max(...r.raw.split('\r\n').map((l) => l.length))).toBeLessThanOrEqual(998);
+    expect(r.raw).not.toContain('\u0000');
+    expect(r.envelope.body).toBe('8BITMIME'); // the 8-bit part is announced
+    expect(r.mail.attachments.map((a) => [a.filename, a.contentDisposition])).toEqual([
+      ['seven.eml', 'attachment'],
+      ['eight.eml', 'attachment'],
+      ['binary.eml', 'attachment'],
+    ]);
+    // Bytes no message/* part may carry travel in base64 (mailparser names them by the file's .eml again).
+    expect(r.raw).toMatch(/Content-Type: application\/octet-stream; name=binary\.eml\r\nContent-Transfer-Encoding: base64\r\n/);
+    expect(r.raw).toMatch(/Content-Type: message\/rfc822; name=seven\.eml\r\nContent-Transfer-Encoding: 7bit\r\n/);
+    expect(r.raw).toMatch(/Content-Type: message\/rfc822; name=eight\.eml\r\nContent-Transfer-Encoding: 8bit\r\n/);
+    expect(r.mail.attachments.map((a) => Buffer.compare(a.content, [seven, eight, binary][r.mail.attachments.indexOf(a)]))).toEqual([0, 0, 0]);
+    expect(r.mail.text).not.toContain('inner'); // not merged into the body
   });
 
   test('upload URL: signature, size and content type are checked; no second upload', async () => {

@@ -9,7 +9,7 @@ import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
 import { createMailer } from '../../infra/mail/mailer.js';
 import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
 import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
-import { htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject } from '../../services/mail/text.js';
+import { addressKey, htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject, trimReferences } from '../../services/mail/text.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
 
 describe('addresses', () => {
@@ -41,6 +41,14 @@ describe('addresses', () => {
     expect(parseAddressList('"a@b.com" <c@d.com>').addresses).toEqual([{ address: 'c@d.com', name: 'a@b.com' }]);
     expect(parseAddressList('Team: a@x.com, b@x.com;').addresses).toHaveLength(2);
   });
+
+  test('an internationalised domain is kept in its ASCII form; a needless quoted local part is unquoted', () => {
+    expect(addressKey('User@Bücher.DE')).toBe('user@xn--bcher-kva.de');
+    expect(parseAddressList('Jörg <jm@bücher.de>').addresses).toEqual([{ address: 'jm@xn--bcher-kva.de', name: 'Jörg' }]);
+    expect(addressKey('"alice"@example.com')).toBe('alice@example.com');
+    expect(addressKey('"a b"@example.com')).toBe('"a b"@example.com'); // the quotes are needed
+    expect(parseAddressList('jürgen@exämple.de').invalid).toEqual(['jürgen@exämple.de']); // a UTF-8 local part needs SMTPUTF8
+  });
 });
 
 describe('subjects and bodies', () => {
@@ -48,15 +56,31 @@ describe('subjects and bodies', () => {
     expect(replySubject('Hello')).toBe('Re: Hello');
     expect(replySubject('Re: Hello')).toBe('Re: Hello');
     expect(replySubject('RE:Hello')).toBe('RE:Hello');
+    expect(replySubject('  ')).toBe('Re:');
   });
 
-  test('the fallback key strips Re:/Fwd: chains, whitespace and case', () => {
+  test('the fallback key strips Re:/Fwd: chains (also Outlook\'s localised ones), list tags, whitespace and case', () => {
     expect(normaliseSubject('Re: Fwd: RE:  Project   Kickoff ')).toBe('project kickoff');
     expect(normaliseSubject('AW: Sv: status')).toBe('status');
+    expect(normaliseSubject('WG: TR: Re[2]: status')).toBe('status');
+    expect(normaliseSubject('[dev] Re: [dev] status')).toBe('status');
+    expect(normaliseSubject('[dev] status')).toBe('status');
+    expect(normaliseSubject('Regarding: status')).toBe('regarding: status');
+  });
+
+  test('a long References chain keeps its root and the newest ids', () => {
+    const ids = Array.from({ length: 50 }, (_, i) => `<${i}@x>`);
+    expect(trimReferences(ids.slice(0, 20))).toEqual(ids.slice(0, 20));
+    expect(trimReferences(ids)).toEqual([ids[0], ...ids.slice(31)]);
+    expect(trimReferences(ids)).toHaveLength(20);
   });
 
   test('HTML becomes readable text; previews are collapsed and bounded', () => {
     expect(htmlToText('<style>p{}</style><p>Hi &amp; bye</p><p>x&#33;<br>y</p>')).toBe('Hi & bye\nx!\ny');
+    // Links keep their targets; table cells stay apart.
+    expect(htmlToText('<p>Click <a href="https://example.com/verify?token=abc&amp;x=1">here</a> to verify.</p>')).toBe('Click here (https://example.com/verify?token=abc&x=1) to verify.');
+    expect(htmlToText('<a href="https://example.com">https://example.com</a> <a href=\'mailto:a@b.c\'>a@b.c</a> <a href="#top">top</a>')).toBe('https://example.com a@b.c top');
+    expect(htmlToText('<table><tr><td>a</td><td>b</td></tr><tr><th>c</th> <th>d</th></tr></table>')).toBe('a\tb\nc\td');
     expect(previewOf('a\n\n  b\tc')).toBe('a b c');
     expect(previewOf(null, '<p>from html</p>')).toBe('from html');
     const long = previewOf('word '.repeat(100));
