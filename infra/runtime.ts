@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { openDatabase, type Database } from './sqlite/driver.js';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
@@ -145,6 +145,25 @@ function createDirectory(dir: string): void {
   for (const d of missing) mkdirSync(d);
 }
 
+/**
+ * Files under DATA_DIR are the service user's only (umask 077 in services/main.ts), but a
+ * DATA_DIR written by an older version (or restored from a backup) may have databases
+ * readable by others: the event log holds password hashes and SMS texts. Tightened at start.
+ */
+function tightenDataDir(dir: string, logger: Logger): void {
+  const tightened: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const file = path.join(dir, name);
+    const mode = statSync(file).mode;
+    const wanted = /\.sqlite(-wal|-shm|-journal)?$/.test(name) || name === 'service.lock' ? 0o600 : name === 'blobs' || name === 'keys' ? 0o700 : null;
+    if (wanted !== null && (mode & 0o077) !== 0) {
+      chmodSync(file, wanted);
+      tightened.push(name);
+    }
+  }
+  if (tightened.length) logger.warn({ dataDir: dir, files: tightened }, 'DATA_DIR files were readable by other users: made private');
+}
+
 /** This process's DATA_DIR locks (a runtime dropped without close, as a test's simulated crash, hands its lock over). */
 const dataDirLocks = new Map<string, Database>();
 
@@ -174,8 +193,13 @@ function lockDataDir(dir: string): () => void {
     } catch (err) {
       db.close();
       const text = `${(err as { code?: string }).code ?? ''} ${(err as Error).message}`;
-      // A lock file from an older version (a pid in plain text): replaced once.
+      // A lock file from an older version (a pid in plain text): replaced once, unless
+      // that process is still running (it still uses this DATA_DIR).
       if (attempt === 0 && /NOTADB|not a database/i.test(text)) {
+        const pid = Number(readFileSync(file, 'utf8').trim());
+        if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && processAlive(pid)) {
+          throw Object.assign(new Error(`in use by another process (pid ${pid}, an older version); stop it first`), { path: dir, code: 'EBUSY' });
+        }
         rmSync(file, { force: true });
         continue;
       }
@@ -185,9 +209,19 @@ function lockDataDir(dir: string): () => void {
   }
 }
 
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'; // exists, another user's
+  }
+}
+
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
   createDirectory(config.dataDir);
+  tightenDataDir(config.dataDir, logger);
   // Cluster processes share DATA_DIR (key ring, blobs) by design; the embedded store is one process's.
   const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);
   const keys = loadKeyRing(config.dataDir);

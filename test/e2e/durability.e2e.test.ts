@@ -3,7 +3,7 @@
  * exits 0; bad configuration stops the start with one line naming the variable; a rebuild
  * of the read models from the log equals the live ones.
  */
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -74,8 +74,14 @@ describe('durability', () => {
       svc.child.kill('SIGTERM'); // also when a check failed: no service left running
     }
     expect(await svc.exited).toBe(0);
+    // A DATA_DIR from an older version (or a careless restore): readable by others until the start.
+    for (const name of ['events.sqlite', 'read-models.sqlite']) chmodSync(path.join(dataDir, name), 0o644);
+    chmodSync(path.join(dataDir, 'blobs'), 0o755);
     const again = await spawnService({ DATA_DIR: dataDir });
     expect((await post(`${again.url}/api/auth/login/`, { username: 'keeper', password: 'pw' })).status).toBe(200);
+    for (const name of ['events.sqlite', 'read-models.sqlite', 'blobs']) {
+      expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
+    }
     again.child.kill('SIGTERM');
     expect(await again.exited).toBe(0);
   }, 60_000);
@@ -98,6 +104,29 @@ describe('durability', () => {
     expect((await fetch(`${again.url}/api/health/`)).status).toBe(200);
     again.child.kill('SIGTERM');
     expect(await again.exited).toBe(0);
+  }, 60_000);
+
+  it('an older version\'s lock (a pid in plain text) is taken over only when that process is gone', async () => {
+    const start = () => {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+        cwd: ROOT,
+        env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent' },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let err = '';
+      child.stderr.on('data', (d) => (err += d));
+      return new Promise<{ code: unknown; err: string }>((resolve) => child.on('exit', (code) => resolve({ code, err })));
+    };
+    writeFileSync(path.join(dataDir, 'service.lock'), `${process.pid}\n`); // a live process: this test
+    const refused = await start();
+    expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^failed to start: DATA_DIR: in use by another process \(pid \d+, an older version\)/)]);
+    const gone = spawn(process.execPath, ['-e', '0']);
+    await new Promise((resolve) => gone.on('exit', resolve));
+    writeFileSync(path.join(dataDir, 'service.lock'), `${gone.pid}\n`);
+    const svc = await spawnService({ DATA_DIR: dataDir });
+    expect((await fetch(`${svc.url}/api/health/`)).status).toBe(200);
+    svc.child.kill('SIGTERM');
+    expect(await svc.exited).toBe(0);
   }, 60_000);
 
   it('SIGTERM with an SMTP client still connected: 421, and the process exits 0 well inside a 10 s supervisor grace period', async () => {
