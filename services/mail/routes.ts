@@ -104,7 +104,11 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     download_url: `${base}/api/email-attachments/${a.uuid}/`,
   });
 
-  const messageOut = (base: string, bodies?: { text: string | null; html: string | null }) => (m: MessageDoc) => ({
+  /** An inline body too large for a list (events of older versions kept bodies up to 16 MiB inline). */
+  const overListLimit = (body: string | null) => body !== null && body.length > LIST_BODY_LIMIT / 3 && Buffer.byteLength(body) > LIST_BODY_LIMIT;
+  const messageOut = (base: string, bodies?: { text: string | null; html: string | null }) => (m: MessageDoc) => messageFields(base, m, bodies ?? (overListLimit(m.text) || overListLimit(m.html) ? null : undefined));
+  /** `bodies`: loaded (thread, message), undefined (the document's inline ones), null (left out of a list). */
+  const messageFields = (base: string, m: MessageDoc, bodies: { text: string | null; html: string | null } | null | undefined) => ({
     uuid: m.id,
     id: m.id,
     thread_id: m.threadId,
@@ -119,10 +123,10 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     reply_to: m.replyTo.map((a) => a.address),
     subject: m.subject,
     preview: m.preview,
-    text: bodies ? bodies.text : m.text,
-    html: bodies ? bodies.html : m.html,
+    text: bodies ? bodies.text : bodies === null ? null : m.text,
+    html: bodies ? bodies.html : bodies === null ? null : m.html,
     // Bodies over LIST_BODY_LIMIT are kept out of the message list (null here): GET the message, or its thread.
-    truncated: !bodies && Boolean(m.textBlob || m.htmlBlob),
+    truncated: bodies === null || (!bodies && Boolean(m.textBlob || m.htmlBlob)),
     attachments: m.attachments.map(attachmentOut(base)),
     read: m.read,
     message_id: m.internetMessageId,

@@ -2,6 +2,7 @@
  * Email end to end over real SMTP both ways: nodemailer as an outside sender into the MX
  * listener, smtp-server as the relay sink (parsed with mailparser), the API in between.
  */
+import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
@@ -186,6 +187,19 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const recorded = (await server.runtime.events.readStream(`mailbox-${alice.uuid}`)).find((e) => e.data.messageId === listed.uuid)!;
     expect(recorded.data).toMatchObject({ text: null, html: null, textBlob: expect.any(String), htmlBlob: expect.any(String), htmlBytes: Buffer.byteLength(html) });
     expect(JSON.stringify(recorded.data).length).toBeLessThan(4096);
+  });
+
+  test('a large body an older version kept inline in its event lists like a blob one: left out of the list (truncated), whole in the message', async () => {
+    // Before bodies over 16 KiB became blobs, events carried them inline (up to 16 MiB).
+    const template = (await server.runtime.events.readStream(`mailbox-${alice.uuid}`))[0];
+    const messageId = randomUUID();
+    const big = 'an old, long body. '.repeat(20_000); // 380 KB
+    const { textBlob: _t, htmlBlob: _h, textBytes: _tb, htmlBytes: _hb, ...old } = template.data;
+    const data = { ...old, messageId, threadId: randomUUID(), internetMessageId: `<${messageId}@old.example>`, subject: `Old inline ${suffix}`, text: big, html: null };
+    await server.runtime.events.append(`mailbox-${alice.uuid}`, [{ id: randomUUID(), type: 'EmailReceived', data }]);
+    const listed = await eventually(async () => (await api('GET', '/api/email-messages/', alice.uuid)).body.find((m: { uuid: string }) => m.uuid === messageId));
+    expect([listed.text, listed.truncated]).toEqual([null, true]);
+    expect((await api('GET', `/api/email-messages/${messageId}/`, alice.uuid)).body.text).toBe(big);
   });
 
   test('a reply to a message without a usable sender address is a 400, not a mail to nobody', async () => {
