@@ -33,6 +33,7 @@ import { createAccounts, type Accounts } from '../services/accounts/service.js';
 import { accountRoutes } from '../services/accounts/routes.js';
 import { usersProjection } from '../projections/users/index.js';
 import { sessionsProjection } from '../projections/sessions/index.js';
+import { accountMailContext } from '../services/accounts/mail.js';
 import { identitiesContext } from '../services/identities/index.js';
 import { keysContext } from '../services/keys/index.js';
 import { billingContext } from '../services/billing/index.js';
@@ -90,6 +91,7 @@ export type ContextFactory = (shared: Shared) => ContextParts | Promise<ContextP
 /** The contexts of the service, in dependency order. Each folder under services/ adds one line. */
 async function contextFactories(): Promise<ContextFactory[]> {
   return [
+    accountMailContext,
     identitiesContext,
     keysContext,
     billingContext,

@@ -11,8 +11,21 @@ export const UserProfileUpdated = 'UserProfileUpdated';
 export const UserPasswordChanged = 'UserPasswordChanged';
 export const UserSessionsRevoked = 'UserSessionsRevoked';
 export const UserEmailVerified = 'UserEmailVerified';
+/** A mail sent by the account mail reactor (kept under these names: older versions sent first, then recorded). */
 export const PasswordResetRequested = 'PasswordResetRequested';
 export const EmailVerificationSent = 'EmailVerificationSent';
+/**
+ * A reset or verification mail asked for: the intent, appended before anything is sent, so
+ * a crash or a relay outage delays the mail instead of losing it (services/accounts/mail.ts).
+ * It holds when the link expires, never the link: links are signed when the mail is built.
+ */
+export const AccountMailRequested = 'AccountMailRequested';
+export interface AccountMailRequestedData {
+  kind: 'verify-email' | 'reset-password';
+  /** Unix seconds: the link's expiry, signed into it. */
+  exp: number;
+  at: string;
+}
 export const UserNumberAllocated = 'UserNumberAllocated';
 
 export const SessionStarted = 'SessionStarted';

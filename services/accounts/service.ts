@@ -5,15 +5,17 @@
  */
 import argon2 from 'argon2';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { streamName } from '../../infra/ports/event-store.js';
+import { streamName, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
+import type { OutboundMail } from '../../infra/ports/mailer.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
-import { newId, nowIso } from '../kernel/ids.js';
+import { derivedId, newId, nowIso } from '../kernel/ids.js';
 import { abandoned, hold, holderReservation, movedAway, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid, tookTooLong } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
+  AccountMailRequested,
   EmailVerificationSent,
   PasswordResetRequested,
   SessionRefreshed,
@@ -27,6 +29,7 @@ import {
   UserSessionsRevoked,
   sessionEvolver,
   userEvolver,
+  type AccountMailRequestedData,
   type UserRegisteredData,
 } from './events.js';
 import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
@@ -68,7 +71,7 @@ const userStream = (pk: number) => streamName('user', pk);
 const sessionStream = (id: string) => streamName('session', id);
 
 export function createAccounts(platform: Platform, tokens: TokenService, hmacKey: Buffer) {
-  const { events: store, reads, progress, config, limiter, mailer, logger } = platform;
+  const { events: store, reads, progress, config, limiter, logger } = platform;
   const users = reads.collection<UserDoc>(USERS);
   const sessions = reads.collection<SessionDoc>(SESSIONS);
   const hashOptions = { type: argon2.argon2id, memoryCost: config.passwordHashMemoryKiB, timeCost: 2, parallelism: 1 } as const;
@@ -218,7 +221,6 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     }
     const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
     await settle(appended.position);
-    if (!data.emailVerified) void sendVerification(pk, input.email).catch((err) => logger.warn({ err }, 'verification mail not sent'));
     return (await users.get(userDocId(pk)))!;
   }
 
@@ -441,22 +443,75 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return x.length === y.length && timingSafeEqual(x, y);
   }
 
-  function verificationKey(pk: number, email: string): string {
-    const exp = Math.floor(Date.now() / 1000) + VERIFY_LINK_TTL_S;
+  function verificationKey(pk: number, email: string, exp: number): string {
     const payload = Buffer.from(JSON.stringify({ pk, exp })).toString('base64url');
     return `${payload}.${sign(['verify-email', String(pk), email.toLowerCase(), String(exp)])}`;
   }
 
-  async function sendVerification(pk: number, email: string): Promise<void> {
-    const key = verificationKey(pk, email);
-    const link = `${config.publicUrl}/verify-email?key=${encodeURIComponent(key)}`;
-    await mailer.send({
-      from: `no-reply@${config.mailDomain}`,
-      to: [email],
-      subject: 'Confirm your email address',
-      text: `Confirm your email address by opening this link:\n\n${link}\n\nOr send this key to POST /api/auth/social/verify-email/:\n${key}\n`,
-    });
-    await store.append(userStream(pk), [event(EmailVerificationSent, { at: nowIso() })]);
+  /**
+   * Asks the account mail reactor for a mail and waits a moment for it to go out (up to 2 s,
+   * so a client reading the outbox right after the answer finds it). The answer is the same
+   * whether it went out or not: a relay outage delays the mail, it does not fail the request.
+   */
+  async function requestMail(pk: number, kind: AccountMailRequestedData['kind'], ttlSeconds: number): Promise<void> {
+    const request = event<AccountMailRequestedData>(AccountMailRequested, { kind, exp: Math.floor(Date.now() / 1000) + ttlSeconds, at: nowIso() });
+    await store.append(userStream(pk), [request]);
+    const sent = derivedId(request.id, 'sent');
+    for (const deadline = Date.now() + 2_000; Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 25));
+      if ((await store.readStream(userStream(pk))).some((e) => e.id === sent)) return;
+    }
+  }
+
+  /**
+   * The mail an account event asks for, built now (links are signed when sent, never kept):
+   * a sign-up with an unverified email, or an {@link AccountMailRequested}. Null when there
+   * is nothing (left) to send: verified meanwhile, link expired, account gone.
+   */
+  async function accountMailOf(e: RecordedEvent): Promise<AccountMail | null> {
+    const request: AccountMailRequestedData | null =
+      e.type === UserRegistered
+        ? (e.data as UserRegisteredData).emailVerified || !(e.data as UserRegisteredData).email
+          ? null
+          : { kind: 'verify-email', exp: Math.floor(Date.parse((e.data as UserRegisteredData).at) / 1000) + VERIFY_LINK_TTL_S, at: (e.data as UserRegisteredData).at }
+        : e.type === AccountMailRequested
+          ? (e.data as AccountMailRequestedData)
+          : null;
+    if (!request || request.exp * 1000 < Date.now()) return null;
+    const { state: user } = await loadStream(store, e.stream, userEvolver);
+    if (!user.exists || !user.email) return null;
+    const from = `no-reply@${config.mailDomain}`;
+    const record = (type: string) => ({ id: derivedId(e.id, 'sent'), type, data: { at: nowIso() } });
+    if (request.kind === 'verify-email') {
+      if (user.emailVerified) return null;
+      const key = verificationKey(user.pk, user.email, request.exp);
+      const link = `${config.publicUrl}/verify-email?key=${encodeURIComponent(key)}`;
+      return {
+        stream: e.stream,
+        expiresAt: request.exp * 1000,
+        record: record(EmailVerificationSent),
+        mail: {
+          from,
+          to: [user.email],
+          subject: 'Confirm your email address',
+          text: `Confirm your email address by opening this link:\n\n${link}\n\nOr send this key to POST /api/auth/social/verify-email/:\n${key}\n`,
+        },
+      };
+    }
+    const uid = Buffer.from(String(user.pk)).toString('base64url');
+    const token = resetToken(user, request.exp);
+    const link = `${config.publicUrl}/reset-password?uid=${uid}&token=${token}`;
+    return {
+      stream: e.stream,
+      expiresAt: request.exp * 1000,
+      record: record(PasswordResetRequested),
+      mail: {
+        from,
+        to: [user.email],
+        subject: 'Reset your password',
+        text: `Someone asked to reset the password of ${user.username}. If it was you, open:\n\n${link}\n\nor send uid=${uid} and token=${token} to POST /api/auth/password/reset/confirm/.\nThe link expires in one hour.\n`,
+      },
+    };
   }
 
   async function resendVerification(email: string): Promise<void> {
@@ -465,7 +520,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!user || user.emailVerified) return;
     const d = await limiter.hit(`verify-mail:${user.pk}`, 5, 3600);
     if (!d.allowed) return;
-    await sendVerification(user.pk, user.email);
+    await requestMail(user.pk, 'verify-email', VERIFY_LINK_TTL_S);
   }
 
   async function verifyEmail(key: string): Promise<void> {
@@ -489,7 +544,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   // Reset tokens are bound to the current password hash: they die once used (or on any change).
-  function resetToken(user: UserDoc, exp: number): string {
+  function resetToken(user: Pick<UserDoc, 'pk' | 'passwordHash'>, exp: number): string {
     return `${exp.toString(36)}-${sign(['reset-password', String(user.pk), user.passwordHash ?? '', String(exp)])}`;
   }
 
@@ -498,16 +553,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!user) return; // same answer either way
     const d = await limiter.hit(`reset-mail:${user.pk}`, 5, 3600);
     if (!d.allowed) return;
-    const uid = Buffer.from(String(user.pk)).toString('base64url');
-    const token = resetToken(user, Math.floor(Date.now() / 1000) + RESET_LINK_TTL_S);
-    const link = `${config.publicUrl}/reset-password?uid=${uid}&token=${token}`;
-    await mailer.send({
-      from: `no-reply@${config.mailDomain}`,
-      to: [user.email],
-      subject: 'Reset your password',
-      text: `Someone asked to reset the password of ${user.username}. If it was you, open:\n\n${link}\n\nor send uid=${uid} and token=${token} to POST /api/auth/password/reset/confirm/.\nThe link expires in one hour.\n`,
-    });
-    await store.append(userStream(user.pk), [event(PasswordResetRequested, { at: nowIso() })]);
+    await requestMail(user.pk, 'reset-password', RESET_LINK_TTL_S);
   }
 
   async function confirmPasswordReset(uid: string, token: string, password: string): Promise<void> {
@@ -562,7 +608,18 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     findUser: (pk: number) => users.get(userDocId(pk)),
     findByLogin,
     loadUserStream: (pk: number) => loadStream(store, userStream(pk), userEvolver),
+    accountMailOf,
   };
+}
+
+/** A mail of the account (services/accounts/mail.ts sends it, then appends `record`). */
+export interface AccountMail {
+  stream: string;
+  mail: OutboundMail;
+  /** Recorded once the relay (or the outbox) took it; its id is derived from the request's. */
+  record: EventData;
+  /** Epoch ms after which the link is dead: not worth sending any more. */
+  expiresAt: number;
 }
 
 export type Accounts = ReturnType<typeof createAccounts>;

@@ -1,9 +1,14 @@
 /** Identifier and clock helpers shared by every context. */
-import { v7 as uuidv7, validate as uuidValidate } from 'uuid';
+import { v5 as uuidv5, v7 as uuidv7, validate as uuidValidate } from 'uuid';
 import { randomBytes } from 'node:crypto';
 
 /** Time-ordered UUID (v7): ids sort by creation, which keeps indexes and pages cheap. */
 export const newId = (): string => uuidv7();
+
+/** Namespace of ids derived from other ids (idempotent event ids of retried effects). */
+const ID_NAMESPACE = '3a0e3a53-6f5c-4c55-9a43-2f6a1f0c9a11';
+/** The same parts, the same id (UUID v5): an effect retried after a crash appends the same event, which the store drops. */
+export const derivedId = (...parts: string[]): string => uuidv5(parts.join('\u0000'), ID_NAMESPACE);
 
 export const isUuid = (value: unknown): value is string => typeof value === 'string' && uuidValidate(value);
 

@@ -4,13 +4,12 @@
  * limits, mark read, presign and accept attachment uploads. Every write is an event.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { v5 as uuidv5 } from 'uuid';
 import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type Subscription } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Collection } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event } from '../kernel/command.js';
-import { isUuid, newId, nowIso } from '../kernel/ids.js';
+import { derivedId, isUuid, newId, nowIso } from '../kernel/ids.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, notFound, throttled } from '../gateway/errors.js';
 import {
@@ -51,9 +50,7 @@ export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
 export const ATTACHMENT_TTL_MS = 24 * 3600 * 1000;
 /** Recipients per outbound message (To + Cc + Bcc); RFC 5321 §4.5.3.1.8 asks servers to take at least 100. */
 export const MAX_RECIPIENTS = 100;
-/** Namespace of ids derived from other ids (idempotent event ids of retried effects). */
-const ID_NAMESPACE = '3a0e3a53-6f5c-4c55-9a43-2f6a1f0c9a11';
-export const derivedId = (...parts: string[]): string => uuidv5(parts.join('\u0000'), ID_NAMESPACE);
+export { derivedId };
 
 /** The shared `identities` read model (owned by the identities context). */
 export type { IdentityDoc } from '../../projections/identities/index.js';

@@ -5,6 +5,7 @@
 import { createLocalJWKSet, jwtVerify } from 'jose';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
+import { freePort } from '../support/spawn.js';
 
 let s: TestServer;
 let sink: SmtpSink;
@@ -445,6 +446,34 @@ describe('password change, logout and reset', () => {
     expect(resend.status).toBe(201);
     expect(resend.body.detail).toEqual(expect.any(String));
   });
+});
+
+describe('account mails while the relay is down', () => {
+  it('reset and resend answer as for an unknown address (no 500, no oracle); the mails go out once the relay is back', async () => {
+    const port = await freePort(); // nothing listens there yet
+    const down = await startTestServer({ SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+    let late: SmtpSink | null = null;
+    try {
+      const u = await down.signUp(); // its verification mail is due too
+      const known = await down.api('POST', '/api/auth/password/reset/', { body: { email: u.user.email } });
+      const unknown = await down.api('POST', '/api/auth/password/reset/', { body: { email: `nobody-${uniq()}@example.com` } });
+      expect([known.status, known.body]).toEqual([unknown.status, unknown.body]);
+      expect(known.status).toBe(200);
+      const resend = await down.api('POST', '/api/auth/social/resend-email/', { body: { email: u.user.email } });
+      expect(resend.status).toBe(201);
+      late = await startSmtpSink(port);
+      const reset = await late.waitFor((m) => m.envelope.to.includes(u.user.email) && /reset/i.test(m.parsed.subject ?? ''), 20_000);
+      const [, uid, token] = /uid=(\S+) and token=(\S+) to/.exec(reset.parsed.text ?? '')!;
+      const ok = await down.api('POST', '/api/auth/password/reset/confirm/', { body: { uid, token, new_password1: 'after-outage', new_password2: 'after-outage' } });
+      expect(ok.status).toBe(200);
+      const verify = await late.waitFor((m) => m.envelope.to.includes(u.user.email) && /confirm/i.test(m.parsed.subject ?? ''), 20_000);
+      const key = /verify-email\/:\n(\S+)/.exec(verify.parsed.text ?? '')![1];
+      expect((await down.api('POST', '/api/auth/social/verify-email/', { body: { key } })).status).toBe(200);
+    } finally {
+      await down.close();
+      await late?.close();
+    }
+  }, 60_000);
 });
 
 describe('wire conventions', () => {
