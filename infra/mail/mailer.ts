@@ -57,7 +57,7 @@ function fitsEightBit(content: Buffer): boolean {
 function attachmentsOf(mail: OutboundMail): { attachments: object[] | undefined; eightBit: boolean } {
   let eightBit = false;
   const attachments = mail.attachments?.map((a) => {
-    const part = { filename: a.filename, contentType: a.contentType, content: a.content, contentDisposition: 'attachment' as const };
+    const part = { filename: a.filename, contentType: withCharset(a.contentType, a.content), content: a.content, contentDisposition: 'attachment' as const };
     if (!/^message\//i.test(a.contentType)) return part;
     if (a.content.every((b) => b < 0x80) && fitsEightBit(a.content)) return { ...part, contentTransferEncoding: '7bit' };
     if (fitsEightBit(a.content)) {
@@ -67,6 +67,21 @@ function attachmentsOf(mail: OutboundMail): { attachments: object[] | undefined;
     return { ...part, contentType: 'application/octet-stream', contentTransferEncoding: 'base64' };
   });
   return { attachments, eightBit };
+}
+
+/**
+ * A text attachment names its charset, or readers take US-ASCII (RFC 2046 §4.1.2) and garble
+ * anything else: UTF-8 text (what agents upload) is labelled as such; other bytes are left
+ * unlabelled, as uploaded.
+ */
+function withCharset(contentType: string, content: Buffer): string {
+  if (!/^text\//i.test(contentType) || /;\s*charset=/i.test(contentType) || content.every((b) => b < 0x80)) return contentType;
+  try {
+    new TextDecoder('utf-8', { fatal: true }).decode(content);
+    return `${contentType}; charset=utf-8`;
+  } catch {
+    return contentType;
+  }
 }
 
 function toNodemailer(mail: OutboundMail, domain: string) {

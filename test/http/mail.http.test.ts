@@ -585,6 +585,16 @@ describe('attachments (presign → PUT → compose)', () => {
     expect(r.mail.text).not.toContain('inner'); // not merged into the body
   });
 
+  test('a UTF-8 text attachment goes out labelled charset=utf-8 (readers would take US-ASCII)', async () => {
+    const csv = Buffer.from('name,city\nJörg,Zürich\n');
+    const p = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'people.csv', content_type: 'text/csv', size: csv.length });
+    expect((await put(p.body.upload_url, csv, 'text/csv')).status).toBe(200);
+    const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 'csv@example.net', subject: 'csv', body: '<p>list</p>', attachment_uuids: [p.body.uuid] });
+    const r = await eventually(async () => sink.received.find((m) => m.mail.messageId === res.body.message_id));
+    expect(r.raw).toMatch(/Content-Type: text\/csv; charset=utf-8; name=people\.csv\r\n/);
+    expect(Buffer.compare(r.mail.attachments[0].content, csv)).toBe(0);
+  });
+
   test('upload URL: signature, size and content type are checked; no second upload', async () => {
     const p = await presign(alice.uuid);
     const tampered = p.upload_url.replace(/signature=([^&]+)/, (_m, s: string) => `signature=${s.slice(0, -2)}xx`);
