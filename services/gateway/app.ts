@@ -72,6 +72,11 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
         if (ctx.status === 404) await allowedMethods(ctx as never, answered);
         if (ctx.status === 404) throw notFound();
         if (ctx.status === 405 || ctx.status === 501) throw new ApiError(405, 'method_not_allowed', `Method "${ctx.method}" not allowed.`);
+      } else if (typeof ctx.body === 'object' && !Buffer.isBuffer(ctx.body) && typeof (ctx.body as { pipe?: unknown }).pipe !== 'function') {
+        // Serialised here rather than by Koa after this middleware: a failure (an answer
+        // over V8's string limit) is then a logged 500 in the error shape, not Koa's
+        // silent plain-text one. Content-Type is already JSON (set with the object).
+        ctx.body = JSON.stringify(ctx.body);
       }
     } catch (raw) {
       failure = raw;

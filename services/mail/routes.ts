@@ -13,6 +13,11 @@ import type { Config } from '../../infra/config.js';
 import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
 import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
+
+/** Message bodies one answer carries at most (UTF-16 units or bytes, roughly): lists and the thread view. */
+export const ANSWER_BODY_BUDGET = 16 * 1024 * 1024;
+/** Blobs of older versions have no recorded size: counted as this much. */
+const UNKNOWN_BLOB_WEIGHT = 4 * 1024 * 1024;
 import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
 import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 
@@ -104,9 +109,13 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     download_url: `${base}/api/email-attachments/${a.uuid}/`,
   });
 
+  /** What a body weighs in an answer: inline ones by length, blobs by their recorded size. */
+  const bodyWeight = (inline: string | null, blob: string | null, bytes: number | null | undefined) => (blob ? (bytes ?? UNKNOWN_BLOB_WEIGHT) : (inline?.length ?? 0));
+  const fitsList = (blob: string | null, bytes: number | null | undefined) => !blob || (bytes != null && bytes <= LIST_BODY_LIMIT);
   /** An inline body too large for a list (events of older versions kept bodies up to 16 MiB inline). */
   const overListLimit = (body: string | null) => body !== null && body.length > LIST_BODY_LIMIT / 3 && Buffer.byteLength(body) > LIST_BODY_LIMIT;
-  const messageOut = (base: string, bodies?: { text: string | null; html: string | null }) => (m: MessageDoc) => messageFields(base, m, bodies ?? (overListLimit(m.text) || overListLimit(m.html) ? null : undefined));
+  /** One message with its bodies (loaded by mail.bodiesOf). */
+  const messageOut = (base: string, bodies: { text: string | null; html: string | null }) => (m: MessageDoc) => messageFields(base, m, bodies);
   /** `bodies`: loaded (thread, message), undefined (the document's inline ones), null (left out of a list). */
   const messageFields = (base: string, m: MessageDoc, bodies: { text: string | null; html: string | null } | null | undefined) => ({
     uuid: m.id,
@@ -153,11 +162,28 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     created_dt: t.createdAt,
   });
 
-  /** A list's item: its bodies, loaded from the blob store when they fit the list (all within LIST_BODY_LIMIT). */
-  async function listed(base: string, m: MessageDoc) {
-    const fits = (blob: string | null, bytes: number | null | undefined) => !blob || (bytes != null && bytes <= LIST_BODY_LIMIT);
-    const inBlobs = Boolean(m.textBlob || m.htmlBlob);
-    return messageOut(base, inBlobs && fits(m.textBlob, m.textBytes) && fits(m.htmlBlob, m.htmlBytes) ? await mail.bodiesOf(m) : undefined)(m);
+  /**
+   * Messages as one answer shows them. Their bodies are included while they fit
+   * ANSWER_BODY_BUDGET, in `order` (a thread: newest first); the others are left out
+   * (`truncated`: GET the message). In a list (`listLimit`) a body over LIST_BODY_LIMIT is
+   * always left out. Without the budget a long thread of large mails made an answer too
+   * large to serialise (a 500 after minutes of work and a gigabyte of memory).
+   */
+  async function withBodies(base: string, list: MessageDoc[], opts: { listLimit: boolean; newestFirst: boolean }) {
+    let left = ANSWER_BODY_BUDGET;
+    const included = new Array<boolean>(list.length).fill(false);
+    const indexes = list.map((_, i) => i);
+    for (const i of opts.newestFirst ? indexes.reverse() : indexes) {
+      const m = list[i];
+      const weight = bodyWeight(m.text, m.textBlob, m.textBytes) + bodyWeight(m.html, m.htmlBlob, m.htmlBytes);
+      const overList = opts.listLimit && (overListLimit(m.text) || overListLimit(m.html) || !fitsList(m.textBlob, m.textBytes) || !fitsList(m.htmlBlob, m.htmlBytes));
+      if (overList || weight > left) continue;
+      left -= weight;
+      included[i] = true;
+    }
+    return Promise.all(
+      list.map(async (m, i) => messageFields(base, m, !included[i] ? null : m.textBlob || m.htmlBlob ? await mail.bodiesOf(m) : undefined)),
+    );
   }
 
   async function ownMessage(identityId: string, id: string): Promise<MessageDoc> {
@@ -236,8 +262,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           thread = (await threads().get(thread.id)) ?? thread;
           list = await threadMessages(thread.id);
         }
-        const base = baseUrl(ctx);
-        ctx.body = { ...threadOut(thread), messages: await Promise.all(list.map(async (m) => messageOut(base, await mail.bodiesOf(m))(m))) };
+        ctx.body = { ...threadOut(thread), messages: await withBodies(baseUrl(ctx), list, { listLimit: false, newestFirst: true }) };
       });
 
       r.get('/api/email-messages/', async (ctx) => {
@@ -245,9 +270,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const { limit, cursor } = pageParams(ctx);
         const where: Record<string, Scalar> = queryFlag(ctx, 'unread') ? { identityId, read: false } : { identityId };
         const page = await messages().find({ where, orderBy: { field: 'createdAt', direction: 'desc' }, limit, cursor });
-        const base = baseUrl(ctx);
-        if (!page.items.some((m) => m.textBlob || m.htmlBlob)) return sendPage(ctx, page, messageOut(base), config.publicUrl);
-        const items = await Promise.all(page.items.map((m) => listed(base, m)));
+        const items = await withBodies(baseUrl(ctx), page.items, { listLimit: true, newestFirst: false });
         sendPage(ctx, { ...page, items }, (item) => item, config.publicUrl);
       });
 

@@ -202,6 +202,27 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect((await api('GET', `/api/email-messages/${messageId}/`, alice.uuid)).body.text).toBe(big);
   });
 
+  test('a thread of large mails shows its newest bodies within one answer\'s budget; older ones are truncated, whole in the message', async () => {
+    const subject = `Big thread ${suffix}`;
+    const sixMiB = (c: string) => `${c.repeat(64)}\n`.repeat(6 * 1024 * 16); // 6.1 MiB of text
+    const ids: string[] = [];
+    for (const c of ['a', 'b', 'c']) {
+      const messageId = `<big-${c}-${suffix}@example.com>`;
+      await outsideSender().sendMail({ from: 'big@example.com', to: alice.inbox, subject: ids.length ? `Re: ${subject}` : subject, text: sixMiB(c), messageId, inReplyTo: ids.at(-1), references: [...ids] });
+      ids.push(messageId);
+    }
+    const listed = (await api('GET', '/api/email-messages/', alice.uuid)).body.filter((m: { message_id: string }) => ids.includes(m.message_id));
+    const thread = await api('GET', `/api/email-inbox/${listed[0].thread_id}/`, alice.uuid);
+    expect(thread.status).toBe(200);
+    expect(thread.body.messages.map((m: { truncated: boolean; text: string | null }) => [m.truncated, m.text?.length ?? null])).toEqual([
+      [true, null],
+      [false, sixMiB('b').length],
+      [false, sixMiB('c').length],
+    ]);
+    const oldest = thread.body.messages[0];
+    expect((await api('GET', `/api/email-messages/${oldest.uuid}/`, alice.uuid)).body.text).toBe(sixMiB('a'));
+  }, 60_000);
+
   test('a reply to a message without a usable sender address is a 400, not a mail to nobody', async () => {
     await outsideSender().sendMail({ envelope: { from: 'bounce@example.com', to: [alice.inbox] }, raw: `From: "bad" <not an address>\r\nTo: ${alice.inbox}\r\nSubject: No sender ${suffix}\r\n\r\nhello\r\n` });
     const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === `No sender ${suffix}`);
