@@ -335,8 +335,11 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     connections.add(socket);
     socket.once('close', () => connections.delete(socket));
   });
+  // Idle: no request in progress, and the last answer handed to the kernel (a large answer
+  // to a slow reader may still sit in the socket's buffer after its request is over; the
+  // kernel delivers what it holds after the close).
   const closeIdle = () => {
-    for (const socket of connections) if (!inProgress.has(socket)) socket.destroy();
+    for (const socket of connections) if (!inProgress.has(socket) && socket.writableLength === 0) socket.destroy();
   };
   if (options.serve === false) {
     return { config, logger, events, reads, runner, server, url: '', shared, parts, role, routes: app.routeTable, close: async () => {
@@ -367,6 +370,9 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       // Stop accepting; end the long-lived responses (the parts end SSE streams and answer
       // long polls); let every request in flight finish with its normal answer, closing
       // keep-alive connections as they fall idle; cut what is still open after 5 s.
+      // Node's close() also destroys the connections it deems idle, among them one whose last
+      // answer is written but still buffered for a slow reader: closeIdle below decides instead.
+      server.closeIdleConnections = () => undefined;
       const drained = new Promise<void>((resolve) => server.close(() => resolve()));
       drain();
       closeIdle();

@@ -4,12 +4,14 @@
  * of the read models from the log equals the live ones.
  */
 import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
+import nodemailer from 'nodemailer';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import pino from 'pino';
-import { spawnService, ROOT } from '../support/spawn.js';
+import { freePort, spawnService, ROOT } from '../support/spawn.js';
 import { loadConfig } from '../../infra/config.js';
 import { startRuntime } from '../../infra/runtime.js';
 
@@ -128,6 +130,41 @@ describe('durability', () => {
     svc.child.kill('SIGTERM');
     expect(await svc.exited).toBe(0);
   }, 60_000);
+
+  it('SIGTERM while a large answer is still being read: the reader gets all of it', async () => {
+    const smtpPort = await freePort();
+    const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' });
+    try {
+      expect((await post(`${svc.url}/api/auth/social/`, { username: 'reader', email: 'reader@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+      const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'reader', password: 'pw' })).json()) as { access: string };
+      const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
+      const identity = (await (await fetch(`${svc.url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: 'Reader', email_identifier: 'reader' }) })).json()) as { uuid: string; inbox: string };
+      const text = 'a long line of a large report\n'.repeat(700_000); // 21 MB: more than the kernel's socket buffers hold
+      await nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true }).sendMail({ from: 'big@example.com', to: identity.inbox, subject: 'large', text });
+      const list = (await (await fetch(`${svc.url}/api/email-messages/`, { headers: { ...auth, 'x-service-identity': identity.uuid } })).json()) as { uuid: string }[];
+      const received = await new Promise<{ length: number; expected: number; text: string }>((resolve, reject) => {
+        const req = http.get(`${svc.url}/api/email-messages/${list[0].uuid}/`, { headers: { ...auth, 'x-service-identity': identity.uuid } }, (res) => {
+          res.pause(); // a slow reader: the answer waits in buffers
+          setTimeout(() => {
+            svc.child.kill('SIGTERM');
+            setTimeout(() => {
+              const chunks: Buffer[] = [];
+              res.on('data', (c: Buffer) => chunks.push(c));
+              res.on('end', () => resolve({ length: Buffer.concat(chunks).length, expected: Number(res.headers['content-length']), text: Buffer.concat(chunks).toString() }));
+              res.on('error', reject);
+              res.resume();
+            }, 500);
+          }, 300);
+        });
+        req.on('error', reject);
+      });
+      expect(received.length).toBe(received.expected);
+      expect((JSON.parse(received.text) as { text: string }).text).toBe(text);
+    } finally {
+      svc.child.kill('SIGTERM');
+    }
+    expect(await svc.exited).toBe(0);
+  }, 90_000);
 
   it('SIGTERM with an SMTP client still connected: 421, and the process exits 0 well inside a 10 s supervisor grace period', async () => {
     const smtpPort = await new Promise<number>((resolve) => {
