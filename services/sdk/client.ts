@@ -17,6 +17,7 @@
 import { EventStream, type EventStreamOptions } from './events.js';
 
 import type {
+  AccountsBindResult,
   AccountsLogin,
   AccountsRefreshResult,
   AccountsRegister,
@@ -116,6 +117,8 @@ export class ApiRequestError extends Error {
     /** Validation errors (400): field name → messages. */
     readonly fields: Record<string, string[]> | undefined,
     readonly body: unknown,
+    /** Seconds the service asked to wait (`Retry-After` of a 429 or 503), if it said. */
+    readonly retryAfter?: number,
   ) {
     super(`${status}${code ? ` ${code}` : ''}: ${detail}`);
     this.name = 'ApiRequestError';
@@ -171,7 +174,8 @@ async function toError(res: Response): Promise<ApiRequestError> {
   } else if (typeof body === 'string' && body) {
     detail = body.slice(0, 300);
   }
-  return new ApiRequestError(res.status, code, detail, fields, body);
+  const wait = retryAfterMs(res.headers.get('retry-after'));
+  return new ApiRequestError(res.status, code, detail, fields, body, wait === null ? undefined : Math.ceil(wait / 1000));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,6 +231,8 @@ interface Credentials {
   refresh?: string;
   managementKey?: string;
   identityKey?: string;
+  /** The refresh in progress: one for all `withIdentity` copies (refresh tokens rotate). */
+  refreshing?: Promise<void> | null;
 }
 
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
@@ -251,7 +257,6 @@ export class AisClient {
   readonly #options: ClientOptions;
   /** Shared by every `withIdentity` copy, so one refresh serves them all. */
   readonly #creds: Credentials;
-  #refreshing: Promise<void> | null = null;
 
   constructor(options: ClientOptions, shared?: Credentials) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
@@ -354,7 +359,10 @@ export class AisClient {
         attempt--; // the retry after a refresh is not a backoff attempt
         continue;
       }
-      if (attempt < retries && (res.status === 429 || (res.status >= 500 && idempotent) || (res.status === 503 && res.headers.has('retry-after')))) {
+      // A 429 was refused before any effect: safe to send again. A 5xx only for idempotent
+      // methods: a 503 may well follow a saved write (`projection_lag`), and a POST sent
+      // again would send the mail twice or mint a second key.
+      if (attempt < retries && (res.status === 429 || (res.status >= 500 && idempotent))) {
         const asked = retryAfterMs(res.headers.get('retry-after'));
         const cap = this.#options.maxDelayMs ?? 30_000;
         // A wait longer than we would wait: retrying sooner is sure to be refused again.
@@ -419,14 +427,15 @@ export class AisClient {
   async refresh(): Promise<Tokens> {
     if (!this.#creds.refresh) throw new ApiRequestError(401, 'token_expired', 'No refresh token held; log in again.', undefined, null);
     const shared = this.#options.sharedTokens;
-    this.#refreshing ??= (async () => {
+    const creds = this.#creds;
+    creds.refreshing ??= (async () => {
       try {
         await (shared ? shared.lock(() => this.#exchange(shared.stored())) : this.#exchange(null));
       } finally {
-        this.#refreshing = null;
+        creds.refreshing = null;
       }
     })();
-    await this.#refreshing;
+    await creds.refreshing;
     return { access: this.#creds.token!, refresh: this.#creds.refresh! };
   }
 
@@ -464,7 +473,11 @@ export class AisClient {
       const res = await this.send('GET', next, first ? o : { ...o, query: undefined });
       first = false;
       out.push(...((await res.json()) as T[]));
-      next = nextLink(res.headers.get('link'));
+      // The link is built from the service's PUBLIC_URL, which may not be how this client
+      // reaches it: only its path and query are followed, on this client's base URL (the
+      // credential is never sent to a host a header names).
+      const link = nextLink(res.headers.get('link'));
+      next = link === null ? null : ((u) => u.pathname + u.search)(new URL(link, this.baseUrl));
     }
     return out;
   }
@@ -490,7 +503,12 @@ export class AisClient {
     user: (): Promise<User> => this.request('GET', '/api/auth/user/', { identity: false }),
     updateUser: (body: AccountsUserPatch): Promise<User> =>
       this.request('PATCH', '/api/auth/user/', { body, identity: false }),
-    bindIdentity: (identity: string): Promise<Tokens> => this.request('POST', '/api/auth/bind-identity/', { body: { identity }, identity: false }),
+    /** Tokens bound to `identity`; this client (and its `withIdentity` copies) use them from now on, as after `login`. */
+    bindIdentity: async (identity: string): Promise<AccountsBindResult> => {
+      const bound = await this.request<AccountsBindResult>('POST', '/api/auth/bind-identity/', { body: { identity }, identity: false });
+      this.setTokens(bound);
+      return bound;
+    },
     /** POST /api/auth/device/ (RFC 8628 §3.1). */
     deviceStart: (): Promise<DeviceAuthorization> => this.request('POST', '/api/auth/device/', { anonymous: true }),
     /**

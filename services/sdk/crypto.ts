@@ -477,21 +477,39 @@ function unwrap(kek: Buffer, wrapped: string, binding: InternalBinding, publicKe
  * PIN in a row (counted in `lockStore`) answers `pin_locked`, and so does every later call
  * until a recovery (or a successful unlock after the caller reset the store) clears it.
  */
-export async function unlock(input: { pin: string; deviceSecret: string; metadata: EncryptionMetadata | null | undefined; lockStore: LockStore }): Promise<VaultKey> {
+export function unlock(input: { pin: string; deviceSecret: string; metadata: EncryptionMetadata | null | undefined; lockStore: LockStore }): Promise<VaultKey> {
+  // Attempts on one store take turns: concurrent wrong PINs each read the same count and
+  // were all let through (six guesses, one failure counted).
+  const turn = (unlockTurns.get(input.lockStore) ?? Promise.resolve()).catch(() => undefined).then(() => unlockOnce(input));
+  unlockTurns.set(input.lockStore, turn);
+  return turn;
+}
+const unlockTurns = new WeakMap<LockStore, Promise<unknown>>();
+
+async function unlockOnce(input: { pin: string; deviceSecret: string; metadata: EncryptionMetadata | null | undefined; lockStore: LockStore }): Promise<VaultKey> {
   const { metadata, lockStore } = input;
   requireMetadata(metadata);
   const state = await lockStore.read();
   if (state.failures >= MAX_PIN_ATTEMPTS) throw new CryptoError('pin_locked', 'Too many wrong PINs; unlock with the recovery key.');
-  const { kek, verifier } = await deriveKeys({ pin: input.pin, salt: metadata.salt, deviceSecret: input.deviceSecret, kdf: parseKdf(metadata.kdf) });
+  // Counted before the (slow) check and cleared after a right PIN: another process guessing
+  // meanwhile, or one killed during the check, cannot skip the count.
+  const failures = state.failures + 1;
+  await lockStore.write({ failures });
+  let derived: DerivedKeys;
+  try {
+    derived = await deriveKeys({ pin: input.pin, salt: metadata.salt, deviceSecret: input.deviceSecret, kdf: parseKdf(metadata.kdf) });
+  } catch (err) {
+    await lockStore.write({ failures: state.failures }); // not a guess: a malformed PIN or secret
+    throw err;
+  }
+  const { kek, verifier } = derived;
   const expected = Buffer.from(metadata.verifier, 'utf8');
   const actual = Buffer.from(verifier, 'utf8');
   if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
-    const failures = state.failures + 1;
-    await lockStore.write({ failures });
     if (failures >= MAX_PIN_ATTEMPTS) throw new CryptoError('pin_locked', 'Wrong PIN, 3 times: locked; unlock with the recovery key.');
     throw new CryptoError('wrong_pin', 'Wrong PIN.', MAX_PIN_ATTEMPTS - failures);
   }
-  if (state.failures !== 0) await lockStore.write({ failures: 0 });
+  await lockStore.write({ failures: 0 });
   try {
     return unwrap(kek, metadata.wrapped_key, { kind: 'keywrap', purpose: 'pin', salt: metadata.salt }, metadata.public_key);
   } finally {

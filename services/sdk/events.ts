@@ -28,6 +28,12 @@ export interface EventStreamOptions {
   signal?: AbortSignal;
   /** Max wait between reconnects, ms (default 30 s). */
   maxBackoffMs?: number;
+  /**
+   * A connection that sends nothing for this long (not even the service's keepalive comment,
+   * every 30 s by default) is taken for dead and replaced, ms (default 75 s). A connection
+   * cut without a close (a NAT or proxy dropping it) otherwise waits for TCP's own timeout.
+   */
+  idleTimeoutMs?: number;
   /** Called on each (re)connect and disconnect, e.g. for a status line. */
   onStatus?: (status: { state: 'open' | 'closed' | 'reconnecting'; attempt: number; delayMs?: number; error?: unknown }) => void;
 }
@@ -133,22 +139,33 @@ export class EventStream implements AsyncIterable<ServerEvent> {
     let refreshed = false;
     while (!signal?.aborted) {
       let res: Response;
+      // One controller per connection: the caller's signal ends it, and so does the idle watchdog.
+      const connection = new AbortController();
+      const stop = () => connection.abort(signal?.reason);
+      signal?.addEventListener('abort', stop, { once: true });
+      let idle: ReturnType<typeof setTimeout> | undefined;
+      const watch = () => {
+        clearTimeout(idle);
+        idle = setTimeout(() => connection.abort(new Error('no data from the event stream: connection taken for dead')), this.options.idleTimeoutMs ?? 75_000);
+      };
       try {
         res = await this.client.send('GET', '/api/events/stream/', {
           headers: { accept: 'text/event-stream', ...(this.lastEventId ? { 'last-event-id': this.lastEventId } : {}) },
-          signal,
+          signal: connection.signal,
           accept: [401],
         });
         if (res.status === 401) {
           const body = (await res.json().catch(() => ({}))) as { code?: string; detail?: string };
           if (body.code === 'token_expired' && this.client.tokens.refresh && !refreshed) {
             refreshed = true;
+            signal?.removeEventListener('abort', stop);
             await this.client.refresh();
             continue;
           }
           throw new ApiRequestError(401, body.code, body.detail ?? 'Unauthorized', undefined, body);
         }
       } catch (err) {
+        signal?.removeEventListener('abort', stop);
         if (signal?.aborted) return;
         if (err instanceof ApiRequestError && err.status < 500 && err.status !== 429) throw err;
         yield* this.#wait(++failures, err);
@@ -164,17 +181,23 @@ export class EventStream implements AsyncIterable<ServerEvent> {
       let error: unknown;
       try {
         const decoder = new TextDecoder();
+        watch(); // while waiting for data only: a consumer slow to take an event is no dead connection
         for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          clearTimeout(idle);
           parser.push(decoder.decode(chunk, { stream: true }));
-          if (queue.length) failures = 0;
+          failures = 0; // the service answered: the next reconnect starts from the shortest wait
           while (queue.length) {
             const e = queue.shift()!;
             if (e.id) this.lastEventId = e.id;
             yield e;
           }
+          watch();
         }
       } catch (err) {
-        error = err;
+        error = connection.signal.aborted && !signal?.aborted ? connection.signal.reason : err;
+      } finally {
+        clearTimeout(idle);
+        signal?.removeEventListener('abort', stop);
       }
       if (signal?.aborted) return;
       this.options.onStatus?.({ state: 'closed', attempt: failures, error });

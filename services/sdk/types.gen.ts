@@ -132,6 +132,14 @@ export interface AccountsRefreshResult {
   access: string;
   refresh: string;
 }
+/**
+ * A token pair whose access token names the identity (claim `identity`), and that identity.
+ */
+export interface AccountsBindResult {
+  access: string;
+  refresh: string;
+  identity: string;
+}
 export interface AccountsVerify {
   token: string;
 }
@@ -738,7 +746,7 @@ export interface Operations {
   'POST /api/auth/logout/': { request: AccountsLogout; response: CommonDetail; status: 200 };
   'POST /api/auth/token/refresh/': { request: AccountsRefresh; response: AccountsRefreshResult; status: 200 };
   'POST /api/auth/token/verify/': { request: AccountsVerify; response: unknown; status: 200 };
-  'POST /api/auth/bind-identity/': { request: AccountsBindIdentity; response: AccountsRefreshResult; status: 200 };
+  'POST /api/auth/bind-identity/': { request: AccountsBindIdentity; response: AccountsBindResult; status: 200 };
   'POST /api/auth/social/resend-email/': { request: AccountsEmailOnly; response: CommonDetail; status: 201 };
   'POST /api/auth/social/verify-email/': { request: AccountsVerifyEmail; response: CommonDetail; status: 200 };
   'POST /api/auth/password/change/': { request: AccountsPasswordChange; response: CommonDetail; status: 200 };

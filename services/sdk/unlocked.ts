@@ -54,8 +54,10 @@ export class UnlockedVault {
     const uuid = randomUUID();
     return this.#open(await this.client.passwords.create(this.#seal(uuid, { notes: '', ...p })));
   }
+  /** Without `notes`, the entry keeps its notes (re-sealed: the domain is bound into each field). */
   async updatePassword(uuid: string, p: { domain: string; username: string; password: string; notes?: string }): Promise<PlainPassword> {
-    const { uuid: _u, ...body } = this.#seal(uuid, { notes: '', ...p });
+    const notes = p.notes ?? (await this.getPassword(uuid)).notes;
+    const { uuid: _u, ...body } = this.#seal(uuid, { ...p, notes });
     return this.#open(await this.client.passwords.update(uuid, body));
   }
   async getPassword(uuid: string): Promise<PlainPassword> {

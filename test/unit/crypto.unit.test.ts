@@ -207,6 +207,14 @@ describe('PIN setup, unlock, lock, recovery, PIN change', () => {
     expect(await store.read()).toEqual({ failures: 0 });
   });
 
+  test('wrong PINs tried at once are all counted: the third locks, the rest are refused', async () => {
+    const s = await setUp();
+    const store = memoryLockStore();
+    const codes = await Promise.all(Array.from({ length: 6 }, () => codeOf(unlock({ pin: '000000', deviceSecret: s.deviceSecret, metadata: s.metadata, lockStore: store }))));
+    expect(codes).toEqual(['wrong_pin', 'wrong_pin', 'pin_locked', 'pin_locked', 'pin_locked', 'pin_locked']);
+    expect(await codeOf(unlock({ pin: '123456', deviceSecret: s.deviceSecret, metadata: s.metadata, lockStore: store }))).toBe('pin_locked');
+  });
+
   test('the lock persists in a file across client restarts', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ais-lock-'));
     try {

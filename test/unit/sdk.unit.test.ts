@@ -1,7 +1,8 @@
 /** SDK client behaviour (SPEC "Errors": retry 5xx with backoff; 401 token_expired: refresh and retry). */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser } from '../../services/sdk/index.js';
+import { randomBytes } from 'node:crypto';
+import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
 
 type Handler = (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void;
 let server: http.Server;
@@ -44,6 +45,14 @@ describe('retries', () => {
     handler = (_q, _b, res) => json(res, 500, { detail: 'Internal server error.' });
     const c = createClient({ baseUrl: url, token: 't', backoffMs: 5 });
     await expect(c.identities.create({ name: 'x' })).rejects.toMatchObject({ status: 500 });
+    expect(seen).toHaveLength(1);
+  });
+
+  test('a POST answered 503 with Retry-After is NOT sent again (projection_lag: the write was saved)', async () => {
+    handler = (_q, _b, res) => json(res, 503, { detail: 'The change was saved but is not readable yet; retry shortly.', code: 'projection_lag' }, { 'retry-after': '1' });
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1', backoffMs: 1 });
+    const err = await c.email.compose({ to: 'a@example.com', subject: 's', body: 'b' } as never).catch((e) => e);
+    expect(err).toMatchObject({ status: 503, code: 'projection_lag', retryAfter: 1 });
     expect(seen).toHaveLength(1);
   });
 
@@ -114,6 +123,17 @@ describe('refresh on 401 token_expired', () => {
     expect(seen.filter((s) => s.url === '/api/auth/token/refresh/')).toHaveLength(1);
   });
 
+  test('withIdentity copies share the one refresh too (two exchanges would revoke the family)', async () => {
+    handler = (req, _b, res) => {
+      if (req.url === '/api/auth/token/refresh/') return setTimeout(() => json(res, 200, { access: 'a2', refresh: 'r2' }), 20);
+      if (req.headers.authorization === 'Bearer a2') return json(res, 200, []);
+      json(res, 401, { detail: 'expired', code: 'token_expired' });
+    };
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', identity: 'A' });
+    await Promise.all([c.email.inbox({ limit: 1 }), c.withIdentity('B').email.inbox({ limit: 1 })]);
+    expect(seen.filter((s) => s.url === '/api/auth/token/refresh/')).toHaveLength(1);
+  });
+
   test('a refused refresh surfaces as token_expired and is not retried again', async () => {
     handler = (req, _b, res) =>
       req.url === '/api/auth/token/refresh/' ? json(res, 401, { detail: 'Token is invalid or expired', code: 'token_expired' }) : json(res, 401, { detail: 'expired', code: 'token_expired' });
@@ -155,6 +175,25 @@ describe('errors and identity', () => {
       req.url === '/api/identities/' ? json(res, 200, [{ uuid: 'a' }], { link: `<${url}/api/identities/?cursor=c2>; rel="next"` }) : json(res, 200, [{ uuid: 'b' }]);
     const c = createClient({ baseUrl: url, token: 't' });
     expect((await c.identities.list()).map((i) => i.uuid)).toEqual(['a', 'b']);
+  });
+
+  test('a next link naming another host (the service\'s PUBLIC_URL) is followed on the client\'s own base URL, the credential with it', async () => {
+    handler = (req, _b, res) =>
+      req.url === '/api/identities/' ? json(res, 200, [{ uuid: 'a' }], { link: '<http://public.invalid/api/identities/?cursor=c2>; rel="next"' }) : json(res, 200, [{ uuid: 'b' }]);
+    const c = createClient({ baseUrl: url, token: 't' });
+    expect((await c.identities.list()).map((i) => i.uuid)).toEqual(['a', 'b']);
+    expect(seen.map((r) => [r.url, r.headers.authorization])).toEqual([
+      ['/api/identities/', 'Bearer t'],
+      ['/api/identities/?cursor=c2', 'Bearer t'],
+    ]);
+  });
+
+  test('bindIdentity switches the client to the bound tokens', async () => {
+    handler = (req, _b, res) => (req.url === '/api/auth/bind-identity/' ? json(res, 200, { access: 'bound', refresh: 'r2', identity: 'i9' }) : json(res, 200, []));
+    const c = createClient({ baseUrl: url, token: 't', refreshToken: 'r1' });
+    expect(await c.auth.bindIdentity('i9')).toEqual({ access: 'bound', refresh: 'r2', identity: 'i9' });
+    await c.identities.list();
+    expect(seen[1].headers.authorization).toBe('Bearer bound');
   });
 
   test('device polling: pending is an answer, expired_token is device_code_expired', async () => {
@@ -255,6 +294,24 @@ describe('helpers', () => {
   });
 });
 
+describe('unlocked vault', () => {
+  test('updatePassword without notes keeps them, re-sealed for the new domain (the domain is bound into each field)', async () => {
+    const stored = new Map<string, Record<string, string>>();
+    handler = (req, body, res) => {
+      const uuid = req.url!.split('/')[3];
+      if (req.method === 'GET') return json(res, 200, stored.get(uuid));
+      const entry = { ...stored.get(uuid), ...JSON.parse(body), uuid: uuid || JSON.parse(body).uuid };
+      stored.set(entry.uuid, entry);
+      json(res, req.method === 'POST' ? 201 : 200, entry);
+    };
+    const vault = new UnlockedVault(createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1' }), new VaultKey(randomBytes(32)));
+    const added = await vault.addPassword({ domain: 'github.com', username: 'bob', password: 'hunter2', notes: 'n1' });
+    const updated = await vault.updatePassword(added.uuid, { domain: 'gitlab.com', username: 'bob2', password: 'p2' });
+    expect(updated).toMatchObject({ domain: 'gitlab.com', username: 'bob2', notes: 'n1' });
+    expect((await vault.getPassword(added.uuid)).notes).toBe('n1');
+  });
+});
+
 describe('event stream', () => {
   test('resumes with Last-Event-ID after a disconnect', async () => {
     let n = 0;
@@ -278,5 +335,26 @@ describe('event stream', () => {
     ac.abort();
     expect(ids).toEqual(['t1', 't2']);
     expect(seen[1].headers['x-service-identity']).toBe('i1');
+  });
+
+  test('a connection that goes silent (no keepalive) is replaced, resuming after the last id', async () => {
+    let n = 0;
+    handler = (req, _b, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (++n === 1) res.write('retry: 10\n\nid: 1\nevent: email\ndata: {"thread_id":"t1"}\n\n'); // then nothing, never closed
+      else {
+        expect(req.headers['last-event-id']).toBe('1');
+        res.write('id: 2\nevent: email\ndata: {"thread_id":"t2"}\n\n');
+      }
+    };
+    const ac = new AbortController();
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const ids: string[] = [];
+    for await (const e of c.events({ signal: ac.signal, maxBackoffMs: 50, idleTimeoutMs: 300 })) {
+      ids.push((e.data as { thread_id: string }).thread_id);
+      if (ids.length === 2) break;
+    }
+    ac.abort();
+    expect(ids).toEqual(['t1', 't2']);
   });
 });
