@@ -125,25 +125,79 @@ function decodeEntity(m: string, e: string): string {
 }
 const decodeEntities = (s: string): string => s.replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, decodeEntity);
 
-/** A readable plain-text alternative of an HTML body (for the text part and previews): links keep their targets, table cells their separation. */
+/** A line without its trailing spaces and tabs (a loop: `/[ \t]+$/` backtracks over long inner runs). */
+function trimSpacesEnd(line: string): string {
+  let end = line.length;
+  while (end > 0 && (line[end - 1] === ' ' || line[end - 1] === '\t')) end--;
+  return end === line.length ? line : line.slice(0, end);
+}
+
+/** Elements whose end starts a new line in the text. */
+const BLOCK_ENDS = new Set(['p', 'div', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'li', 'tr', 'blockquote', 'pre']);
+/** Elements whose content is no text. */
+const HIDDEN = new Set(['script', 'style', 'head']);
+const TAG_NAME = /^\/?\s*([a-z][a-z0-9]*)/;
+const HREF = /(?:^|\s)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))/i;
+
+/**
+ * A readable plain-text alternative of an HTML body (for the text part and previews): links
+ * keep their targets (`here (https://…)`), table cells their separation, block ends their
+ * line breaks. One pass over the input (`indexOf` scans that never go back): any mail,
+ * however malformed, costs time in proportion to its size. Regular expressions over the
+ * whole body backtracked on unclosed tags (15 KB of `<a href=x ` froze the process for seconds).
+ */
 export function htmlToText(html: string): string {
-  return html
-    .replace(/<(script|style|head)[^>]*>[\s\S]*?<\/\1\s*>/gi, '')
-    // A link keeps its target (`here (https://…)`): the text part must not lose where it leads.
-    .replace(/<a\b[^>]*?\bhref\s*=\s*("([^"]*)"|'([^']*)'|([^\s>]+))[^>]*>([\s\S]*?)<\/a\s*>/gi, (_m, _q, d, sq, bare, inner: string) => {
-      const href = decodeEntities(String(d ?? sq ?? bare ?? '').trim());
-      const label = inner.replace(/<[^>]+>/g, '').trim();
-      if (!/^(https?:|mailto:)/i.test(href)) return inner;
+  const lower = html.toLowerCase();
+  // Past the last `</a`, no link closes: no search for one (each would scan to the end).
+  const lastLinkEnd = lower.lastIndexOf('</a');
+  let out = '';
+  let i = 0;
+  while (i < html.length) {
+    const lt = html.indexOf('<', i);
+    const gt = lt < 0 ? -1 : html.indexOf('>', lt + 1);
+    if (gt < 0) {
+      out += decodeEntities(html.slice(i)); // no tag left: the rest is text
+      break;
+    }
+    out += decodeEntities(html.slice(i, lt));
+    const tag = lower.slice(lt + 1, gt);
+    const name = TAG_NAME.exec(tag)?.[1] ?? '';
+    const closing = tag.startsWith('/');
+    i = gt + 1;
+    if (!closing && HIDDEN.has(name)) {
+      const end = lower.indexOf(`</${name}`, i);
+      const endGt = end < 0 ? -1 : html.indexOf('>', end);
+      i = endGt < 0 ? html.length : endGt + 1;
+    } else if (name === 'br') {
+      out += '\n';
+    } else if (closing && BLOCK_ENDS.has(name)) {
+      out += '\n';
+    } else if (!closing && name === 'li') {
+      out += '- ';
+    } else if (closing && (name === 'td' || name === 'th')) {
+      let j = i;
+      while (j < html.length && /\s/.test(html[j])) j++;
+      if (/^<t[dh][\s>]/.test(lower.slice(j, j + 4))) {
+        out += '\t';
+        i = j;
+      }
+    } else if (!closing && name === 'a') {
+      const m = HREF.exec(html.slice(lt + 2, gt));
+      const href = decodeEntities((m?.[1] ?? m?.[2] ?? m?.[3] ?? '').trim());
+      const close = /^(https?:|mailto:)/i.test(href) && i <= lastLinkEnd ? lower.indexOf('</a', i) : -1;
+      if (close < 0) continue; // not a link we show: its content reads on as text
+      const closeGt = html.indexOf('>', close);
+      const label = htmlToText(html.slice(i, close));
       const shown = href.replace(/^mailto:/i, '');
-      return decodeEntities(label) === shown || !label ? shown : `${inner} (${shown})`;
-    })
-    .replace(/<\/t[dh]\s*>\s*(?=<t[dh][\s>])/gi, '\t')
-    .replace(/<br\s*\/?>/gi, '\n')
-    .replace(/<\/(p|div|h[1-6]|li|tr|blockquote|pre)\s*>/gi, '\n')
-    .replace(/<li[^>]*>/gi, '- ')
-    .replace(/<[^>]+>/g, '')
-    .replace(/&(#x[0-9a-f]+|#\d+|[a-z]+);/gi, decodeEntity)
-    .replace(/[ \t]+\n/g, '\n')
+      out += !label || label === shown ? shown : `${label} (${shown})`;
+      i = closeGt < 0 ? html.length : closeGt + 1;
+    }
+    // any other tag: dropped
+  }
+  return out
+    .split('\n')
+    .map(trimSpacesEnd)
+    .join('\n')
     .replace(/\n{3,}/g, '\n\n')
     .trim();
 }

@@ -81,11 +81,29 @@ describe('subjects and bodies', () => {
     expect(htmlToText('<p>Click <a href="https://example.com/verify?token=abc&amp;x=1">here</a> to verify.</p>')).toBe('Click here (https://example.com/verify?token=abc&x=1) to verify.');
     expect(htmlToText('<a href="https://example.com">https://example.com</a> <a href=\'mailto:a@b.c\'>a@b.c</a> <a href="#top">top</a>')).toBe('https://example.com a@b.c top');
     expect(htmlToText('<table><tr><td>a</td><td>b</td></tr><tr><th>c</th> <th>d</th></tr></table>')).toBe('a\tb\nc\td');
+    expect(htmlToText('<A HREF="https://x.example/">see <b>this</b></A>, <a href=https://y.example>https://y.example</a>')).toBe('see this (https://x.example/), https://y.example');
+    expect(htmlToText('<head><title>t</title></head><script>var a = "<p>";</script>1 &lt; 2<br/>x <!-- c --> y')).toBe('1 < 2\nx  y');
+    expect(htmlToText('a < b and c')).toBe('a < b and c');
     expect(previewOf('a\n\n  b\tc')).toBe('a b c');
     expect(previewOf(null, '<p>from html</p>')).toBe('from html');
     const long = previewOf('word '.repeat(100));
     expect(long.length).toBeLessThanOrEqual(200);
     expect(long.endsWith('…')).toBe(true);
+  });
+
+  test('malformed HTML costs time in proportion to its size (unclosed tags, long runs): no backtracking blow-up', () => {
+    // Each took minutes to hours with regular expressions over the whole body (a frozen process).
+    const hostile = [
+      '<a href=x '.repeat(50_000),
+      '<a href="h" '.repeat(40_000),
+      '<script '.repeat(50_000),
+      '<'.repeat(500_000),
+      `x${' '.repeat(500_000)}y\n`.repeat(2),
+      `<a href="https://e.x/">${'<a href="https://e.x/">'.repeat(30_000)}</a>`,
+      `&${'a'.repeat(500_000)}`,
+    ];
+    for (const html of hostile) expect(typeof htmlToText(html)).toBe('string'); // jest's 5 s timeout is the bound
+    expect(previewOf(null, '<a href=x '.repeat(50_000))).toMatch(/^<a href=x <a href=x/); // no tag ever closes: text
   });
 
   test('a long body previews exactly as its whole text would (only its start is read)', () => {
