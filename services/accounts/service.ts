@@ -457,8 +457,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const request = event<AccountMailRequestedData>(AccountMailRequested, { kind, exp: Math.floor(Date.now() / 1000) + ttlSeconds, at: nowIso() });
     await store.append(userStream(pk), [request]);
     const sent = derivedId(request.id, 'sent');
-    for (const deadline = Date.now() + 2_000; Date.now() < deadline; ) {
-      await new Promise((r) => setTimeout(r, 25));
+    for (let pause = 20, deadline = Date.now() + 2_000; Date.now() < deadline; pause = Math.min(pause * 2, 400)) {
+      await new Promise((r) => setTimeout(r, Math.min(pause, Math.max(0, deadline - Date.now()))));
       if ((await store.readStream(userStream(pk))).some((e) => e.id === sent)) return;
     }
   }

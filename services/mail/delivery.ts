@@ -22,6 +22,7 @@ import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/m
 import { eventStoreFeed, type EventFeed, type Pending } from '../../infra/ports/event-feed.js';
 import type { Platform } from '../kernel/platform.js';
 import { nowIso } from '../kernel/ids.js';
+import { reactorJobs } from '../kernel/reactor-jobs.js';
 import {
   DELIVERY,
   EMAIL_DEFERRED,
@@ -88,33 +89,11 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
 
   let subscription: Subscription | null = null;
   let stopped = false;
-  const timers = new Set<{ timer: NodeJS.Timeout; resolve: () => void }>();
-  /** Events received, in order, with whether their job finished. */
-  const window: { position: string; done: boolean }[] = [];
   let running = 0;
   let slotWaiters: (() => void)[] = [];
-  let checkpointWrite: Promise<void> = Promise.resolve();
-
-  function sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const entry = {
-        timer: setTimeout(() => {
-          timers.delete(entry);
-          resolve();
-        }, ms),
-        resolve,
-      };
-      timers.add(entry);
-    });
-  }
-
-  function advanceCheckpoint(): void {
-    let last: string | null = null;
-    while (window.length && window[0].done) last = window.shift()!.position;
-    if (last === null) return;
-    const position = last;
-    checkpointWrite = checkpointWrite.then(() => reads.commit(CHECKPOINT, position, [])).catch((err) => log.error({ err }, 'checkpoint write failed'));
-  }
+  /** The checkpoint's low-water mark and the retries' waits (services/kernel/reactor-jobs.ts). */
+  const jobs = reactorJobs({ checkpoint: CHECKPOINT, reads, log });
+  const sleep = jobs.sleep;
 
   const delayFor = (attempt: number) => Math.min(maxDelay, baseDelay * 2 ** Math.max(0, attempt - 1));
 
@@ -301,18 +280,18 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
       held.catch(() => {});
       return { settled: held };
     }
-    const slot = { position: e.position, done: false };
-    window.push(slot);
+    const done = jobs.track(e.position);
     while (running >= concurrency && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
     running += 1;
     let outcome!: { resolve(): void; reject(e: Error): void };
     const settled = new Promise<void>((resolve, reject) => (outcome = { resolve, reject }));
     settled.catch(() => {}); // the feed holds its position; logged below
+    let finished = false;
     void deliver(e)
       .then(
-        (finished) => {
-          slot.done = finished;
-          if (finished) outcome.resolve();
+        (ended) => {
+          finished = ended;
+          if (ended) outcome.resolve();
           else outcome.reject(new Error('stopped before an outcome'));
         },
         (err) => {
@@ -326,7 +305,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         const waiters = slotWaiters;
         slotWaiters = [];
         waiters.forEach((w) => w());
-        advanceCheckpoint();
+        done(finished);
       });
     return { settled };
   }
@@ -341,17 +320,13 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
     async stop() {
       stopped = true;
       subscription?.close();
-      for (const t of timers) {
-        clearTimeout(t.timer);
-        t.resolve();
-      }
-      timers.clear();
+      jobs.wakeAll();
       slotWaiters.forEach((w) => w());
       slotWaiters = [];
       // Let in-flight attempts settle briefly (they are idempotent if cut short).
       const deadline = Date.now() + 5_000;
       while (running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      await checkpointWrite;
+      await jobs.flushed();
     },
   };
 }

@@ -6,6 +6,8 @@ import { createLocalJWKSet, jwtVerify } from 'jose';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 import { freePort } from '../support/spawn.js';
+import { SMTPServer } from 'smtp-server';
+import { simpleParser } from 'mailparser';
 
 let s: TestServer;
 let sink: SmtpSink;
@@ -449,6 +451,39 @@ describe('password change, logout and reset', () => {
 });
 
 describe('account mails while the relay is down', () => {
+  it('an address the relay keeps deferring (450) holds up no other account\'s mail', async () => {
+    const got: { to: string[]; subject: string }[] = [];
+    const relay = new SMTPServer({
+      authOptional: true,
+      disabledCommands: ['AUTH', 'STARTTLS'],
+      logger: false,
+      onRcptTo(address, _session, cb) {
+        cb(address.address.endsWith('@blocked.test') ? Object.assign(new Error('4.1.2 try later'), { responseCode: 450 }) : undefined);
+      },
+      onData(stream, session, cb) {
+        simpleParser(stream).then((m) => {
+          got.push({ to: session.envelope.rcptTo.map((r) => r.address), subject: m.subject ?? '' });
+          cb();
+        }, cb);
+      },
+    });
+    const port = await freePort();
+    await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
+    const svc = await startTestServer({ SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+    try {
+      const stuck = uniq();
+      expect((await svc.api('POST', '/api/auth/social/', { body: { username: stuck, email: `${stuck}@blocked.test`, password1: 'pw-Secret-1', password2: 'pw-Secret-1' } })).status).toBe(201);
+      const u = await svc.signUp();
+      expect((await svc.api('POST', '/api/auth/password/reset/', { body: { email: u.user.email } })).status).toBe(200);
+      const deadline = Date.now() + 10_000;
+      while (!got.some((m) => m.to.includes(u.user.email) && /reset/i.test(m.subject)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(got.filter((m) => m.to.includes(u.user.email)).map((m) => m.subject)).toEqual(expect.arrayContaining(['Reset your password', 'Confirm your email address']));
+    } finally {
+      await svc.close();
+      await new Promise<void>((resolve) => relay.close(() => resolve()));
+    }
+  }, 60_000);
+
   it('reset and resend answer as for an unknown address (no 500, no oracle); the mails go out once the relay is back', async () => {
     const port = await freePort(); // nothing listens there yet
     const down = await startTestServer({ SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
