@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { openDatabase, type Database } from './sqlite/driver.js';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
@@ -155,12 +155,16 @@ function createDirectory(dir: string): void {
 function tightenDataDir(dir: string, logger: Logger): void {
   const tightened: string[] = [];
   for (const name of readdirSync(dir)) {
-    const file = path.join(dir, name);
-    const mode = statSync(file).mode;
     const wanted = /\.sqlite(-wal|-shm|-journal)?$/.test(name) || name === 'service.lock' ? 0o600 : name === 'blobs' || name === 'keys' ? 0o700 : null;
-    if (wanted !== null && (mode & 0o077) !== 0) {
+    if (wanted === null) continue;
+    const file = path.join(dir, name);
+    try {
+      const info = lstatSync(file); // a symlink is not followed (nor changed): it is not ours
+      if (!(info.isFile() || info.isDirectory()) || (info.mode & 0o077) === 0) continue;
       chmodSync(file, wanted);
       tightened.push(name);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err; // gone meanwhile (a journal): nothing to tighten
     }
   }
   if (tightened.length) logger.warn({ dataDir: dir, files: tightened }, 'DATA_DIR files were readable by other users: made private');
@@ -211,21 +215,26 @@ function lockDataDir(dir: string): () => void {
   }
 }
 
+/** Whether `pid` is a running Node process (after a reboot the old pid may be anything else). */
 function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'; // exists, another user's
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false; // EPERM: exists, another user's
+  }
+  try {
+    return /node/i.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+  } catch {
+    return true; // no /proc here: trust kill()
   }
 }
 
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
   createDirectory(config.dataDir);
-  tightenDataDir(config.dataDir, logger);
   // Cluster processes share DATA_DIR (key ring, blobs) by design; the embedded store is one process's.
   const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);
+  tightenDataDir(config.dataDir, logger);
   const keys = loadKeyRing(config.dataDir);
 
   const role = processRole(config);

@@ -8,6 +8,7 @@ import { chmod, mkdir, readdir, rename, stat, unlink, writeFile } from 'node:fs/
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
+import { startOf } from '../../services/kernel/text.js';
 import { TemporaryMailError, type Mailer, type OutboundAddress, type OutboundMail, type SendResult } from '../ports/mailer.js';
 
 export interface MailerOptions {
@@ -28,6 +29,20 @@ const MAX_LINE = 998;
 function subjectHeader(subject: string): string | { prepared: true; foldLines: true; value: string } {
   if (!new RegExp(`\\S{${MAX_LINE - 'Subject: '.length - 10},}`).test(subject)) return subject;
   return { prepared: true, foldLines: true, value: mimeFuncs.encodeWord(subject, 'Q', 52) };
+}
+
+/** Bare LFs as CRLF (a lone CR stays: such content goes out in base64). */
+function crlf(content: Buffer): Buffer {
+  let bare = 0;
+  for (let i = 0; i < content.length; i++) if (content[i] === 0x0a && content[i - 1] !== 0x0d) bare++;
+  if (bare === 0) return content;
+  const out = Buffer.allocUnsafe(content.length + bare);
+  let j = 0;
+  for (let i = 0; i < content.length; i++) {
+    if (content[i] === 0x0a && content[i - 1] !== 0x0d) out[j++] = 0x0d;
+    out[j++] = content[i];
+  }
+  return out;
 }
 
 /** Whether `content` is valid 8bit data (RFC 2045 §2.8): no NUL, CR and LF only as CRLF, lines ≤ 998. */
@@ -59,12 +74,15 @@ function attachmentsOf(mail: OutboundMail): { attachments: object[] | undefined;
   const attachments = mail.attachments?.map((a) => {
     const part = { filename: a.filename, contentType: withCharset(a.contentType, a.content), content: a.content, contentDisposition: 'attachment' as const };
     if (!/^message\//i.test(a.contentType)) return part;
-    if (a.content.every((b) => b < 0x80) && fitsEightBit(a.content)) return { ...part, contentTransferEncoding: '7bit' };
-    if (fitsEightBit(a.content)) {
+    // A message in the canonical form MIME asks for (RFC 2046 §5.2.1): CRLF line ends (an
+    // .eml written by a Unix tool has bare LFs, which no 7bit or 8bit part may carry).
+    part.content = crlf(a.content);
+    if (part.content.every((b) => b < 0x80) && fitsEightBit(part.content)) return { ...part, contentTransferEncoding: '7bit' };
+    if (fitsEightBit(part.content)) {
       eightBit = true;
       return { ...part, contentTransferEncoding: '8bit' };
     }
-    return { ...part, contentType: 'application/octet-stream', contentTransferEncoding: 'base64' };
+    return { ...part, content: a.content, contentType: 'application/octet-stream', contentTransferEncoding: 'base64' };
   });
   return { attachments, eightBit };
 }
@@ -84,15 +102,26 @@ function withCharset(contentType: string, content: Buffer): string {
   }
 }
 
+/**
+ * A display name as it may go out: nodemailer folds a name only at its spaces, so a long
+ * unbroken one made a header line over 998 characters (RFC 5322 §2.1.1); names are cut to
+ * MAX_NAME characters, which no real name reaches.
+ */
+const MAX_NAME = 200;
+function wireAddress(a: OutboundAddress): OutboundAddress {
+  if (typeof a === 'string' || a.name.length <= MAX_NAME) return a;
+  return { name: `${startOf(a.name, MAX_NAME - 1)}…`, address: a.address };
+}
+
 function toNodemailer(mail: OutboundMail, domain: string) {
   const { attachments, eightBit } = attachmentsOf(mail);
   // nodemailer copies envelope members other than from/to into the SMTP envelope.
   const envelope = eightBit ? { ...(mail.envelope ?? { from: addressOf(mail.from), to: [...mail.to, ...(mail.cc ?? []), ...(mail.bcc ?? [])].map(addressOf) }), use8BitMime: true } : mail.envelope;
   return {
-    from: mail.from,
-    to: mail.to,
-    cc: mail.cc?.length ? mail.cc : undefined,
-    bcc: mail.bcc?.length ? mail.bcc : undefined,
+    from: wireAddress(mail.from),
+    to: mail.to.map(wireAddress),
+    cc: mail.cc?.length ? mail.cc.map(wireAddress) : undefined,
+    bcc: mail.bcc?.length ? mail.bcc.map(wireAddress) : undefined,
     subject: subjectHeader(mail.subject) as string, // nodemailer takes a prepared header object here too (untyped)
     text: mail.text,
     html: mail.html,

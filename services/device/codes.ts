@@ -31,11 +31,12 @@ export function newUserCode(): string {
 
 /**
  * What the human typed, normalized: compatibility forms folded (NFKC: a fullwidth `ＢＣＤＦ－…`
- * from an East Asian keyboard is the same code), upper case, separators (dashes, spaces) dropped.
+ * from an East Asian keyboard is the same code), upper case, separators (spaces, and the
+ * dashes, hyphens and minus signs word processors put in) dropped.
  * Null when it cannot be a user code of ours (wrong length or a letter outside the alphabet).
  */
 export function normalizeUserCode(input: string): string | null {
-  const s = input.normalize('NFKC').toUpperCase().replace(/[\s\-–—_.]/g, '');
+  const s = input.normalize('NFKC').toUpperCase().replace(/[\s\-\u2010-\u2015\u2212_.]/g, '');
   if (s.length !== USER_CODE_LENGTH) return null;
   for (const ch of s) if (!USER_CODE_ALPHABET.includes(ch)) return null;
   return s;

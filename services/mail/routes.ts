@@ -211,8 +211,10 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     const identity = await mail.identityOf(identityId);
     const own = identity.inbox;
     // RFC 5322 §3.6.3: answer Reply-To when present, else From; replying to our own mail goes to its recipients.
-    const target = original.direction === 'inbound' ? (original.replyTo.length ? original.replyTo : [original.from]) : original.to;
-    let to = without(all ? [...target, ...(original.direction === 'inbound' ? original.to : [])] : target, all ? [own] : []);
+    // Addresses as kept now (older versions kept internationalised domains in Unicode).
+    const keyed = (list: EmailAddress[]) => list.map((a) => ({ ...a, address: addressKey(a.address) }));
+    const target = keyed(original.direction === 'inbound' ? (original.replyTo.length ? original.replyTo : [original.from]) : original.to);
+    let to = without(all ? [...target, ...(original.direction === 'inbound' ? keyed(original.to) : [])] : target, all ? [own] : []);
     if (to.length === 0) to = without(target.length ? target : [original.from], []);
     // A sender header without a usable address (`From: bad <not an address>`, no From at all),
     // or one outbound mail cannot reach (a UTF-8 local part needs SMTPUTF8, RFC 6531).
@@ -224,7 +226,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         non_field_errors: [utf8 ? `${utf8.address} cannot be answered: outbound mail does not support addresses with non-ASCII local parts (SMTPUTF8).` : 'The original message has no address to reply to.'],
       });
     }
-    const cc = all ? without([...original.cc, ...extra.cc], [own, ...to.map((a) => a.address)]) : without(extra.cc, to.map((a) => a.address));
+    const cc = all ? without([...keyed(original.cc), ...extra.cc], [own, ...to.map((a) => a.address)]) : without(extra.cc, to.map((a) => a.address));
     const bcc = without(extra.bcc, [...to, ...cc].map((a) => a.address));
     const doc = await mail.send(identityId, {
       to,

@@ -98,9 +98,13 @@ export function normaliseSubject(subject: string): string {
 
 export const hasReplyPrefix = (subject: string): boolean => REPLY_PREFIX.test(subject);
 
-/** "Re: " exactly once (RFC 5322 §3.6.5); an empty subject answers as "Re:". */
+/**
+ * "Re: " exactly once (RFC 5322 §3.6.5); an empty subject answers as "Re:". Line breaks and
+ * other control characters a sender encoded into its subject become spaces: a header is one
+ * line, and the copy kept here reads as the one sent.
+ */
 export function replySubject(subject: string): string {
-  const s = subject.trim();
+  const s = subject.replace(/[\x00-\x08\x0a-\x1f\x7f]+/g, ' ').trim();
   return /^re\s*:/i.test(s) ? s : s ? `Re: ${s}` : 'Re:';
 }
 

@@ -3,7 +3,7 @@
  * exits 0; bad configuration stops the start with one line naming the variable; a rebuild
  * of the read models from the log equals the live ones.
  */
-import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import nodemailer from 'nodemailer';
@@ -79,6 +79,7 @@ describe('durability', () => {
     // A DATA_DIR from an older version (or a careless restore): readable by others until the start.
     for (const name of ['events.sqlite', 'read-models.sqlite']) chmodSync(path.join(dataDir, name), 0o644);
     chmodSync(path.join(dataDir, 'blobs'), 0o755);
+    symlinkSync('/nonexistent/old-backup.sqlite', path.join(dataDir, 'old-backup.sqlite')); // a dangling link: not ours, no reason to fail
     const again = await spawnService({ DATA_DIR: dataDir });
     expect((await post(`${again.url}/api/auth/login/`, { username: 'keeper', password: 'pw' })).status).toBe(200);
     for (const name of ['events.sqlite', 'read-models.sqlite', 'blobs']) {

@@ -134,6 +134,10 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     const fullwidth = [...d.user_code].map((c) => String.fromCharCode(c.charCodeAt(0) + 0xfee0)).join(''); // Ｂ…－…
     expect(fullwidth).not.toBe(d.user_code);
     expect((await approve(fullwidth)).status).toBe(200);
+    const hyphenated = await start(); // a word processor's hyphen (U+2010) or minus sign (U+2212)
+    expect((await approve(hyphenated.user_code.replace('-', '\u2010'))).status).toBe(200);
+    const minus = await start();
+    expect((await approve(minus.user_code.replace('-', '\u2212'))).status).toBe(200);
     expect((await poll(d.device_code)).status).toBe(200);
   });
 
