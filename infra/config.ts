@@ -6,6 +6,7 @@
 import path from 'node:path';
 import { readFileSync, statSync } from 'node:fs';
 import { createPrivateKey } from 'node:crypto';
+import { createSecureContext } from 'node:tls';
 
 export interface Config {
   port: number;
@@ -153,6 +154,26 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const certFile = opt('SMTP_TLS_CERT');
   const keyFile = opt('SMTP_TLS_KEY');
   if (Boolean(certFile) !== Boolean(keyFile)) problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY must be set together');
+  else if (certFile && keyFile) {
+    // Read and paired now, so a wrong path or a file that is no PEM fails the start naming the variable.
+    const read = (name: string, file: string) => {
+      try {
+        return readFileSync(path.resolve(cwd, file));
+      } catch (err) {
+        problems.push(`${name} must be a readable file (${(err as Error).message})`);
+        return null;
+      }
+    };
+    const cert = read('SMTP_TLS_CERT', certFile);
+    const key = read('SMTP_TLS_KEY', keyFile);
+    if (cert && key) {
+      try {
+        createSecureContext({ cert, key });
+      } catch (err) {
+        problems.push(`SMTP_TLS_CERT and SMTP_TLS_KEY must be a PEM certificate and its private key (${(err as Error).message})`);
+      }
+    }
+  }
 
   let dkim: Config['dkim'] = null;
   const dkimSelector = opt('DKIM_SELECTOR');
@@ -194,7 +215,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     cluster,
     logLevel: oneOf('LOG_LEVEL', 'info', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const),
     passwordHashMemoryKiB: int('PASSWORD_HASH_MEMORY_KIB', 19_456, 1024, 4_194_304),
-    tls: certFile && keyFile ? { certFile, keyFile } : null,
+    tls: certFile && keyFile ? { certFile: path.resolve(cwd, certFile), keyFile: path.resolve(cwd, keyFile) } : null,
     dkim,
   };
   if (problems.length) throw new ConfigError(problems);

@@ -32,7 +32,11 @@ function culprit(err: NodeJS.ErrnoException & { port?: number; address?: string;
   if (smtp === 'port') return 'SMTP_PORT';
   if (http === 'host') return 'HOST';
   if (smtp === 'host') return 'SMTP_HOST';
-  if (err.path && path.resolve(err.path).startsWith(c.dataDir)) return 'DATA_DIR';
+  // A file under DATA_DIR, or a directory on the way to it (creating /proc/x/data fails on /proc/x).
+  const dataDir = path.resolve(c.dataDir);
+  if (err.path && (path.resolve(err.path).startsWith(dataDir) || dataDir.startsWith(`${path.resolve(err.path)}${path.sep}`))) return 'DATA_DIR';
+  // SQLite names no path ("unable to open database file"): its files are DATA_DIR's.
+  if (typeof err.code === 'string' && /^(SQLITE_|ERR_SQLITE)/.test(err.code)) return 'DATA_DIR';
   return null;
 }
 

@@ -324,6 +324,9 @@ describe('durability', () => {
         [{ HOST: 'no-such-host.invalid' }, /^failed to start: HOST: /],
         [{ DATA_DIR: file }, /^configuration error: DATA_DIR /],
         [{ DATA_DIR: '/proc/no-such-dir' }, /^failed to start: DATA_DIR: /], // recursive mkdir used to spin here forever
+        [{ DATA_DIR: '/proc/no-such-dir/data' }, /^failed to start: DATA_DIR: /], // fails on a parent it would create
+        [{ SMTP_TLS_CERT: '/nope.pem', SMTP_TLS_KEY: '/nope.key' }, /^configuration error: SMTP_TLS_CERT must be a readable file .*; SMTP_TLS_KEY must be a readable file/],
+        [{ SMTP_TLS_CERT: file, SMTP_TLS_KEY: file }, /^configuration error: SMTP_TLS_CERT and SMTP_TLS_KEY must be a PEM certificate and its private key/],
         [{ PORT: '47999', SMTP_PORT: '47999' }, /^configuration error: SMTP_PORT must differ from PORT/],
         [{ SMTP_RELAY_URL: 'smtp://' }, /^configuration error: SMTP_RELAY_URL must name a host/],
         [{ STORE: 'cluster', EVENTSTORE_URL: 'notaurl', MONGO_URL: 'mongodb://m:27017', KAFKA_BROKERS: 'k:9092' }, /^configuration error: EVENTSTORE_URL /],
