@@ -394,9 +394,13 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
     const params: unknown[] = [];
     const clauses = whereSql(query, params);
 
+    /** Rows after the NULL sort values of a descending walk (they come last): read on their own. */
+    let nullsAfter = false;
     if (query.cursor) {
       // Keyset pagination on (sort value, id). SQLite puts NULLs first ascending and last
-      // descending, and a row-value comparison with NULL is never true, hence the cases.
+      // descending, and a row-value comparison with NULL is never true, hence the cases. A
+      // plain bound on the sort value comes with the row value: it is what lets SQLite seek
+      // in the index (an `OR ... IS NULL` here made every deeper page scan from the start).
       const [after, afterId] = decodeCursor(query.cursor);
       const cmp = direction === 'asc' ? '>' : '<';
       if (field === 'id') {
@@ -406,8 +410,9 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
         clauses.push(direction === 'asc' ? `(${sort} IS NOT NULL OR id > ?)` : `(${sort} IS NULL AND id < ?)`);
         params.push(afterId);
       } else {
-        clauses.push(`((${sort}, id) ${cmp} (?, ?)${direction === 'desc' ? ` OR ${sort} IS NULL` : ''})`);
-        params.push(bindable(after), afterId);
+        clauses.push(`${sort} ${cmp}= ? AND (${sort}, id) ${cmp} (?, ?)`);
+        params.push(bindable(after), bindable(after), afterId);
+        nullsAfter = direction === 'desc';
       }
     }
 
@@ -416,14 +421,19 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
       limit = query.limit;
       if (!Number.isInteger(limit) || limit < 1) throw new Error(`invalid limit: ${limit}`);
     }
-    const sql =
-      `SELECT id, doc, ${sort} AS s FROM ${table(name)}` +
-      (clauses.length ? ` WHERE ${clauses.join(' AND ')}` : '') +
-      ` ORDER BY ${sort} ${dir}${field === 'id' ? '' : `, id ${dir}`}` +
-      (limit === undefined ? '' : ' LIMIT ?');
+    const where = (extra: string[]) => (extra.length ? ` WHERE ${extra.join(' AND ')}` : '');
+    const order = ` ORDER BY ${sort} ${dir}${field === 'id' ? '' : `, id ${dir}`}`;
+    const sql = `SELECT id, doc, ${sort} AS s FROM ${table(name)}${where(clauses)}${order}${limit === undefined ? '' : ' LIMIT ?'}`;
+    const baseParams = params.slice(0, params.length - (nullsAfter ? 3 : 0));
     if (limit !== undefined) params.push(limit + 1); // one extra row tells whether more remain
 
     const rows = prepare(sql).all(...params) as Row[];
+    if (nullsAfter && (limit === undefined || rows.length <= limit)) {
+      // The walk went past the last sort value: the rows without one follow, by id.
+      const nullClauses = [...clauses.slice(0, -1), `${sort} IS NULL`];
+      const rest = limit === undefined ? [] : [limit + 1 - rows.length];
+      rows.push(...(prepare(`SELECT id, doc, ${sort} AS s FROM ${table(name)}${where(nullClauses)}${order}${limit === undefined ? '' : ' LIMIT ?'}`).all(...baseParams, ...rest) as Row[]));
+    }
     const more = limit !== undefined && rows.length > limit;
     const pageRows = more ? rows.slice(0, limit) : rows;
     const last = pageRows[pageRows.length - 1];
