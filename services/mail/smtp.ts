@@ -164,7 +164,11 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       });
     },
   });
-  server.on('error', (err) => log.error({ err }, 'smtp server error'));
+  // A failure to listen is start()'s to report (one line naming SMTP_PORT), not the log's too.
+  let listening = false;
+  server.on('error', (err) => {
+    if (listening) log.error({ err }, 'smtp server error');
+  });
 
   async function accept(raw: Buffer, session: SMTPServerSession): Promise<number> {
     const recipients = await recipientsOf(session);
@@ -195,6 +199,7 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
           resolve();
         });
       });
+      listening = true;
       bound = (server.server.address() as AddressInfo).port;
       log.info({ host: config.smtpHost, port: bound }, 'smtp listening');
     },
