@@ -1,4 +1,4 @@
-/** The public SDK: `import { createClient } from 'agent-identity-service/sdk'` (or this path). */
+/** The public SDK: `import { createClient } from 'agent-identity-service/sdk'` (package.json "exports"; TypeScript source: run it with tsx), or this path. */
 export * from './client.js';
 /** Every wire type and the `Operations` map, generated from schemas/*.json. */
 export type * from './types.gen.js';
