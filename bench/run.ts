@@ -10,6 +10,7 @@
  *   relay       compose → relay delivered msg/s vs nodemailer straight to the sink (issue 4)
  *   sse         idle SSE streams per process and RSS per stream vs a raw node:http holder (issue 5)
  *   fanout      SMS webhook → SSE frame latency at 1,000 subscribers vs a raw node:http fan-out (issue 5)
+ *   pages       a walk through a 10,000-message list: deep pages vs the first ones
  * BENCH_SECONDS (default 5) sets the length of each timed load.
  */
 import os from 'node:os';
@@ -19,6 +20,7 @@ import { eventStoreSection } from './eventstore.js';
 import { loginSection } from './login.js';
 import { relaySection, smtpSection } from './smtp.js';
 import { fanoutSection, sseSection } from './sse.js';
+import { pagesSection } from './pages.js';
 
 const sections: Record<string, () => Promise<void>> = {
   http: httpSection,
@@ -28,6 +30,7 @@ const sections: Record<string, () => Promise<void>> = {
   relay: relaySection,
   sse: sseSection,
   fanout: fanoutSection,
+  pages: pagesSection,
 };
 const chosen = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(sections);
 for (const name of chosen) if (!sections[name]) throw new Error(`unknown section "${name}" (known: ${Object.keys(sections).join(', ')})`);
