@@ -14,7 +14,7 @@ import type { Config } from '../../infra/config.js';
 import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
-import { addressKey, domainOf, messageIds } from './text.js';
+import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, trimReferences } from './text.js';
 
 /** RFC 5321 §4.5.3.1.8: at least 100 recipients must be accepted; we stop there. */
 export const MAX_RCPT = 100;
@@ -73,13 +73,16 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
   return {
     internetMessageId,
     inReplyTo: messageIds(parsed.inReplyTo)[0] ?? null,
-    references: messageIds(parsed.references),
+    // A long chain keeps its root and newest ids (each is looked up to thread the mail).
+    references: trimReferences(messageIds(parsed.references), MAX_INBOUND_REFERENCES),
     from,
     to: addressesOf(parsed.to),
     cc: addressesOf(parsed.cc),
     replyTo: addressesOf(parsed.replyTo),
     subject: (parsed.subject ?? '').trim(),
-    text: parsed.text ?? null,
+    // mailparser's own HTML-to-text (skipped, below) is super-linear: 1 MB of `<li>x` froze
+    // the process for 10 s. An HTML-only mail gets its text from the linear htmlToText.
+    text: parsed.text?.trim() || typeof parsed.html !== 'string' ? (parsed.text ?? null) : htmlToText(parsed.html),
     html: typeof parsed.html === 'string' ? parsed.html : null,
     attachments,
     raw,
@@ -175,7 +178,7 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     if (!recipients.length) throw smtpError(550, '5.1.1 No valid recipients');
     // Parsed once per message, whatever the number of recipients. The raw MIME is stored
     // while it is parsed; the attachments' puts join the same group commit.
-    const parse = simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, keepCidLinks: true }).catch((err: Error) => {
+    const parse = simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, skipHtmlToText: true, keepCidLinks: true }).catch((err: Error) => {
       // The same bytes fail the same way: a permanent refusal, or the sender retries for days.
       throw /header size/i.test(err.message) ? smtpError(552, '5.3.4 Message header too large') : smtpError(554, '5.6.0 Message could not be parsed');
     });

@@ -114,9 +114,11 @@ export function replySubject(subject: string): string {
  * software, and what mail clients do): relays refuse headers of hundreds of kilobytes.
  */
 export const MAX_REFERENCES = 20;
-export function trimReferences(references: string[]): string[] {
-  return references.length <= MAX_REFERENCES ? references : [references[0], ...references.slice(-(MAX_REFERENCES - 1))];
+export function trimReferences(references: string[], max = MAX_REFERENCES): string[] {
+  return references.length <= max ? references : [references[0], ...references.slice(-(max - 1))];
 }
+/** What is kept of an inbound References header (threading looks each one up). */
+export const MAX_INBOUND_REFERENCES = 100;
 
 const ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ' };
 
@@ -152,8 +154,40 @@ const HREF = /(?:^|\s)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))/i;
  */
 export function htmlToText(html: string): string {
   const lower = html.toLowerCase();
-  // Past the last `</a`, no link closes: no search for one (each would scan to the end).
-  const lastLinkEnd = lower.lastIndexOf('</a');
+  /**
+   * Where the element `name` opened before `from` ends: the index of its `</name>` and of the
+   * character after that tag's `>`, or null when it never closes. Only a whole tag name
+   * counts (`</a>` ends a link, `</abbr>` does not; `</head>`, not `</header>`).
+   */
+  const findEnd = (name: string, from: number): [number, number] | null => {
+    for (let at = lower.indexOf(`</${name}`, from); at >= 0; at = lower.indexOf(`</${name}`, at + 1)) {
+      const next = lower.charCodeAt(at + 2 + name.length);
+      if (next === 0x3e || next === 0x2f || next === 0x20 || (next >= 0x09 && next <= 0x0d)) {
+        const gt = html.indexOf('>', at);
+        return gt < 0 ? null : [at, gt + 1];
+      }
+    }
+    return null;
+  };
+  // Searches only move forward, so the last answer per name also answers every later
+  // question it covers: many openings of an element that closes far away, or never, cost
+  // one scan in all (hostile input), not one each.
+  const lastEnd = new Map<string, { from: number; end: [number, number] | null }>();
+  const endOf = (name: string, from: number): [number, number] | null => {
+    const known = lastEnd.get(name);
+    if (known && from >= known.from && (known.end === null || from <= known.end[0])) return known.end;
+    const end = findEnd(name, from);
+    lastEnd.set(name, { from, end });
+    return end;
+  };
+  // The ends of links, found once: a search per link from each opening would scan to the end
+  // again and again when they are far or missing (hostile input).
+  const linkEnds: [number, number][] = [];
+  for (let at = 0, end = endOf('a', 0); end; end = endOf('a', at)) {
+    linkEnds.push(end);
+    at = end[1];
+  }
+  let nextLinkEnd = 0;
   let out = '';
   let i = 0;
   while (i < html.length) {
@@ -168,10 +202,9 @@ export function htmlToText(html: string): string {
     const name = TAG_NAME.exec(tag)?.[1] ?? '';
     const closing = tag.startsWith('/');
     i = gt + 1;
-    if (!closing && HIDDEN.has(name)) {
-      const end = lower.indexOf(`</${name}`, i);
-      const endGt = end < 0 ? -1 : html.indexOf('>', end);
-      i = endGt < 0 ? html.length : endGt + 1;
+    const hiddenEnd = !closing && HIDDEN.has(name) ? endOf(name, i) : null;
+    if (hiddenEnd) {
+      i = hiddenEnd[1]; // never closed (HTML5 lets `</head>` out): only the tag goes
     } else if (name === 'br') {
       out += '\n';
     } else if (closing && BLOCK_ENDS.has(name)) {
@@ -188,13 +221,13 @@ export function htmlToText(html: string): string {
     } else if (!closing && name === 'a') {
       const m = HREF.exec(html.slice(lt + 2, gt));
       const href = decodeEntities((m?.[1] ?? m?.[2] ?? m?.[3] ?? '').trim());
-      const close = /^(https?:|mailto:)/i.test(href) && i <= lastLinkEnd ? lower.indexOf('</a', i) : -1;
-      if (close < 0) continue; // not a link we show: its content reads on as text
-      const closeGt = html.indexOf('>', close);
-      const label = htmlToText(html.slice(i, close));
+      while (nextLinkEnd < linkEnds.length && linkEnds[nextLinkEnd][0] < i) nextLinkEnd++;
+      const end = /^(https?:|mailto:)/i.test(href) ? linkEnds[nextLinkEnd] : undefined;
+      if (!end) continue; // not a link we show, or never closed: its content reads on as text
+      const label = htmlToText(html.slice(i, end[0]));
       const shown = href.replace(/^mailto:/i, '');
       out += !label || label === shown ? shown : `${label} (${shown})`;
-      i = closeGt < 0 ? html.length : closeGt + 1;
+      i = end[1];
     }
     // any other tag: dropped
   }
@@ -232,14 +265,11 @@ function collapsedStart(source: string): string {
 /** Message-IDs (`<...>`) found in a header value or list, in order, without duplicates. */
 export function messageIds(value: unknown): string[] {
   const raw = Array.isArray(value) ? value.join(' ') : typeof value === 'string' ? value : '';
-  const out: string[] = [];
-  for (const m of raw.matchAll(/<([^<>\s]+)>/g)) {
-    const id = `<${m[1]}>`;
-    if (!out.includes(id)) out.push(id);
-  }
+  const out = new Set<string>(); // a Set: a header of 100,000 ids deduplicated by includes() took seconds
+  for (const m of raw.matchAll(/<([^<>\s]+)>/g)) out.add(`<${m[1]}>`);
+  if (out.size) return [...out];
   // A bare id without brackets (some senders): keep it bracketed.
-  if (out.length === 0 && /^[^<>\s]+@[^<>\s]+$/.test(raw.trim())) out.push(`<${raw.trim()}>`);
-  return out;
+  return /^[^<>\s]+@[^<>\s]+$/.test(raw.trim()) ? [`<${raw.trim()}>`] : [];
 }
 
 /** The key of a thread's participant set, the identity's own inbox left out. */

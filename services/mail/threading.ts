@@ -35,11 +35,11 @@ export interface ThreadInput {
 
 /** The Message-IDs that may name the thread, in the order they are tried. */
 function candidateIds(m: Pick<ThreadInput, 'internetMessageId' | 'inReplyTo' | 'references'>): string[] {
-  const candidates: string[] = [];
-  if (m.internetMessageId) candidates.push(m.internetMessageId);
-  if (m.inReplyTo) candidates.push(m.inReplyTo);
-  for (const ref of [...m.references].reverse()) if (!candidates.includes(ref)) candidates.push(ref);
-  return candidates;
+  const candidates = new Set<string>();
+  if (m.internetMessageId) candidates.add(m.internetMessageId);
+  if (m.inReplyTo) candidates.add(m.inReplyTo);
+  for (let i = m.references.length - 1; i >= 0; i--) candidates.add(m.references[i]);
+  return [...candidates];
 }
 
 /** Whether rule 3 (subject and participants) is consulted when no Message-ID matched. */
@@ -57,8 +57,8 @@ function usesSubjectFallback(m: Pick<ThreadInput, 'inReplyTo' | 'references' | '
 export function mayDependOn(m: ThreadInput, earlierMessageIds: (string | null)[]): boolean {
   if (earlierMessageIds.length === 0) return false;
   if (usesSubjectFallback(m)) return true;
-  const candidates = candidateIds(m);
-  return earlierMessageIds.some((id) => id !== null && candidates.includes(id));
+  const candidates = new Set(candidateIds(m));
+  return earlierMessageIds.some((id) => id !== null && candidates.has(id));
 }
 
 export async function decideThread(lookup: ThreadLookup, m: ThreadInput, newThreadId: () => string): Promise<string> {

@@ -272,6 +272,7 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     await outsideSender().sendMail({ envelope: { from: 'bounces@lists.example.com', to: [alice.inbox] }, raw });
     const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === subject);
     expect([m.from_email, m.from_name, m.sent_at]).toEqual(['bounces@lists.example.com', 'Just A Name', null]);
+    expect([m.text, m.preview]).toEqual(['logo:', 'logo:']); // an HTML-only mail's text, from the linear htmlToText
     const byType = Object.fromEntries(m.attachments.map((a: { content_type: string }) => [a.content_type, a]));
     expect(byType['image/png']).toMatchObject({ inline: true, content_id: '<logo@x>' });
     expect(byType['message/rfc822']).toMatchObject({ filename: 'attachment.eml', inline: false });

@@ -73,6 +73,10 @@ describe('subjects and bodies', () => {
     expect(trimReferences(ids.slice(0, 20))).toEqual(ids.slice(0, 20));
     expect(trimReferences(ids)).toEqual([ids[0], ...ids.slice(31)]);
     expect(trimReferences(ids)).toHaveLength(20);
+    expect(trimReferences(ids, 10)).toEqual([ids[0], ...ids.slice(41)]);
+    // A header of 100,000 ids (1 MiB, what the parser allows) is read in one pass.
+    const many = Array.from({ length: 100_000 }, (_, i) => `<${i}@x>`);
+    expect(messageIds(`${many.join(' ')} ${many[5]}`)).toHaveLength(100_000);
   });
 
   test('HTML becomes readable text; previews are collapsed and bounded', () => {
@@ -84,6 +88,11 @@ describe('subjects and bodies', () => {
     expect(htmlToText('<A HREF="https://x.example/">see <b>this</b></A>, <a href=https://y.example>https://y.example</a>')).toBe('see this (https://x.example/), https://y.example');
     expect(htmlToText('<head><title>t</title></head><script>var a = "<p>";</script>1 &lt; 2<br/>x <!-- c --> y')).toBe('1 < 2\nx  y');
     expect(htmlToText('a < b and c')).toBe('a < b and c');
+    // HTML5 lets `</head>` out; an element name is whole (`</header>`, `</abbr>` end nothing else).
+    expect(htmlToText('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Invoice</title><body><p>Your invoice #42 is attached.</p></body></html>')).toBe('InvoiceYour invoice #42 is attached.');
+    expect(htmlToText('<html><head/><body>Hello there</body></html>')).toBe('Hello there');
+    expect(htmlToText('<head><title>T</title></head><header>Top</header><p>body</p>')).toBe('Topbody');
+    expect(htmlToText('<a href="https://x.com">foo <abbr>AB</abbr> bar</a> tail')).toBe('foo AB bar (https://x.com) tail');
     expect(previewOf('a\n\n  b\tc')).toBe('a b c');
     expect(previewOf(null, '<p>from html</p>')).toBe('from html');
     const long = previewOf('word '.repeat(100));
@@ -101,6 +110,10 @@ describe('subjects and bodies', () => {
       `x${' '.repeat(500_000)}y\n`.repeat(2),
       `<a href="https://e.x/">${'<a href="https://e.x/">'.repeat(30_000)}</a>`,
       `&${'a'.repeat(500_000)}`,
+      '<script>'.repeat(100_000),
+      `${'<head>'.repeat(100_000)}${'</headx'.repeat(50_000)}`,
+      `<style>${'</stylex>'.repeat(100_000)}`,
+      `${'<a href="https://x">'.repeat(50_000)}${'</abbr>'.repeat(50_000)}`,
     ];
     for (const html of hostile) expect(typeof htmlToText(html)).toBe('string'); // jest's 5 s timeout is the bound
     expect(previewOf(null, '<a href=x '.repeat(50_000))).toMatch(/^<a href=x <a href=x/); // no tag ever closes: text
