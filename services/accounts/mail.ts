@@ -17,6 +17,7 @@ import type { Pending } from '../../infra/ports/event-feed.js';
 import type { ContextFactory } from '../../infra/runtime.js';
 import { reactorJobs } from '../kernel/reactor-jobs.js';
 import { AccountMailRequested, UserRegistered } from './events.js';
+import { accountMailRequestOf, type AccountMail } from './service.js';
 
 export const CHECKPOINT = 'reactor:account-mail';
 const GROUP = 'ais-account-mail';
@@ -34,20 +35,29 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
 
   /** True once the mail went out or needs no sending; false when a stop cut it short. */
   async function run(e: RecordedEvent): Promise<boolean> {
+    const request = accountMailRequestOf(e);
+    if (!request) return true;
+    /** Handed to the mailer, not recorded yet: only the record is retried (never the mail). */
+    let sent: AccountMail | null = null;
     for (let attempt = 1; !stopped; attempt++) {
+      // Past the link's expiry nothing is worth sending (or recording), whatever failed before.
+      if (request.exp * 1000 < Date.now()) return true;
       try {
-        const job = await accounts.accountMailOf(e);
-        if (!job || job.expiresAt < Date.now()) return true;
-        // Sent before a crash that came before the checkpoint: not again.
-        if ((await events.readStream(job.stream)).some((r) => r.id === job.record.id)) return true;
-        await mailer.send(job.mail);
-        await events.append(job.stream, [job.record]);
+        if (!sent) {
+          const job = await accounts.accountMailOf(e);
+          if (!job) return true;
+          // Sent before a crash that came before the checkpoint: not again.
+          if ((await events.readStream(job.stream)).some((r) => r.id === job.record.id)) return true;
+          await mailer.send(job.mail);
+          sent = job;
+        }
+        await events.append(sent.stream, [sent.record]);
         return true;
       } catch (err) {
         if (stopped) return false;
         // A relay's 5xx is a refusal for good; anything else (a 4xx, no connection, a full
         // disk under the outbox, the event store away) may pass.
-        if (((err as { responseCode?: number }).responseCode ?? 0) >= 500) {
+        if (!sent && ((err as { responseCode?: number }).responseCode ?? 0) >= 500) {
           log.error({ err, stream: e.stream, type: e.type }, 'account mail refused by the relay; not retried');
           return true;
         }

@@ -67,6 +67,14 @@ const LOGIN_FAILURES_PER_IP = 100;
 const VERIFY_LINK_TTL_S = 3 * 24 * 3600;
 const RESET_LINK_TTL_S = 3600;
 
+/** The mail an account event asks for, read from the event alone (null: none). */
+export function accountMailRequestOf(e: RecordedEvent): AccountMailRequestedData | null {
+  if (e.type === AccountMailRequested) return e.data as AccountMailRequestedData;
+  if (e.type !== UserRegistered) return null;
+  const d = e.data as UserRegisteredData;
+  return d.emailVerified || !d.email ? null : { kind: 'verify-email', exp: Math.floor(Date.parse(d.at) / 1000) + VERIFY_LINK_TTL_S, at: d.at };
+}
+
 const userStream = (pk: number) => streamName('user', pk);
 const sessionStream = (id: string) => streamName('session', id);
 
@@ -469,14 +477,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
    * is nothing (left) to send: verified meanwhile, link expired, account gone.
    */
   async function accountMailOf(e: RecordedEvent): Promise<AccountMail | null> {
-    const request: AccountMailRequestedData | null =
-      e.type === UserRegistered
-        ? (e.data as UserRegisteredData).emailVerified || !(e.data as UserRegisteredData).email
-          ? null
-          : { kind: 'verify-email', exp: Math.floor(Date.parse((e.data as UserRegisteredData).at) / 1000) + VERIFY_LINK_TTL_S, at: (e.data as UserRegisteredData).at }
-        : e.type === AccountMailRequested
-          ? (e.data as AccountMailRequestedData)
-          : null;
+    const request = accountMailRequestOf(e);
     if (!request || request.exp * 1000 < Date.now()) return null;
     const { state: user } = await loadStream(store, e.stream, userEvolver);
     if (!user.exists || !user.email) return null;
