@@ -208,6 +208,13 @@ export interface ClientOptions {
   backoffMs?: number;
   /** Cap on one wait, in ms, including Retry-After (default 30 s). */
   maxDelayMs?: number;
+  /**
+   * Gives up on an attempt that has no answer after this long, ms (default: none). Applies to
+   * calls made without their own `signal` (the event stream always has one); a timed-out GET
+   * is retried like a cut connection, a POST is not. Keep it above DEVICE_WAIT_MAX when
+   * long-polling the device flow.
+   */
+  timeoutMs?: number;
   userAgent?: string;
 }
 
@@ -341,7 +348,8 @@ export class AisClient {
       }
       let res: Response;
       try {
-        res = await this.#fetch(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal: o.signal });
+        const signal = o.signal ?? (this.#options.timeoutMs ? AbortSignal.timeout(this.#options.timeoutMs) : undefined);
+        res = await this.#fetch(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal });
       } catch (err) {
         if (o.signal?.aborted) throw err;
         if (idempotent && attempt < retries) {

@@ -84,6 +84,15 @@ describe('retries', () => {
     expect(seen).toHaveLength(1);
   });
 
+  test('timeoutMs gives up on an attempt with no answer: a GET is retried, then fails as a NetworkError', async () => {
+    handler = (_q, _b, res) => setTimeout(() => json(res, 200, []), 1000); // answers too late
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', timeoutMs: 100, retries: 1, backoffMs: 1 });
+    const err = await c.identities.list().catch((e) => e);
+    expect(err.name).toBe('NetworkError');
+    expect(err.message).toMatch(/Cannot reach/);
+    expect(seen.length).toBeGreaterThanOrEqual(2);
+  });
+
   test('network errors on GET are retried', async () => {
     let n = 0;
     handler = (req, _b, res) => {
