@@ -481,38 +481,26 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!request || request.exp * 1000 < Date.now()) return null;
     const { state: user } = await loadStream(store, e.stream, userEvolver);
     if (!user.exists || !user.email) return null;
-    const from = `no-reply@${config.mailDomain}`;
-    const record = (type: string) => ({ id: derivedId(e.id, 'sent'), type, data: { at: nowIso() } });
+    const mail = (recordType: string, subject: string, text: string): AccountMail => ({
+      stream: e.stream,
+      expiresAt: request.exp * 1000,
+      record: { id: derivedId(e.id, 'sent'), type: recordType, data: { at: nowIso() } },
+      mail: { from: `no-reply@${config.mailDomain}`, to: [user.email], subject, text },
+    });
     if (request.kind === 'verify-email') {
       if (user.emailVerified) return null;
       const key = verificationKey(user.pk, user.email, request.exp);
       const link = `${config.publicUrl}/verify-email?key=${encodeURIComponent(key)}`;
-      return {
-        stream: e.stream,
-        expiresAt: request.exp * 1000,
-        record: record(EmailVerificationSent),
-        mail: {
-          from,
-          to: [user.email],
-          subject: 'Confirm your email address',
-          text: `Confirm your email address by opening this link:\n\n${link}\n\nOr send this key to POST /api/auth/social/verify-email/:\n${key}\n`,
-        },
-      };
+      return mail(EmailVerificationSent, 'Confirm your email address', `Confirm your email address by opening this link:\n\n${link}\n\nOr send this key to POST /api/auth/social/verify-email/:\n${key}\n`);
     }
     const uid = Buffer.from(String(user.pk)).toString('base64url');
     const token = resetToken(user, request.exp);
     const link = `${config.publicUrl}/reset-password?uid=${uid}&token=${token}`;
-    return {
-      stream: e.stream,
-      expiresAt: request.exp * 1000,
-      record: record(PasswordResetRequested),
-      mail: {
-        from,
-        to: [user.email],
-        subject: 'Reset your password',
-        text: `Someone asked to reset the password of ${user.username}. If it was you, open:\n\n${link}\n\nor send uid=${uid} and token=${token} to POST /api/auth/password/reset/confirm/.\nThe link expires in one hour.\n`,
-      },
-    };
+    return mail(
+      PasswordResetRequested,
+      'Reset your password',
+      `Someone asked to reset the password of ${user.username}. If it was you, open:\n\n${link}\n\nor send uid=${uid} and token=${token} to POST /api/auth/password/reset/confirm/.\nThe link expires in one hour.\n`,
+    );
   }
 
   async function resendVerification(email: string): Promise<void> {
