@@ -483,7 +483,6 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!user.exists || !user.email) return null;
     const mail = (recordType: string, subject: string, text: string): AccountMail => ({
       stream: e.stream,
-      expiresAt: request.exp * 1000,
       record: { id: derivedId(e.id, 'sent'), type: recordType, data: { at: nowIso() } },
       mail: { from: `no-reply@${config.mailDomain}`, to: [user.email], subject, text },
     });
@@ -607,8 +606,6 @@ export interface AccountMail {
   mail: OutboundMail;
   /** Recorded once the relay (or the outbox) took it; its id is derived from the request's. */
   record: EventData;
-  /** Epoch ms after which the link is dead: not worth sending any more. */
-  expiresAt: number;
 }
 
 export type Accounts = ReturnType<typeof createAccounts>;

@@ -45,7 +45,6 @@ function harness(failingAppends: number) {
   const accounts = {
     accountMailOf: async (e: RecordedEvent) => ({
       stream: e.stream,
-      expiresAt: Date.now() + 3600_000,
       record: { id: `${e.id}-sent`, type: 'PasswordResetRequested', data: {} },
       mail: { from: 'no-reply@x', to: [`${e.stream}@example.com`], subject: 'Reset your password', text: 'link' },
     }),
