@@ -207,5 +207,10 @@ export function createMailer(options: MailerOptions): Mailer {
     return { messageId: message.messageId, via: 'outbox', location: file, refused: [] };
   }
 
-  return { send, compile, close: async () => transport?.close() };
+  async function verify(): Promise<void> {
+    if (transport) await transport.verify();
+    else await mkdir(options.outboxDir, { recursive: true });
+  }
+
+  return { send, compile, verify, close: async () => transport?.close() };
 }

@@ -53,5 +53,7 @@ export interface Mailer {
   send(mail: OutboundMail): Promise<SendResult>;
   /** Builds the raw RFC 5322 message without sending it (for blobs, internal delivery). */
   compile(mail: OutboundMail): Promise<Buffer>;
+  /** Rejects when the way out cannot be used now (the relay unreachable or refusing the login). */
+  verify(): Promise<void>;
   close(): Promise<void>;
 }

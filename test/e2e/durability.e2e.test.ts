@@ -285,6 +285,21 @@ describe('durability', () => {
     }
   }, 60_000);
 
+  it('a relay that cannot be reached, and an hourly limit above the daily one, are told at start (without the relay\'s password)', async () => {
+    const closed = await freePort();
+    const svc = await spawnService({ DATA_DIR: dataDir, SMTP_RELAY_URL: `smtp://mailer:s3cret-pw@127.0.0.1:${closed}`, EMAIL_LIMIT_HOUR: '100', EMAIL_LIMIT_DAY: '10' });
+    try {
+      const deadline = Date.now() + 10_000;
+      while (!svc.output().includes('SMTP_RELAY_URL cannot be used now') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(svc.output()).toContain('SMTP_RELAY_URL cannot be used now; outbound mail waits and is retried');
+      expect(svc.output()).toContain('EMAIL_LIMIT_HOUR is above EMAIL_LIMIT_DAY');
+      expect(svc.output()).not.toContain('s3cret-pw');
+    } finally {
+      svc.child.kill('SIGTERM');
+    }
+    expect(await svc.exited).toBe(0);
+  }, 30_000);
+
   it('bad configuration fails the start with one line naming the variable', async () => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
       cwd: ROOT,
