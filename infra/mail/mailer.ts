@@ -188,8 +188,9 @@ export function createMailer(options: MailerOptions): Mailer {
         return { messageId: info.messageId ?? message.messageId, via: 'relay', refused };
       } catch (err) {
         const e = err as { responseCode?: number; code?: string };
-        // 5xx replies are permanent; 4xx replies and connection trouble are worth a retry.
-        if (e.responseCode && e.responseCode >= 500) throw err;
+        // 5xx replies are permanent; 4xx replies and connection trouble are worth a retry, and
+        // so is a refused login (535): our own credentials, not the recipient, are at fault.
+        if (e.responseCode && e.responseCode >= 500 && e.code !== 'EAUTH') throw err;
         throw new TemporaryMailError(`relay failed: ${(err as Error).message}`, { cause: err });
       }
     }

@@ -41,7 +41,22 @@ function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailA
 }
 
 /** What the read side needs from a parsed message (attachments stored as blobs). */
-export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore): Promise<IncomingMail> {
+/**
+ * The text of a message parsed with `skipHtmlToText` (mailparser's conversion is
+ * super-linear: 1 MB of `<li>x` held the process 10 s), made with the linear htmlToText
+ * where mailparser would have converted: an HTML-only message; or HTML parts beside plain
+ * ones outside a multipart/alternative (a list post and its footer), whose text is the HTML
+ * parts' text, then the plain parts'. In an alternative the sender's plain part is the text.
+ */
+export function textOf(parsed: Pick<ParsedMail, 'text' | 'html'>, hasAlternative: boolean): string | null {
+  const html = typeof parsed.html === 'string' ? parsed.html : null;
+  if (html === null) return parsed.text ?? null;
+  if (!parsed.text?.trim()) return htmlToText(html);
+  if (hasAlternative) return parsed.text;
+  return `${htmlToText(html)}\n${parsed.text.replace(/^\n+/, '')}`;
+}
+
+export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore, hasAlternative = false): Promise<IncomingMail> {
   // No From address at all (no header, or `From: Just A Name`): the envelope sender, as an
   // MTA adding the missing header would (Postfix, sendmail), under the header's name if any.
   // A malformed address is kept as written: a reply to it answers 400, it reaches no one.
@@ -80,9 +95,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
     cc: addressesOf(parsed.cc),
     replyTo: addressesOf(parsed.replyTo),
     subject: (parsed.subject ?? '').trim(),
-    // mailparser's own HTML-to-text (skipped, below) is super-linear: 1 MB of `<li>x` froze
-    // the process for 10 s. An HTML-only mail gets its text from the linear htmlToText.
-    text: parsed.text?.trim() || typeof parsed.html !== 'string' ? (parsed.text ?? null) : htmlToText(parsed.html),
+    text: textOf(parsed, hasAlternative),
     html: typeof parsed.html === 'string' ? parsed.html : null,
     attachments,
     raw,
@@ -184,7 +197,8 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     });
     const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-    const incoming = await incomingFromParsed(parsed, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
+    const hasAlternative = typeof parsed.html === 'string' && /multipart\/alternative/i.test(raw.toString('latin1'));
+    const incoming = await incomingFromParsed(parsed, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs, hasAlternative);
     // Same bytes for the same identity = the same message (a sender retrying after a lost 250).
     await mail.receive(recipients, incoming, `smtp:${rawRef.key}`);
     log.info({ recipients: recipients.length, size: raw.length }, 'inbound mail accepted');

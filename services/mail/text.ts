@@ -140,8 +140,10 @@ function trimSpacesEnd(line: string): string {
 
 /** Elements whose end starts a new line in the text. */
 const BLOCK_ENDS = new Set(['p', 'div', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'li', 'tr', 'blockquote', 'pre']);
-/** Elements whose content is no text. */
-const HIDDEN = new Set(['script', 'style', 'head']);
+/** Elements whose content is no text (a `title` also when `</head>` was left out). */
+const HIDDEN = new Set(['script', 'style', 'head', 'title']);
+/** Of those, the ones whose content runs to the end when never closed (as browsers read them). */
+const RAW_TEXT = new Set(['script', 'style']);
 const TAG_NAME = /^\/?\s*([a-z][a-z0-9]*)/;
 const HREF = /(?:^|\s)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))/i;
 
@@ -204,7 +206,9 @@ export function htmlToText(html: string): string {
     i = gt + 1;
     const hiddenEnd = !closing && HIDDEN.has(name) ? endOf(name, i) : null;
     if (hiddenEnd) {
-      i = hiddenEnd[1]; // never closed (HTML5 lets `</head>` out): only the tag goes
+      i = hiddenEnd[1];
+    } else if (!closing && RAW_TEXT.has(name)) {
+      i = html.length; // a script or style never closed: the rest is code
     } else if (name === 'br') {
       out += '\n';
     } else if (closing && BLOCK_ENDS.has(name)) {

@@ -209,10 +209,10 @@ export interface ClientOptions {
   /** Cap on one wait, in ms, including Retry-After (default 30 s). */
   maxDelayMs?: number;
   /**
-   * Gives up on an attempt that has no answer after this long, ms (default: none). Applies to
-   * calls made without their own `signal` (the event stream always has one); a timed-out GET
-   * is retried like a cut connection, a POST is not. Keep it above DEVICE_WAIT_MAX when
-   * long-polling the device flow.
+   * Gives up on an attempt whose answer has not begun after this long, ms (default: none; a
+   * body being read is not cut). Applies to calls made without their own `signal` (the event
+   * stream always has one); a timed-out GET is retried like a cut connection, a POST is not.
+   * Keep it above DEVICE_WAIT_MAX when long-polling the device flow.
    */
   timeoutMs?: number;
   userAgent?: string;
@@ -348,8 +348,14 @@ export class AisClient {
       }
       let res: Response;
       try {
-        const signal = o.signal ?? (this.#options.timeoutMs ? AbortSignal.timeout(this.#options.timeoutMs) : undefined);
-        res = await this.#fetch(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal });
+        // The timeout covers the wait for an answer (its headers), not the reading of its body.
+        const timeout = !o.signal && this.#options.timeoutMs ? new AbortController() : null;
+        const timer = timeout ? setTimeout(() => timeout.abort(new DOMException('no answer in time', 'TimeoutError')), this.#options.timeoutMs) : undefined;
+        try {
+          res = await this.#fetch(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal: o.signal ?? timeout?.signal });
+        } finally {
+          clearTimeout(timer);
+        }
       } catch (err) {
         if (o.signal?.aborted) throw err;
         if (idempotent && attempt < retries) {

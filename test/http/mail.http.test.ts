@@ -279,6 +279,27 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect(byType['text/calendar']).toMatchObject({ filename: 'attachment.ics' });
   });
 
+  test('a list post (an HTML part, then a plain footer, in multipart/mixed) keeps both in its text; an alternative keeps its plain part', async () => {
+    const post = (subject: string, type: string, parts: string[][]) =>
+      outsideSender().sendMail({
+        envelope: { from: 'list@example.com', to: [alice.inbox] },
+        raw: [`From: list@example.com`, `To: ${alice.inbox}`, `Subject: ${subject}`, 'MIME-Version: 1.0', `Content-Type: ${type}; boundary="B"`, '', ...parts.flatMap((p) => ['--B', ...p]), '--B--', ''].join('\r\n'),
+      });
+    await post(`Mixed ${suffix}`, 'multipart/mixed', [
+      ['Content-Type: text/html', '', '<p>The real body: meeting at 5pm</p>'],
+      ['Content-Type: text/plain', '', '_______________', 'list mailing list footer'],
+    ]);
+    await post(`Alternative ${suffix}`, 'multipart/alternative', [
+      ['Content-Type: text/plain', '', "the sender's own plain text"],
+      ['Content-Type: text/html', '', '<p>the <b>HTML</b> version</p>'],
+    ]);
+    const list = (await api('GET', '/api/email-messages/', alice.uuid)).body;
+    const mixed = list.find((m: { subject: string }) => m.subject === `Mixed ${suffix}`);
+    expect(mixed.text).toBe('The real body: meeting at 5pm\n_______________\nlist mailing list footer');
+    expect(mixed.preview).toMatch(/^The real body: meeting at 5pm/);
+    expect(list.find((m: { subject: string }) => m.subject === `Alternative ${suffix}`).text.trim()).toBe("the sender's own plain text");
+  });
+
   test('RFC 5322 §3.6.4: a reply carrying In-Reply-To joins the thread; opening the thread marks all read', async () => {
     await outsideSender().sendMail({
       from: 'Carol <carol@example.com>',

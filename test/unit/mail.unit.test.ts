@@ -7,6 +7,7 @@ import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
 import { createMailer } from '../../infra/mail/mailer.js';
+import { TemporaryMailError } from '../../infra/ports/mailer.js';
 import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
 import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
 import { addressKey, htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject, trimReferences } from '../../services/mail/text.js';
@@ -89,7 +90,8 @@ describe('subjects and bodies', () => {
     expect(htmlToText('<head><title>t</title></head><script>var a = "<p>";</script>1 &lt; 2<br/>x <!-- c --> y')).toBe('1 < 2\nx  y');
     expect(htmlToText('a < b and c')).toBe('a < b and c');
     // HTML5 lets `</head>` out; an element name is whole (`</header>`, `</abbr>` end nothing else).
-    expect(htmlToText('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Invoice</title><body><p>Your invoice #42 is attached.</p></body></html>')).toBe('InvoiceYour invoice #42 is attached.');
+    expect(htmlToText('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Invoice</title><body><p>Your invoice #42 is attached.</p></body></html>')).toBe('Your invoice #42 is attached.');
+    expect(htmlToText('<p>Hi</p><style>body{color:red}<p>never shown</p>')).toBe('Hi'); // a style never closed runs to the end, as in a browser
     expect(htmlToText('<html><head/><body>Hello there</body></html>')).toBe('Hello there');
     expect(htmlToText('<head><title>T</title></head><header>Top</header><p>body</p>')).toBe('Topbody');
     expect(htmlToText('<a href="https://x.com">foo <abbr>AB</abbr> bar</a> tail')).toBe('foo AB bar (https://x.com) tail');
@@ -315,6 +317,30 @@ describe('outbox', () => {
       await mailer.close();
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('relay', () => {
+  test('a relay refusing our login (535) is a temporary failure: the credentials are ours to fix, the mail waits', async () => {
+    const { SMTPServer } = await import('smtp-server');
+    const relay = new SMTPServer({
+      authOptional: false,
+      allowInsecureAuth: true,
+      disabledCommands: ['STARTTLS'],
+      logger: false,
+      onAuth: (_auth, _session, cb) => cb(Object.assign(new Error('Invalid login'), { responseCode: 535 })),
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', () => resolve()));
+    const port = (relay.server.address() as { port: number }).port;
+    const mailer = createMailer({ relayUrl: `smtp://user:wrong@127.0.0.1:${port}`, outboxDir: '/nonexistent', domain: 'agents.localhost' });
+    try {
+      await expect(mailer.verify()).rejects.toThrow(/Invalid login/);
+      const err = await mailer.send({ from: 'a@agents.localhost', to: ['b@example.com'], subject: 's', text: 't' }).catch((e) => e);
+      expect(err).toBeInstanceOf(TemporaryMailError);
+    } finally {
+      await mailer.close();
+      await new Promise<void>((resolve) => relay.close(() => resolve()));
     }
   });
 });

@@ -93,6 +93,16 @@ describe('retries', () => {
     expect(seen.length).toBeGreaterThanOrEqual(2);
   });
 
+  test('timeoutMs bounds the wait for an answer, not the reading of a slow body', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('[{"uuid":');
+      setTimeout(() => res.end('"a"}]'), 400);
+    };
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', timeoutMs: 150 });
+    expect(await c.identities.list()).toEqual([{ uuid: 'a' }]);
+  });
+
   test('network errors on GET are retried', async () => {
     let n = 0;
     handler = (req, _b, res) => {
