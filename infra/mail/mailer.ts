@@ -189,8 +189,8 @@ export function createMailer(options: MailerOptions): Mailer {
       } catch (err) {
         const e = err as { responseCode?: number; code?: string };
         // 5xx replies are permanent; 4xx replies and connection trouble are worth a retry, and
-        // so is a refused login (535): our own credentials, not the recipient, are at fault.
-        if (e.responseCode && e.responseCode >= 500 && e.code !== 'EAUTH') throw err;
+        // so is a refused or missing login (535, 530): our own setup, not the recipient, is at fault.
+        if (e.responseCode && e.responseCode >= 500 && e.code !== 'EAUTH' && e.responseCode !== 530) throw err;
         throw new TemporaryMailError(`relay failed: ${(err as Error).message}`, { cause: err });
       }
     }

@@ -144,7 +144,7 @@ const BLOCK_ENDS = new Set(['p', 'div', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'li'
 const HIDDEN = new Set(['script', 'style', 'head', 'title']);
 /** Of those, the ones whose content runs to the end when never closed (as browsers read them). */
 const RAW_TEXT = new Set(['script', 'style']);
-const TAG_NAME = /^\/?\s*([a-z][a-z0-9]*)/;
+const TAG_NAME = /^\/?\s*([a-z][a-z0-9-]*)/; // `-` included: <style-guide> is no <style>
 const HREF = /(?:^|\s)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))/i;
 
 /**

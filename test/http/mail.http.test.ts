@@ -293,12 +293,31 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
       ['Content-Type: text/plain', '', "the sender's own plain text"],
       ['Content-Type: text/html', '', '<p>the <b>HTML</b> version</p>'],
     ]);
+    await post(`Order ${suffix}`, 'multipart/mixed', [
+      ['Content-Type: text/plain', '', 'Hi Bob, the report is below.'],
+      ['Content-Type: text/html', '', '<p>Q3 report table</p>'],
+    ]);
+    // Over 64 KiB mailparser's own conversion is skipped (super-linear); a body that only
+    // mentions multipart/alternative is no alternative.
+    const pad = ['Content-Type: application/octet-stream', 'Content-Disposition: attachment; filename="pad.bin"', 'Content-Transfer-Encoding: base64', '', Buffer.alloc(70_000, 7).toString('base64').replace(/.{76}/g, '$&\r\n')];
+    await post(`Large ${suffix}`, 'multipart/mixed', [['Content-Type: text/html', '', '<p>How do I send multipart/alternative mail?</p>'], ['Content-Type: text/plain', '', '-- list footer'], pad]);
     const list = (await api('GET', '/api/email-messages/', alice.uuid)).body;
-    const mixed = list.find((m: { subject: string }) => m.subject === `Mixed ${suffix}`);
-    expect(mixed.text).toBe('The real body: meeting at 5pm\n_______________\nlist mailing list footer');
+    const bySubject = (subject: string) => list.find((m: { subject: string }) => m.subject === subject);
+    const mixed = bySubject(`Mixed ${suffix}`);
+    expect(mixed.text.trim()).toBe('The real body: meeting at 5pm\n_______________\nlist mailing list footer');
     expect(mixed.preview).toMatch(/^The real body: meeting at 5pm/);
-    expect(list.find((m: { subject: string }) => m.subject === `Alternative ${suffix}`).text.trim()).toBe("the sender's own plain text");
+    expect(bySubject(`Alternative ${suffix}`).text.trim()).toBe("the sender's own plain text");
+    expect(bySubject(`Order ${suffix}`).text.trim()).toBe('Hi Bob, the report is below.\nQ3 report table');
+    expect(bySubject(`Large ${suffix}`).text.trim()).toBe('How do I send multipart/alternative mail?\n-- list footer');
   });
+
+  test('a 1 MB HTML-only mail built to stall an HTML-to-text converter is taken at once', async () => {
+    const started = Date.now();
+    await outsideSender().sendMail({ from: 'hostile@example.com', to: alice.inbox, subject: `Hostile ${suffix}`, html: '<li>x'.repeat(200_000) });
+    expect(Date.now() - started).toBeLessThan(4_000); // mailparser's own conversion: 10 s
+    const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === `Hostile ${suffix}`);
+    expect(m.preview).toMatch(/^- x- x- x/);
+  }, 10_000);
 
   test('RFC 5322 §3.6.4: a reply carrying In-Reply-To joins the thread; opening the thread marks all read', async () => {
     await outsideSender().sendMail({

@@ -92,6 +92,7 @@ describe('subjects and bodies', () => {
     // HTML5 lets `</head>` out; an element name is whole (`</header>`, `</abbr>` end nothing else).
     expect(htmlToText('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Invoice</title><body><p>Your invoice #42 is attached.</p></body></html>')).toBe('Your invoice #42 is attached.');
     expect(htmlToText('<p>Hi</p><style>body{color:red}<p>never shown</p>')).toBe('Hi'); // a style never closed runs to the end, as in a browser
+    expect(htmlToText('<p>A</p><style-guide>x</style-guide><p>B</p>')).toBe('A\nxB'); // a custom element is no <style>
     expect(htmlToText('<html><head/><body>Hello there</body></html>')).toBe('Hello there');
     expect(htmlToText('<head><title>T</title></head><header>Top</header><p>body</p>')).toBe('Topbody');
     expect(htmlToText('<a href="https://x.com">foo <abbr>AB</abbr> bar</a> tail')).toBe('foo AB bar (https://x.com) tail');
@@ -338,6 +339,11 @@ describe('relay', () => {
       await expect(mailer.verify()).rejects.toThrow(/Invalid login/);
       const err = await mailer.send({ from: 'a@agents.localhost', to: ['b@example.com'], subject: 's', text: 't' }).catch((e) => e);
       expect(err).toBeInstanceOf(TemporaryMailError);
+      // No credentials where the relay wants some: 530 at MAIL FROM, our setup again.
+      const anonymous = createMailer({ relayUrl: `smtp://127.0.0.1:${port}`, outboxDir: '/nonexistent', domain: 'agents.localhost' });
+      const refused = await anonymous.send({ from: 'a@agents.localhost', to: ['b@example.com'], subject: 's', text: 't' }).catch((e) => e);
+      await anonymous.close();
+      expect([refused instanceof TemporaryMailError, (refused.cause as { responseCode?: number })?.responseCode]).toEqual([true, 530]);
     } finally {
       await mailer.close();
       await new Promise<void>((resolve) => relay.close(() => resolve()));
