@@ -26,8 +26,9 @@ const MAX_LINE = 998;
  * A subject nodemailer would leave on one over-long line (a run of more characters than a
  * line holds, with no whitespace to fold at) goes out as RFC 2047 encoded words, which fold.
  */
+const UNFOLDABLE_SUBJECT = new RegExp(`\\S{${MAX_LINE - 'Subject: '.length - 10},}`);
 function subjectHeader(subject: string): string | { prepared: true; foldLines: true; value: string } {
-  if (!new RegExp(`\\S{${MAX_LINE - 'Subject: '.length - 10},}`).test(subject)) return subject;
+  if (!UNFOLDABLE_SUBJECT.test(subject)) return subject;
   return { prepared: true, foldLines: true, value: mimeFuncs.encodeWord(subject, 'Q', 52) };
 }
 
@@ -76,13 +77,11 @@ function attachmentsOf(mail: OutboundMail): { attachments: object[] | undefined;
     if (!/^message\//i.test(a.contentType)) return part;
     // A message in the canonical form MIME asks for (RFC 2046 §5.2.1): CRLF line ends (an
     // .eml written by a Unix tool has bare LFs, which no 7bit or 8bit part may carry).
-    part.content = crlf(a.content);
-    if (part.content.every((b) => b < 0x80) && fitsEightBit(part.content)) return { ...part, contentTransferEncoding: '7bit' };
-    if (fitsEightBit(part.content)) {
-      eightBit = true;
-      return { ...part, contentTransferEncoding: '8bit' };
-    }
-    return { ...part, content: a.content, contentType: 'application/octet-stream', contentTransferEncoding: 'base64' };
+    const canonical = crlf(a.content);
+    if (!fitsEightBit(canonical)) return { ...part, contentType: 'application/octet-stream', contentTransferEncoding: 'base64' };
+    if (canonical.every((b) => b < 0x80)) return { ...part, content: canonical, contentTransferEncoding: '7bit' };
+    eightBit = true;
+    return { ...part, content: canonical, contentTransferEncoding: '8bit' };
   });
   return { attachments, eightBit };
 }

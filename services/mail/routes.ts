@@ -13,13 +13,13 @@ import type { Config } from '../../infra/config.js';
 import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
 import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
+import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
+import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 
 /** Message bodies one answer carries at most (UTF-16 units or bytes, roughly): lists and the thread view. */
 export const ANSWER_BODY_BUDGET = 16 * 1024 * 1024;
 /** Blobs of older versions have no recorded size: counted as this much. */
 const UNKNOWN_BLOB_WEIGHT = 4 * 1024 * 1024;
-import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
-import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 
 interface ComposeBody {
   to: string;
@@ -111,9 +111,13 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
 
   /** What a body weighs in an answer: inline ones by length, blobs by their recorded size. */
   const bodyWeight = (inline: string | null, blob: string | null, bytes: number | null | undefined) => (blob ? (bytes ?? UNKNOWN_BLOB_WEIGHT) : (inline?.length ?? 0));
-  const fitsList = (blob: string | null, bytes: number | null | undefined) => !blob || (bytes != null && bytes <= LIST_BODY_LIMIT);
-  /** An inline body too large for a list (events of older versions kept bodies up to 16 MiB inline). */
-  const overListLimit = (body: string | null) => body !== null && body.length > LIST_BODY_LIMIT / 3 && Buffer.byteLength(body) > LIST_BODY_LIMIT;
+  /**
+   * Whether a body fits a list (LIST_BODY_LIMIT): a blob by its recorded size (none recorded:
+   * an older version's blob, over the limit), an inline body by its own (events of older
+   * versions kept bodies up to 16 MiB inline).
+   */
+  const fitsList = (inline: string | null, blob: string | null, bytes: number | null | undefined) =>
+    blob ? bytes != null && bytes <= LIST_BODY_LIMIT : inline === null || inline.length <= LIST_BODY_LIMIT / 3 || Buffer.byteLength(inline) <= LIST_BODY_LIMIT;
   /** One message with its bodies (loaded by mail.bodiesOf). */
   const messageOut = (base: string, bodies: { text: string | null; html: string | null }) => (m: MessageDoc) => messageFields(base, m, bodies);
   /** `bodies`: loaded (thread, message), undefined (the document's inline ones), null (left out of a list). */
@@ -176,7 +180,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     for (const i of opts.newestFirst ? indexes.reverse() : indexes) {
       const m = list[i];
       const weight = bodyWeight(m.text, m.textBlob, m.textBytes) + bodyWeight(m.html, m.htmlBlob, m.htmlBytes);
-      const overList = opts.listLimit && (overListLimit(m.text) || overListLimit(m.html) || !fitsList(m.textBlob, m.textBytes) || !fitsList(m.htmlBlob, m.htmlBytes));
+      const overList = opts.listLimit && !(fitsList(m.text, m.textBlob, m.textBytes) && fitsList(m.html, m.htmlBlob, m.htmlBytes));
       if (overList || weight > left) continue;
       left -= weight;
       included[i] = true;

@@ -40,7 +40,6 @@ function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailA
   return out;
 }
 
-/** What the read side needs from a parsed message (attachments stored as blobs). */
 /**
  * Messages up to this size are parsed with mailparser's own HTML-to-text, which knows each
  * part's place (the text of a multipart/mixed in its order, an alternative's plain part).
@@ -50,23 +49,26 @@ function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailA
 export const MAILPARSER_TEXT_LIMIT = 64 * 1024;
 
 /**
- * The text of a message parsed with `skipHtmlToText`, made with the linear htmlToText where
- * mailparser would have converted: an HTML-only message; or HTML parts beside plain ones
- * outside a multipart/alternative (a list post and its footer), whose text is the HTML parts'
- * text, then the plain parts' (the order between them is not known here). In an alternative
- * the sender's plain part is the text.
+ * The text of a message. `textIsWhole`: mailparser's text already holds every part (it
+ * converted the HTML parts itself, or the message is an alternative whose plain part is the
+ * text). Otherwise (parsed with `skipHtmlToText`) the linear htmlToText makes what mailparser
+ * would have: HTML parts beside plain ones outside an alternative (a list post and its
+ * footer) give the HTML parts' text, then the plain parts' (their order is not known here).
+ * Either way a message with HTML but no text (HTML-only; shapes mailparser makes none for)
+ * gets its HTML's text.
  */
-export function textOf(parsed: Pick<ParsedMail, 'text' | 'html'>, hasAlternative: boolean): string | null {
+export function textOf(parsed: Pick<ParsedMail, 'text' | 'html'>, textIsWhole: boolean): string | null {
   const html = typeof parsed.html === 'string' ? parsed.html : null;
   if (html === null) return parsed.text ?? null;
   if (!parsed.text?.trim()) return htmlToText(html);
-  if (hasAlternative) return parsed.text;
+  if (textIsWhole) return parsed.text;
   return `${htmlToText(html)}\n${parsed.text.replace(/^\n+/, '')}`;
 }
 
 /** Whether a part header of the message declares a multipart/alternative (not a mention in a body). */
 const declaresAlternative = (raw: Buffer): boolean => /^content-type:[ \t]*multipart\/alternative/im.test(raw.toString('latin1'));
 
+/** What the read side needs from a parsed message (attachments stored as blobs). */
 export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore): Promise<IncomingMail> {
   // No From address at all (no header, or `From: Just A Name`): the envelope sender, as an
   // MTA adding the missing header would (Postfix, sendmail), under the header's name if any.
@@ -95,7 +97,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
   const internetMessageId = messageIds(parsed.messageId)[0] ?? null;
   // mailparser turns an unparsable Date into "now": that is no more the sender's date than a missing one.
   const dateLine = parsed.headerLines?.find((l) => l.key === 'date')?.line.replace(/^date\s*:/i, '').replace(/\s+/g, ' ').trim();
-  const date = dateLine && parsed.date && !Number.isNaN(Date.parse(dateLine)) && !Number.isNaN(parsed.date.getTime()) ? parsed.date.toISOString() : null;
+  const date = dateLine && !Number.isNaN(Date.parse(dateLine)) && parsed.date ? parsed.date.toISOString() : null;
   return {
     internetMessageId,
     inReplyTo: messageIds(parsed.inReplyTo)[0] ?? null,
@@ -209,8 +211,6 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     });
     const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-    // A small message's text is mailparser's (complete; `true`: keep it as it is, unless
-    // empty: mailparser makes none for HTML parts in some shapes); a large one's is made here.
     const text = textOf(parsed, !large || (typeof parsed.html === 'string' && declaresAlternative(raw)));
     const incoming = await incomingFromParsed({ ...parsed, text: text ?? undefined }, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
     // Same bytes for the same identity = the same message (a sender retrying after a lost 250).
