@@ -4,6 +4,7 @@
  * each have a message, an exit code ({@link EXIT}) and their exact name in `--json` output:
  * `{"error": {"code": "token_expired", "message": ...}}` on stderr.
  */
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import QRCode from 'qrcode';
 import path from 'node:path';
@@ -11,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, createClient, NetworkError, type AisClient, type Attachment, type DeviceAuthorization } from '../sdk/client.js';
 import { changePin, CryptoError, fileLockStore, parseKdf, recover, setupEncryption, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
-import { UnlockedVault } from '../sdk/unlocked.js';
+import { UnlockedVault, type PlainPassword } from '../sdk/unlocked.js';
 import { configDir, configFile, loadConfig, saveConfig, updateConfig, withConfigLock, type CliConfig } from './config.js';
 
 /** Distinct exit codes per condition (documented in docs/CLI.md). */
@@ -511,12 +512,13 @@ const commands: Record<string, Command> = {
         // A setup of this machine cut off after its upload landed: its keys are here, shown now.
         if (pending && pending.public_key === meta.public_key && ctx.config.device_secret) {
           ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
-          await lockStore(ctx).write({ failures: 0 });
+          await lockStore(ctx, meta.salt).write({ failures: 0 });
           // The PIN is the one that run was given (no new one is read or set here).
           return show(ctx, { recovery_key: pending.recovery_key, device_secret: ctx.config.device_secret, resumed: true }, () =>
             `An earlier \`ais pin setup\` was cut off after it set the PIN: the PIN is the one given to it then (not changed now).\nIts recovery key (shown once; store it safely):\n\n  ${pending.recovery_key}\n\nDevice secret (saved in ${configFile(ctx.env)}):\n\n  ${ctx.config.device_secret}`,
           );
         }
+        if (!meta.wrapped_key) throw foreignSetup();
         throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
       }
       const pin = await readSecret(ctx, 'AIS_PIN', 'New 6-digit PIN');
@@ -526,7 +528,7 @@ const commands: Record<string, Command> = {
       ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: s.deviceSecret, pending_setup: { recovery_key: s.recoveryKey, public_key: s.upload.public_key } }));
       await c.encryption.setup(s.upload);
       ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
-      await lockStore(ctx).write({ failures: 0 });
+      await lockStore(ctx, meta.salt).write({ failures: 0 });
       shown(s.recoveryKey, s.deviceSecret);
     },
   },
@@ -539,7 +541,7 @@ const commands: Record<string, Command> = {
       const metadata = await metadataFor(c);
       const pin = await readSecret(ctx, 'AIS_PIN', 'Current PIN');
       const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN');
-      const { upload } = await changePin({ pin, newPin, deviceSecret: deviceSecret(ctx), metadata, lockStore: lockStore(ctx) });
+      const { upload } = await changePin({ pin, newPin, deviceSecret: deviceSecret(ctx), metadata, lockStore: lockStore(ctx, metadata.salt) });
       await c.encryption.rewrap(upload);
       show(ctx, { changed: true }, () => 'PIN changed.');
     },
@@ -554,7 +556,7 @@ const commands: Record<string, Command> = {
       const recoveryKey = await readSecret(ctx, 'AIS_RECOVERY_KEY', 'Recovery key');
       const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN');
       const known = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
-      const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx) });
+      const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx, metadata.salt) });
       await c.encryption.rewrap(r.upload);
       ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: r.deviceSecret }));
       // Without the old device secret the vault key is now wrapped under a new one: every other
@@ -576,7 +578,8 @@ const commands: Record<string, Command> = {
     env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
     async run(ctx) {
       const v = await unlocked(ctx);
-      const list = await v.listPasswords();
+      const { entries: list, failed } = await v.listPasswordsReport();
+      for (const f of failed) ctx.err(`warning: entry ${f.uuid} (${f.domain}) does not decrypt (${f.error}): written by another client, or changed without this PIN's key; left out.`);
       show(ctx, list, () => table(list.map((e) => ({ ...e, password: '********' })) as any, ['uuid', 'domain', 'username', 'password', 'notes']));
     },
   },
@@ -600,7 +603,14 @@ const commands: Record<string, Command> = {
     async run(ctx, p) {
       if (!p[0]) throw usage('ais passwords get <uuid|domain>');
       const v = await unlocked(ctx);
-      const e = isUuid(p[0]) ? await v.getPassword(p[0]) : (await v.listPasswords()).find((x) => x.domain === p[0]);
+      let e: PlainPassword | undefined;
+      if (isUuid(p[0])) e = await v.getPassword(p[0]);
+      else {
+        const { entries, failed } = await v.listPasswordsReport();
+        e = entries.find((x) => x.domain === p[0]);
+        const bad = failed.find((x) => x.domain === p[0]);
+        if (!e && bad) throw new CliError(bad.error, `The entry for ${p[0]} (${bad.uuid}) does not decrypt: written by another client, or changed without this PIN's key.`, EXIT.api_error);
+      }
       if (!e) throw new CliError('not_found', `No password entry for ${p[0]}.`, EXIT.api_error);
       show(ctx, e, () => kv(e as any));
     },
@@ -663,7 +673,7 @@ const commands: Record<string, Command> = {
     async run(ctx, p) {
       if (!p[0]) throw usage('ais secrets rm <key|uuid>');
       const c = client(ctx, { identity: true });
-      const id = isUuid(p[0]) ? p[0] : (await c.vault.list()).find((s) => s.key === p[0])?.uuid;
+      const id = (await c.vault.find(p[0]))?.uuid;
       if (!id) throw new CliError('not_found', `No secret named ${p[0]}.`, EXIT.api_error);
       await c.vault.delete(id);
       show(ctx, { deleted: id }, () => `Deleted ${p[0]}.`);
@@ -810,8 +820,14 @@ function kdfOverride(ctx: Ctx): KdfParams | undefined {
   }
 }
 
-function lockStore(ctx: Ctx) {
-  return fileLockStore(path.join(configDir(ctx.env), `pin-lock-${ctx.config.user?.pk ?? 'default'}.json`));
+/**
+ * The wrong-PIN counter of the account: by user pk after `ais login`; with AIS_API_KEY (no
+ * user in the config) by the account's salt, so two accounts used from one machine do not
+ * share a counter.
+ */
+function lockStore(ctx: Ctx, salt: string) {
+  const account = ctx.config.user?.pk ?? `salt-${createHash('sha256').update(salt).digest('hex').slice(0, 16)}`;
+  return fileLockStore(path.join(configDir(ctx.env), `pin-lock-${account}.json`));
 }
 
 function deviceSecret(ctx: Ctx): string {
@@ -820,9 +836,15 @@ function deviceSecret(ctx: Ctx): string {
   return s;
 }
 
+/** Encryption set up by a client that keeps no wrapped vault key on the server (SPEC's minimal upload). */
+function foreignSetup(): CliError {
+  return new CliError('encryption_foreign', "This account's encryption was set up by another client that keeps its vault key elsewhere (no wrapped key on the server): this CLI cannot unlock it. Use that client.");
+}
+
 async function metadataFor(c: AisClient): Promise<EncryptionMetadata> {
   const m = await c.encryption.get();
   if (!m.public_key || !m.verifier) throw new CliError('encryption_missing', 'No PIN is set up for this account: run `ais pin setup` first.');
+  if (!m.wrapped_key) throw foreignSetup();
   return m as EncryptionMetadata;
 }
 
@@ -831,7 +853,7 @@ async function unlocked(ctx: Ctx): Promise<UnlockedVault> {
   const metadata = await metadataFor(c);
   const secret = deviceSecret(ctx);
   const pin = await readSecret(ctx, 'AIS_PIN', 'PIN');
-  const key = await unlock({ pin, deviceSecret: secret, metadata, lockStore: lockStore(ctx) });
+  const key = await unlock({ pin, deviceSecret: secret, metadata, lockStore: lockStore(ctx, metadata.salt) });
   return new UnlockedVault(c, key);
 }
 

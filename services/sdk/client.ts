@@ -668,6 +668,18 @@ export class AisClient {
     put: (key: string, value: string): Promise<VaultSecret> => this.request('POST', '/api/vault/', { body: { key, value } }),
     get: (uuid: string): Promise<VaultSecret> => this.request('GET', `/api/vault/${enc(uuid)}/`),
     delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/vault/${enc(uuid)}/`),
+    /**
+     * The secret named `keyOrUuid`, else (when it is a uuid) the secret with that uuid; null
+     * when neither. The name wins, since a name may itself look like a uuid.
+     */
+    find: async (keyOrUuid: string): Promise<VaultSecret | null> => {
+      const named = (await this.vault.list()).find((s) => s.key === keyOrUuid);
+      if (named || !UUID.test(keyOrUuid)) return named ?? null;
+      return this.vault.get(keyOrUuid).catch((err) => {
+        if (err instanceof ApiRequestError && err.status === 404) return null;
+        throw err;
+      });
+    },
   };
 
   readonly encryption = {
@@ -688,6 +700,7 @@ export class AisClient {
 // Helpers
 
 const enc = encodeURIComponent;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function nextLink(link: string | null): string | null {
   if (!link) return null;

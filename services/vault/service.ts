@@ -136,12 +136,23 @@ export function createVault(platform: Platform) {
       store,
       encryptionStream(userPk),
       {
-        initial: () => null as string | null,
-        evolve: (publicKey, e) => (e.type === EncryptionKeysUploaded ? (e.data as EncryptionKeysUploadedData).publicKey : publicKey),
+        initial: () => ({ publicKey: null as string | null, wrapped: false, recoveryWrapped: false }),
+        evolve: (s, e) => {
+          if (e.type === EncryptionKeysUploaded) {
+            const d = e.data as EncryptionKeysUploadedData;
+            return { publicKey: d.publicKey, wrapped: d.wrappedKey != null, recoveryWrapped: d.recoveryWrappedKey != null };
+          }
+          if (e.type !== EncryptionKeysRewrapped) return s;
+          const d = e.data as EncryptionKeysRewrappedData;
+          return { ...s, wrapped: d.wrappedKey === undefined ? s.wrapped : d.wrappedKey !== null, recoveryWrapped: d.recoveryWrappedKey === undefined ? s.recoveryWrapped : d.recoveryWrappedKey !== null };
+        },
       },
-      (publicKey) => {
+      ({ publicKey, wrapped, recoveryWrapped }) => {
         if (publicKey === null) throw new ApiError(404, 'encryption_missing', 'No encryption keys were uploaded for this account yet; POST /api/encryption/ first.');
         if (input.public_key !== undefined && input.public_key !== publicKey) throw fieldError('public_key', 'The public key cannot change; only the verifier and the key wraps can.');
+        // Clearing a wrap would leave the vault key nowhere (nor any way to set up again).
+        if (input.wrapped_key === null && wrapped) throw fieldError('wrapped_key', 'A key wrap, once set, can be replaced but not removed.');
+        if (input.recovery_wrapped_key === null && recoveryWrapped) throw fieldError('recovery_wrapped_key', 'A key wrap, once set, can be replaced but not removed.');
         const data: EncryptionKeysRewrappedData = { ownerPk: userPk, verifier: input.verifier, at: nowIso() };
         if (input.wrapped_key !== undefined) data.wrappedKey = input.wrapped_key;
         if (input.recovery_wrapped_key !== undefined) data.recoveryWrappedKey = input.recovery_wrapped_key;

@@ -395,6 +395,57 @@ describe('a logged-in agent', () => {
     rmSync(home, { recursive: true, force: true });
   });
 
+  test('with AIS_API_KEY, each account has its own wrong-PIN counter; a setup by another client (no wrapped key) is named, not looped on', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-two-'));
+    mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o700 });
+    const deviceSecret = (await setupEncryption({ pin: '000000', salt: 'AAAAAAAAAAAAAAAAAAAAAA==', kdf: parseKdf(FAST_KDF) })).deviceSecret;
+    writeFileSync(path.join(home, 'agent-identity/config.json'), JSON.stringify({ device_secret: deviceSecret }), { mode: 0o600 });
+    const account = async (name: string, upload: 'full' | 'minimal') => {
+      const pw = `pw-${name}-1`;
+      const user = (await api('POST', '/api/auth/social/', { username: name, email: `${name}@example.com`, password1: pw, password2: pw })).body;
+      const mgmt = (await api('POST', '/api/auth/keys/management/', { label: 'cli' }, user.access)).body.key;
+      const id = (await api('POST', '/api/identities/', { name: `${name} bot` }, mgmt)).body.uuid;
+      const meta = (await api('GET', '/api/encryption/', undefined, mgmt)).body;
+      const s = await setupEncryption({ pin: '246802', salt: meta.salt, deviceSecret, kdf: parseKdf(FAST_KDF) });
+      const body = upload === 'full' ? s.upload : { public_key: s.upload.public_key, verifier: s.upload.verifier };
+      expect((await api('POST', '/api/encryption/', body, mgmt)).status).toBe(201);
+      return { AIS_API_KEY: mgmt, AIS_IDENTITY: id };
+    };
+    const x = await account('lockx', 'full');
+    const y = await account('locky', 'full');
+    for (let i = 0; i < 3; i++) await runCli(['secrets', 'get', 'k', '--json'], { url: svc.url, home, env: { ...x, AIS_PIN: '999999' } });
+    expect((await runCli(['secrets', 'get', 'k', '--json'], { url: svc.url, home, env: { ...x, AIS_PIN: '246802' } })).error?.code).toBe('pin_locked');
+    expect((await runCli(['secrets', 'set', 'k', 'v-of-y', '--json'], { url: svc.url, home, env: { ...y, AIS_PIN: '246802' } })).code).toBe(0);
+    expect((await runCli(['secrets', 'get', 'k', '--json'], { url: svc.url, home, env: { ...y, AIS_PIN: '246802' } })).json?.value).toBe('v-of-y');
+
+    const z = await account('foreignz', 'minimal');
+    expect((await runCli(['secrets', 'get', 'k', '--json'], { url: svc.url, home, env: { ...z, AIS_PIN: '246802' } })).error?.code).toBe('encryption_foreign');
+    expect((await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { ...z, AIS_PIN: '246802' } })).error?.code).toBe('encryption_foreign');
+    expect((await runCli(['pin', 'recover', '--json'], { url: svc.url, home, env: { ...z, AIS_RECOVERY_KEY: 'RK1-x', AIS_NEW_PIN: '246802' } })).error?.code).toBe('encryption_foreign');
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  test('passwords list leaves out (and names) an entry that does not decrypt; a secret named like a uuid is read and removed by its name', async () => {
+    const env = { AIS_PIN: '111222' };
+    expect((await ais(['passwords', 'add', 'good.example', '--username', 'u', '--password', 'pg', '--json'], { env })).code).toBe(0);
+    const bad = await ais(['passwords', 'add', 'bad.example', '--username', 'u', '--password', 'pb', '--json'], { env });
+    // An API client edits the domain without re-sealing the fields (they are bound to it).
+    const patched = await api('PATCH', `/api/passwords/${bad.json.uuid}/?identity=${identity}`, { domain: 'moved.example' }, config().management_key);
+    expect(patched.status).toBe(200);
+    const list = await ais(['passwords', 'list', '--json'], { env });
+    expect(list.code).toBe(0);
+    expect(list.json.map((e: { domain: string }) => e.domain)).toContain('good.example');
+    expect(list.json.map((e: { domain: string }) => e.domain)).not.toContain('moved.example');
+    expect(list.stderr).toContain(`entry ${bad.json.uuid} (moved.example) does not decrypt`);
+    expect((await ais(['passwords', 'get', 'good.example', '--json'], { env })).json?.password).toBe('pg');
+    expect((await ais(['passwords', 'get', 'moved.example', '--json'], { env })).error?.code).toBe('decrypt_failed');
+    const name = 'deadbeef-0000-4000-8000-000000000000';
+    expect((await ais(['secrets', 'set', name, 'uuid-named', '--json'], { env })).code).toBe(0);
+    expect((await ais(['secrets', 'get', name, '--json'], { env })).json?.value).toBe('uuid-named');
+    expect((await ais(['secrets', 'rm', name, '--json'])).code).toBe(0);
+    expect((await ais(['secrets', 'get', name, '--json'], { env })).error?.code).toBe('not_found');
+  });
+
   test('identity_not_found: the configured identity was deleted', async () => {
     const d = await api('DELETE', `/api/identities/${identity}/`, undefined, config().management_key);
     expect(d.status).toBe(204);

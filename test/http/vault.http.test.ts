@@ -147,6 +147,19 @@ describe('encryption metadata (per account)', () => {
     expect(swap.status).toBe(400);
     expect(Object.keys(swap.body)).toEqual(['public_key']);
   });
+
+  test('PUT cannot remove a key wrap once set (the vault key would be nowhere); replacing one works', async () => {
+    const before = await metadataOf(tokenA);
+    for (const field of ['wrapped_key', 'recovery_wrapped_key']) {
+      const res = await srv.api('PUT', '/api/encryption/', { token: tokenA, body: { verifier: before.verifier, [field]: null } });
+      expect(res.status).toBe(400);
+      expect(Object.keys(res.body)).toEqual([field]);
+    }
+    expect(await metadataOf(tokenA)).toEqual(before); // nothing changed
+    const same = await srv.api('PUT', '/api/encryption/', { token: tokenA, body: { verifier: before.verifier, wrapped_key: before.wrapped_key, recovery_wrapped_key: before.recovery_wrapped_key } });
+    expect(same.status).toBe(200);
+    expect(await metadataOf(tokenA)).toEqual({ ...before, updated_dt: same.body.updated_dt });
+  });
 });
 
 describe('passwords: client encrypts, server stores ciphertext, client decrypts', () => {

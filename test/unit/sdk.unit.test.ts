@@ -329,6 +329,72 @@ describe('unlocked vault', () => {
     expect(updated).toMatchObject({ domain: 'gitlab.com', username: 'bob2', notes: 'n1' });
     expect((await vault.getPassword(added.uuid)).notes).toBe('n1');
   });
+
+  /** A vault server holding entries and secrets; `swap` maps a requested uuid to the one it answers with. */
+  function vaultServer(swap: Map<string, string>) {
+    const entries = new Map<string, Record<string, string>>();
+    const secrets = new Map<string, { uuid: string; key: string; value: string }>();
+    handler = (req, body, res) => {
+      const [, , kind, id] = req.url!.split('?')[0].split('/');
+      if (kind === 'passwords') {
+        if (req.method === 'POST') {
+          const e = JSON.parse(body);
+          entries.set(e.uuid, e);
+          return json(res, 201, e);
+        }
+        if (!id) return json(res, 200, [...entries.values()]);
+        return json(res, 200, entries.get(swap.get(id) ?? id));
+      }
+      if (req.method === 'POST') {
+        const { key, value } = JSON.parse(body);
+        const s = { uuid: secrets.get(key)?.uuid ?? crypto.randomUUID(), key, value };
+        secrets.set(key, s);
+        return json(res, 201, s);
+      }
+      if (!id) return json(res, 200, [...secrets.values()].map((s) => ({ ...s, value: null })));
+      const found = [...secrets.values()].find((s) => s.uuid === (swap.get(id) ?? id));
+      return found ? json(res, 200, found) : json(res, 404, { detail: 'Not found.' });
+    };
+    return { entries, secrets, vault: new UnlockedVault(createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1' }), new VaultKey(randomBytes(32))) };
+  }
+
+  test('a server answering with another password entry or secret than the one asked is caught, not decrypted', async () => {
+    const swap = new Map<string, string>();
+    const { vault, secrets } = vaultServer(swap);
+    const github = await vault.addPassword({ domain: 'github.com', username: 'me', password: 'gh-pass' });
+    const evil = await vault.addPassword({ domain: 'evil.example', username: 'me', password: 'evil-pass' });
+    const real = await vault.setSecret('OPENAI_KEY', 'sk-real');
+    const other = await vault.setSecret('STAGING_KEY', 'sk-staging');
+    swap.set(github.uuid, evil.uuid);
+    swap.set(real.uuid, other.uuid);
+    await expect(vault.getPassword(github.uuid)).rejects.toMatchObject({ code: 'decrypt_failed' });
+    await expect(vault.getSecret('OPENAI_KEY')).rejects.toMatchObject({ code: 'decrypt_failed' });
+    await expect(vault.getSecret(real.uuid)).rejects.toMatchObject({ code: 'decrypt_failed' });
+    // Lying consistently (the other secret's ciphertext under this name and uuid) fails the decryption itself.
+    swap.clear();
+    secrets.set('OPENAI_KEY', { ...secrets.get('OPENAI_KEY')!, value: secrets.get('STAGING_KEY')!.value });
+    await expect(vault.getSecret('OPENAI_KEY')).rejects.toMatchObject({ code: 'decrypt_failed' });
+    expect((await vault.getSecret('STAGING_KEY')).value).toBe('sk-staging');
+  });
+
+  test('a secret named like a uuid is found by its name; a uuid that names no secret is looked up as a uuid', async () => {
+    const { vault } = vaultServer(new Map());
+    const name = 'deadbeef-0000-4000-8000-000000000000';
+    const s = await vault.setSecret(name, 'v1');
+    await vault.setSecret('plain', 'v2');
+    expect(await vault.getSecret(name)).toEqual({ uuid: s.uuid, key: name, value: 'v1' });
+    expect((await vault.getSecret(s.uuid)).value).toBe('v1');
+    await expect(vault.getSecret(crypto.randomUUID())).rejects.toMatchObject({ code: 'not_found' });
+  });
+
+  test('one entry that does not decrypt is reported, the others listed', async () => {
+    const { vault, entries } = vaultServer(new Map());
+    const a = await vault.addPassword({ domain: 'a.example', username: 'u', password: 'pa' });
+    const b = await vault.addPassword({ domain: 'b.example', username: 'u', password: 'pb' });
+    entries.get(b.uuid)!.domain = 'renamed.example'; // the domain changed without re-sealing
+    expect((await vault.listPasswords()).map((e) => e.uuid)).toEqual([a.uuid]);
+    expect((await vault.listPasswordsReport()).failed).toEqual([{ uuid: b.uuid, domain: 'renamed.example', error: 'decrypt_failed' }]);
+  });
 });
 
 describe('event stream', () => {
