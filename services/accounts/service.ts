@@ -32,6 +32,7 @@ import {
   type AccountMailRequestedData,
   type UserRegisteredData,
 } from './events.js';
+import { failureBudgets } from '../kernel/failure-budgets.js';
 import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
 import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
 
@@ -232,10 +233,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return (await users.get(userDocId(pk)))!;
   }
 
-  /** Password checks in progress per throttle key (this process): they count against the budget. */
-  const checking = new Map<string, number>();
-  /** Callers waiting for a check on a key to finish (the budget had no room for one more in flight). */
-  const waiting = new Map<string, (() => void)[]>();
+  const loginFailures = failureBudgets(limiter);
 
   /**
    * Checks a login (username or email) and password, with brute-force throttling: failures
@@ -247,47 +245,19 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const user = await findByLogin(login, field);
     const accountKey = user ? `login:acct:${user.pk}` : `login:name:${login.trim().toLowerCase()}`;
     const budgets = [
-      [accountKey, LOGIN_FAILURES_PER_ACCOUNT],
-      [`login:ip:${ip}`, LOGIN_FAILURES_PER_IP],
-    ] as const;
-    const held: string[] = [];
-    const wakeNext = (key: string) => {
-      const queue = waiting.get(key);
-      const next = queue?.shift();
-      if (queue && queue.length === 0) waiting.delete(key);
-      next?.();
-    };
-    const release = (key: string) => {
-      const n = (checking.get(key) ?? 1) - 1;
-      if (n <= 0) checking.delete(key);
-      else checking.set(key, n);
-      wakeNext(key);
-    };
-    try {
-      for (const [key, limit] of budgets) {
-        for (;;) {
-          const d = await limiter.peek(key, limit, LOGIN_WINDOW_S);
-          if (!d.allowed) {
-            wakeNext(key); // the next waiter finds the same, and passes it on
-            throw throttled(d.retryAfter, `Too many failed sign-in attempts. Try again in ${d.retryAfter} seconds.`);
-          }
-          if ((checking.get(key) ?? 0) < d.remaining) break;
-          // As many checks in flight as failures left: wait for one to end (a right password in
-          // a burst, or HTTP basic used in parallel, waits; a guess beyond the budget is refused).
-          await new Promise<void>((resolve) => waiting.set(key, [...(waiting.get(key) ?? []), resolve]));
-        }
-        checking.set(key, (checking.get(key) ?? 0) + 1); // taken in the same turn as the check
-        held.push(key);
-      }
+      { key: accountKey, limit: LOGIN_FAILURES_PER_ACCOUNT, windowS: LOGIN_WINDOW_S },
+      { key: `login:ip:${ip}`, limit: LOGIN_FAILURES_PER_IP, windowS: LOGIN_WINDOW_S },
+    ];
+    const refuse = (retryAfter: number) => throttled(retryAfter, `Too many failed sign-in attempts. Try again in ${retryAfter} seconds.`);
+    return loginFailures.attempt(budgets, refuse, async (fail) => {
+      // A right password in a burst waits for room; a guess beyond the budget is refused.
       const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
       if (!user || !user.passwordHash || !ok) {
-        await Promise.all(budgets.map(([key, limit]) => limiter.hit(key, limit, LOGIN_WINDOW_S)));
+        await fail();
         return null;
       }
       return user;
-    } finally {
-      for (const key of held) release(key);
-    }
+    });
   }
 
   /** Starts a session family and returns its first token pair. */

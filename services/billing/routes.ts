@@ -7,6 +7,7 @@ import { body } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { forbidden, notAuthenticated, notFound, throttled, tokenNotValid } from '../gateway/errors.js';
 import type { RateLimiter } from '../../infra/ports/rate-limiter.js';
+import { failureBudgets } from '../kernel/failure-budgets.js';
 import type { Accounts } from '../accounts/service.js';
 import type { PlanName, SubscriptionStatus } from './plans.js';
 import type { Billing } from './service.js';
@@ -28,19 +29,22 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
    * Another valid credential (a user's JWT or key) lacks the scope: 403; anything else is
    * a bad token: 401 token_not_valid (DECISIONS "Wire conventions").
    */
+  const wrongTokens = failureBudgets(deps.limiter);
+
   async function admin(ctx: Context): Promise<void> {
     if (!deps.adminEnabled) throw notFound();
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(.+)$/i.exec(header);
     if (!m) throw notAuthenticated();
-    const key = `admin:ip:${ctx.ip}`;
-    const budget = await deps.limiter.peek(key, ADMIN_FAILURES_PER_IP, ADMIN_WINDOW_S);
-    if (!budget.allowed) throw throttled(budget.retryAfter, `Too many wrong admin tokens. Try again in ${budget.retryAfter} seconds.`);
-    if (billing.isAdminToken(m[1].trim())) return;
-    const account = await deps.auth().principal(ctx).then(() => true, () => false);
-    if (account) throw forbidden('This credential is not the admin token.');
-    await deps.limiter.hit(key, ADMIN_FAILURES_PER_IP, ADMIN_WINDOW_S);
-    throw tokenNotValid('Invalid admin token.');
+    const budgets = [{ key: `admin:ip:${ctx.ip}`, limit: ADMIN_FAILURES_PER_IP, windowS: ADMIN_WINDOW_S }];
+    const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong admin tokens. Try again in ${retryAfter} seconds.`);
+    await wrongTokens.attempt(budgets, refuse, async (fail) => {
+      if (billing.isAdminToken(m[1].trim())) return;
+      const account = await deps.auth().principal(ctx).then(() => true, () => false);
+      if (account) throw forbidden('This credential is not the admin token.');
+      await fail();
+      throw tokenNotValid('Invalid admin token.');
+    });
   }
 
   async function targetUser(ctx: Context): Promise<number> {

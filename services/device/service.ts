@@ -14,6 +14,7 @@ import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
 import { holderOf, reserve } from '../kernel/reservations.js';
+import { failureBudgets } from '../kernel/failure-budgets.js';
 import { ApiError, fieldError, notFound, throttled } from '../gateway/errors.js';
 import { toPublicUser, type Accounts } from '../accounts/service.js';
 import { DEVICE_AUTHORIZATIONS, type DeviceAuthorizationDoc } from '../../projections/device/index.js';
@@ -323,20 +324,13 @@ export function createDeviceService(deps: DeviceServiceDeps) {
     return { id: owner, userCode: formatUserCode(normalized), status: effectiveStatus(s, Date.now()), expiresAt: s.expiresAt, clientId: s.clientId };
   }
 
-  /** Throws 429 when this account or address guessed wrong too often (RFC 8628 §5.1). */
-  async function checkGuessBudget(userPk: number, ip: string): Promise<void> {
-    for (const [key, limit] of [[`device:guess:user:${userPk}`, WRONG_CODES_PER_USER], [`device:guess:ip:${ip}`, WRONG_CODES_PER_IP]] as const) {
-      const d = await limiter.peek(key, limit, WRONG_CODES_WINDOW_S);
-      if (!d.allowed) throw throttled(d.retryAfter, `Too many wrong codes. Try again in ${d.retryAfter} seconds.`);
-    }
-  }
-
-  async function countWrongGuess(userPk: number, ip: string): Promise<void> {
-    await Promise.all([
-      limiter.hit(`device:guess:user:${userPk}`, WRONG_CODES_PER_USER, WRONG_CODES_WINDOW_S),
-      limiter.hit(`device:guess:ip:${ip}`, WRONG_CODES_PER_IP, WRONG_CODES_WINDOW_S),
-    ]);
-  }
+  const wrongCodes = failureBudgets(limiter);
+  /** Wrong codes are counted per account and per address (RFC 8628 §5.1). */
+  const guessBudgets = (userPk: number, ip: string) => [
+    { key: `device:guess:user:${userPk}`, limit: WRONG_CODES_PER_USER, windowS: WRONG_CODES_WINDOW_S },
+    { key: `device:guess:ip:${ip}`, limit: WRONG_CODES_PER_IP, windowS: WRONG_CODES_WINDOW_S },
+  ];
+  const tooManyWrongCodes = (retryAfter: number) => throttled(retryAfter, `Too many wrong codes. Try again in ${retryAfter} seconds.`);
 
   /**
    * Approves or denies the authorization named by `userCodeInput` on behalf of `userPk`.
@@ -344,17 +338,19 @@ export function createDeviceService(deps: DeviceServiceDeps) {
    * settled code is a 409.
    */
   async function decide(input: { userPk: number; userCode: string; action: DecideAction; via: string; ip: string }): Promise<{ userCode: string; clientId: string | null }> {
-    await checkGuessBudget(input.userPk, input.ip);
-    const normalized = normalizeUserCode(input.userCode);
-    if (!normalized) {
-      await countWrongGuess(input.userPk, input.ip);
-      throw fieldError('user_code', 'Enter the 8-letter code shown on your device (XXXX-XXXX).');
-    }
-    const id = await holderOf(store, USER_CODE_RESERVATION, hashUserCode(hmacKey, normalized));
-    if (!id) {
-      await countWrongGuess(input.userPk, input.ip);
-      throw notFound('Unknown code. Check the code shown on your device.');
-    }
+    const { normalized, id } = await wrongCodes.attempt(guessBudgets(input.userPk, input.ip), tooManyWrongCodes, async (fail) => {
+      const normalized = normalizeUserCode(input.userCode);
+      if (!normalized) {
+        await fail();
+        throw fieldError('user_code', 'Enter the 8-letter code shown on your device (XXXX-XXXX).');
+      }
+      const id = await holderOf(store, USER_CODE_RESERVATION, hashUserCode(hmacKey, normalized));
+      if (!id) {
+        await fail();
+        throw notFound('Unknown code. Check the code shown on your device.');
+      }
+      return { normalized, id };
+    });
     type Outcome = 'done' | 'expired' | 'conflict' | 'used';
     const { result, append, state } = await execute<DeviceAuthState, Outcome>(store, deviceStream(id), deviceEvolver, (s) => {
       const status = effectiveStatus(s, Date.now());

@@ -198,6 +198,18 @@ describe('admin token guessing', () => {
       await t.close();
     }
   });
+
+  it('a burst of parallel guesses is held to the same 20: the rest are 429', async () => {
+    const t = await startTestServer({ ADMIN_TOKEN: 'the-admin-token' });
+    try {
+      const u = await t.signUp();
+      const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => t.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { token: `guess-${i}`, body: { plan: 'team' } })));
+      expect(answers.filter((a) => a.status === 401).length).toBe(20);
+      expect(answers.filter((a) => a.status === 429).length).toBe(40);
+    } finally {
+      await t.close();
+    }
+  });
 });
 
 describe('the phone provider is down', () => {

@@ -281,6 +281,15 @@ describe('POST /api/auth/device/approve/ and /deny/', () => {
     // Another account is not affected.
     expect((await approve(d.user_code)).status).toBe(200);
   });
+
+  it('a burst of parallel wrong codes cannot pass the budget before its guesses are counted: at most 10 are tried', async () => {
+    const guesser = await s.signUp();
+    const codes = Array.from({ length: 60 }, (_, i) => 'BBBB-' + ['C', 'D', 'F', 'G', 'H', 'J'][i % 6] + 'CDFGHJKLMN'[Math.floor(i / 6)] + 'BB');
+    const answers = await Promise.all(codes.map((c) => approve(c, guesser.access)));
+    const statuses = answers.map((a) => a.status);
+    expect(statuses.filter((x) => x === 404).length).toBe(10);
+    expect(statuses.filter((x) => x === 429).length).toBe(50);
+  });
 });
 
 describe('a standard OAuth client (openid-client) against our RFC 8414 metadata', () => {
