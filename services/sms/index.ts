@@ -9,7 +9,7 @@ import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
 import { body, pageOfList, pageParams, queryFlag, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { ApiError, notFound } from '../gateway/errors.js';
+import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid, newId, nowIso } from '../kernel/ids.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import {
@@ -21,8 +21,9 @@ import {
   type SmsMessageDoc,
   type SmsPhonesDoc,
 } from '../../projections/sms/index.js';
-import { SmsRead, SmsReceived, conversationIdOf, normalizeNumber, previewOf, receiptEventIdOf, smsboxStream, type SmsReadData, type SmsReceivedData } from './events.js';
+import { SmsRead, SmsReceived, conversationIdOf, previewOf, receiptEventIdOf, smsboxStream, type SmsReadData, type SmsReceivedData } from './events.js';
 import { verifyWebhook } from './providers.js';
+import { parseAddress } from './address.js';
 
 const validateInbound = validator<{ MessageSid: string; From: string; To: string; Body?: string; NumMedia?: number }>('sms.json#InboundSms');
 
@@ -32,6 +33,20 @@ const EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>
 const CONVERSATION_MESSAGES = 500;
 const MAX_MEDIA = 10;
 
+/**
+ * The webhook's From and To, normalised once (services/sms/address.ts) before anything is
+ * looked up or stored; a malformed one is a 400 naming the field(s).
+ */
+function addressesOf(input: { From: string; To: string }): { from: string; to: string } {
+  const from = parseAddress(input.From, 'from');
+  const to = parseAddress(input.To, 'to');
+  if (from.ok && to.ok) return { from: from.value, to: to.value };
+  const fields: FieldErrors = {};
+  if (!from.ok) fields.From = [from.error];
+  if (!to.ok) fields.To = [to.error];
+  throw badRequest(fields);
+}
+
 export const smsContext: ContextFactory = (shared) => {
   const { platform } = shared;
   const { config, events, reads, progress } = platform;
@@ -39,8 +54,7 @@ export const smsContext: ContextFactory = (shared) => {
 
   async function receive(raw: Record<string, unknown>): Promise<SmsReceivedData> {
     const input = validateInbound(raw);
-    const to = normalizeNumber(input.To);
-    const from = normalizeNumber(input.From);
+    const { from, to } = addressesOf(input);
     const identity = await reads.collection<IdentityDoc>(IDENTITIES).findOne({ phone: to });
     if (!identity) {
       log.warn({ to, messageSid: input.MessageSid }, 'inbound SMS for a number no identity holds; rejected');

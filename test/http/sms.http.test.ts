@@ -204,6 +204,91 @@ describe('the SSE `sms` event', () => {
   });
 });
 
+describe('From and To are normalised once, before anything is stored', () => {
+  type Conv = { peer: string; from_number: string; conversation_id: string; message_count: number };
+  const peers = async () => ((await get('/api/sms-inbox/?limit=200', idA)).body as Conv[]).map((c) => c.peer);
+  const messageCount = async () => ((await get('/api/messages/?limit=200', idA)).body as unknown[]).length;
+
+  it.each([
+    ['a bidi override (RLO: display spoofing)', '+1555\u202E7770005'],
+    ['a zero-width space', '+1555\u200B7770004'],
+    ['a NUL', '+1555777\u00000006'],
+    ['a soft hyphen', '+1555\u00AD7770007'],
+    ['a zero-width joiner in a sender ID', 'ACME\u200DBANK'],
+    ['a newline', '+15557770008\n'],
+  ])('a From with %s: 400 {From: [...]}, nothing recorded', async (_what, from) => {
+    const [before, beforePeers] = [await messageCount(), await peers()];
+    const res = await webhook({ From: from, To: phoneA, Body: 'spoof', MessageSid: nextSid() });
+    expect(res.status).toBe(400);
+    expect(Object.keys(res.body)).toEqual(['From']);
+    expect(res.body.From).toEqual([expect.stringMatching(/control or invisible/)]);
+    expect(await messageCount()).toBe(before);
+    expect(await peers()).toEqual(beforePeers);
+  });
+
+  it('digits of another script (Arabic-Indic) are refused: 400, no second conversation for +15557770002', async () => {
+    const before = await peers();
+    const res = await webhook({ From: '+\u0661\u0665\u0665\u0665\u0667\u0667\u0667\u0660\u0660\u0660\u0662', To: phoneA, Body: 'x', MessageSid: nextSid() });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ From: [expect.stringMatching(/ASCII/)] });
+    expect(await peers()).toEqual(before);
+  });
+
+  it('a full-width number (＋１５５５...) is the ASCII number: same peer, same conversation, same SSE from_number', async () => {
+    const sse = await openSse(`${s.url}/api/events/stream/`, { authorization: `Bearer ${owner.access}`, 'x-service-identity': idA });
+    readers.push(sse);
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await webhook({ From: '+15557770003', To: phoneA, Body: 'ascii', MessageSid: nextSid() })).status).toBe(200);
+    expect((await webhook({ From: '\uFF0B15557770003', To: phoneA, Body: 'full-width plus', MessageSid: nextSid() })).status).toBe(200);
+    expect((await webhook({ From: '\uFF0B\uFF11\uFF15\uFF15\uFF15\uFF17\uFF17\uFF17\uFF10\uFF10\uFF10\uFF13', To: phoneA, Body: 'full-width digits', MessageSid: nextSid() })).status).toBe(200);
+    const frames = await sse.frames(3);
+    expect(frames.map((f) => JSON.parse(f.data).from_number)).toEqual(['+15557770003', '+15557770003', '+15557770003']);
+    const convs = ((await get('/api/sms-inbox/?limit=200', idA)).body as Conv[]).filter((c) => c.peer.normalize('NFKC') === '+15557770003');
+    expect(convs).toHaveLength(1);
+    expect(convs[0]).toMatchObject({ peer: '+15557770003', from_number: '+15557770003' });
+    expect(new Set(frames.map((f) => JSON.parse(f.data).conversation_id))).toEqual(new Set([convs[0].conversation_id]));
+    const detail = await get(`/api/sms-inbox/${convs[0].conversation_id}/`, idA);
+    expect(detail.body.messages.slice(-2).map((m: { body: string; from_number: string }) => [m.body, m.from_number])).toEqual([
+      ['full-width plus', '+15557770003'],
+      ['full-width digits', '+15557770003'],
+    ]);
+  });
+
+  it('a To in full-width digits finds the identity; a To with a zero-width space or letters is a 400 naming To', async () => {
+    const wide = phoneA.replace(/[+0-9]/g, (c) => String.fromCharCode(c.charCodeAt(0) + 0xfee0));
+    const ok = await webhook({ From: '+15557770009', To: wide, Body: 'wide to', MessageSid: nextSid() });
+    expect(ok.status).toBe(200);
+    expect((await get('/api/messages/', idA)).body[0]).toMatchObject({ body: 'wide to', to_number: phoneA, from_number: '+15557770009' });
+    const zw = await webhook({ From: '+15557770009', To: `${phoneA.slice(0, 4)}\u200B${phoneA.slice(4)}`, Body: 'x', MessageSid: nextSid() });
+    expect([zw.status, Object.keys(zw.body)]).toEqual([400, ['To']]);
+    const letters = await webhook({ From: '+15557770009', To: 'ACMEBANK', Body: 'x', MessageSid: nextSid() });
+    expect([letters.status, Object.keys(letters.body)]).toEqual([400, ['To']]);
+  });
+
+  it('alphanumeric sender IDs (Latin or not) keep working as they are; one over 11 characters is a 400', async () => {
+    for (const sender of ['ACMEBANK', '\u0411\u0430\u043d\u043a', 'My Bank', '2FA']) {
+      const res = await webhook({ From: sender, To: phoneA, Body: `from ${sender}`, MessageSid: nextSid() });
+      expect([sender, res.status]).toEqual([sender, 200]);
+      expect((await get('/api/messages/', idA)).body[0]).toMatchObject({ from_number: sender, body: `from ${sender}` });
+    }
+    expect(await peers()).toEqual(expect.arrayContaining(['ACMEBANK', '\u0411\u0430\u043d\u043a', 'My Bank', '2FA']));
+    const long = await webhook({ From: 'ACMEBANKLTDX', To: phoneA, Body: 'x', MessageSid: nextSid() });
+    expect([long.status, Object.keys(long.body)]).toEqual([400, ['From']]);
+    const mixed = await webhook({ From: '+1555ACME', To: phoneA, Body: 'x', MessageSid: nextSid() });
+    expect([mixed.status, Object.keys(mixed.body)]).toEqual([400, ['From']]);
+  });
+
+  it('ordinary numbers are still read as E.164 (spaces, dashes, parentheses, a 00 prefix); too short or too long is a 400', async () => {
+    for (const from of ['+1 (555) 777-0010', '0015557770010', '+1.555.777.0010']) expect((await webhook({ From: from, To: phoneA, Body: from, MessageSid: nextSid() })).status).toBe(200);
+    const conv = ((await get('/api/sms-inbox/?limit=200', idA)).body as Conv[]).find((c) => c.peer === '+15557770010');
+    expect(conv?.message_count).toBe(3);
+    for (const from of ['+1', '+1234567890123456']) {
+      const res = await webhook({ From: from, To: phoneA, Body: 'x', MessageSid: nextSid() });
+      expect([from, res.status, Object.keys(res.body)]).toEqual([from, 400, ['From']]);
+    }
+  });
+});
+
 describe('twilio provider: X-Twilio-Signature', () => {
   const TOKEN = 'twilio-auth-token-test';
   const PUBLIC = 'https://agents.example.com';
