@@ -49,6 +49,18 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
+/**
+ * A connection URL as an error message may show it: its password (or a bare token in the
+ * user-info part) replaced by `***`. Works on text that is not a valid URL too (an unencoded
+ * `#` or `/` in a password is the usual reason a URL is refused).
+ */
+export function withoutPassword(value: string): string {
+  const m = /^([a-z][a-z0-9+.-]*:\/\/)(.*)@([^@]*)$/is.exec(value);
+  if (!m) return value;
+  const colon = m[2].indexOf(':');
+  return `${m[1]}${colon >= 0 ? `${m[2].slice(0, colon)}:***` : '***'}@${m[3]}`;
+}
+
 export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const problems: string[] = [];
   const str = (name: string, fallback: string): string => {
@@ -72,10 +84,10 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const url = (name: string, value: string, protocols: string[]): string => {
     try {
       const u = new URL(value);
-      if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${value}")`);
-      else if (!u.hostname) problems.push(`${name} must name a host (got "${value}")`);
+      if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${withoutPassword(value)}")`);
+      else if (!u.hostname) problems.push(`${name} must name a host (got "${withoutPassword(value)}")`);
     } catch {
-      problems.push(`${name} must be a URL (got "${value}")`);
+      problems.push(`${name} must be a URL (got "${withoutPassword(value)}")`);
     }
     return value;
   };
@@ -141,9 +153,9 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     const kafka = opt('KAFKA_BROKERS');
     if (!es) problems.push('EVENTSTORE_URL is required when STORE=cluster');
     // Connection strings may list several hosts (`esdb://a:2113,b:2113`), which URL cannot parse.
-    else if (!/^esdb(\+discover)?:\/\/[^/?#\s]+/.test(es)) problems.push(`EVENTSTORE_URL must be an esdb:// or esdb+discover:// connection string (got "${es}")`);
+    else if (!/^esdb(\+discover)?:\/\/[^/?#\s]+/.test(es)) problems.push(`EVENTSTORE_URL must be an esdb:// or esdb+discover:// connection string (got "${withoutPassword(es)}")`);
     if (!mongo) problems.push('MONGO_URL is required when STORE=cluster');
-    else if (!/^mongodb(\+srv)?:\/\/[^/?#\s]+/.test(mongo)) problems.push(`MONGO_URL must be a mongodb:// or mongodb+srv:// connection string (got "${mongo}")`);
+    else if (!/^mongodb(\+srv)?:\/\/[^/?#\s]+/.test(mongo)) problems.push(`MONGO_URL must be a mongodb:// or mongodb+srv:// connection string (got "${withoutPassword(mongo)}")`);
     if (!kafka) problems.push('KAFKA_BROKERS is required when STORE=cluster');
     else {
       if (kafka.split(',').some((b) => !/^\S+:\d{1,5}$/.test(b.trim()))) problems.push(`KAFKA_BROKERS must be host:port[,host:port...] (got "${kafka}")`);

@@ -150,12 +150,12 @@ function createDirectory(dir: string): void {
 /**
  * Files under DATA_DIR are the service user's only (umask 077 in services/main.ts), but a
  * DATA_DIR written by an older version (or restored from a backup) may have databases
- * readable by others: the event log holds password hashes and SMS texts. Tightened at start.
+ * readable by others: the event log holds password hashes and SMS texts, the outbox reset links. Tightened at start.
  */
 function tightenDataDir(dir: string, logger: Logger): void {
   const tightened: string[] = [];
   for (const name of readdirSync(dir)) {
-    const wanted = /\.sqlite(-wal|-shm|-journal)?$/.test(name) || name === 'service.lock' ? 0o600 : name === 'blobs' || name === 'keys' ? 0o700 : null;
+    const wanted = /\.sqlite(-wal|-shm|-journal)?$/.test(name) || name === 'service.lock' ? 0o600 : name === 'blobs' || name === 'keys' || name === 'outbox' ? 0o700 : null;
     if (wanted === null) continue;
     const file = path.join(dir, name);
     try {

@@ -193,16 +193,18 @@ export function createMailer(options: MailerOptions): Mailer {
         throw new TemporaryMailError(`relay failed: ${(err as Error).message}`, { cause: err });
       }
     }
-    // The outbox is the operator's mailbox when no relay is set (DECISIONS): readable by
-    // others on the machine whatever the service's umask (077: the databases stay private).
-    await mkdir(options.outboxDir, { recursive: true });
-    await chmod(options.outboxDir, 0o755);
+    // The outbox is the operator's mailbox when no relay is set (DECISIONS), and its mails
+    // carry password reset and verification links: private to the service's user whatever
+    // the umask or the mode of a DATA_DIR made beforehand (0644 let a local user take over
+    // an account).
+    await mkdir(options.outboxDir, { recursive: true, mode: 0o700 });
+    await chmod(options.outboxDir, 0o700);
     const raw = (await fileTransport.sendMail(message)).message as Buffer;
     const name = `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID()}.eml`;
     const file = path.join(options.outboxDir, name);
     // Write then rename: a reader never sees a half-written message.
     await writeFile(`${file}.tmp`, raw);
-    await chmod(`${file}.tmp`, 0o644);
+    await chmod(`${file}.tmp`, 0o600);
     await rename(`${file}.tmp`, file);
     return { messageId: message.messageId, via: 'outbox', location: file, refused: [] };
   }

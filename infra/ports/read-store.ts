@@ -1,8 +1,9 @@
 /**
  * The read-store port: documents built by projections, served by the listing endpoints.
  *
- * Only the projection runner writes (through {@link ReadStore.commit}); everything else
- * reads. Every adapter (embedded SQLite, MongoDB) must pass
+ * Writes go through {@link ReadStore.commit} only: the projection runner's documents, and
+ * the checkpoints of the reactors and the Kafka relay (docs/ARCHITECTURE.md); everything
+ * else reads. Every adapter (embedded SQLite, MongoDB) must pass
  * `test/contract/read-store.contract.ts`.
  */
 

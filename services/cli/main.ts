@@ -821,13 +821,12 @@ function kdfOverride(ctx: Ctx): KdfParams | undefined {
 }
 
 /**
- * The wrong-PIN counter of the account: by user pk after `ais login`; with AIS_API_KEY (no
- * user in the config) by the account's salt, so two accounts used from one machine do not
- * share a counter.
+ * The wrong-PIN counter of the account, filed by its salt (one per account, server-made):
+ * two accounts used from one machine (a login and an AIS_API_KEY, or two keys) never share
+ * a counter.
  */
 function lockStore(ctx: Ctx, salt: string) {
-  const account = ctx.config.user?.pk ?? `salt-${createHash('sha256').update(salt).digest('hex').slice(0, 16)}`;
-  return fileLockStore(path.join(configDir(ctx.env), `pin-lock-${account}.json`));
+  return fileLockStore(path.join(configDir(ctx.env), `pin-lock-${createHash('sha256').update(salt).digest('hex').slice(0, 16)}.json`));
 }
 
 function deviceSecret(ctx: Ctx): string {

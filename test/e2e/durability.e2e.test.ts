@@ -62,16 +62,14 @@ describe('durability', () => {
     const svc = await spawnService({ DATA_DIR: dataDir });
     try {
       expect((await post(`${svc.url}/api/auth/social/`, { username: 'keeper', email: 'keeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
-      // The databases and keys are the service's own; the outbox is the operator's mailbox
-      // (DECISIONS: mail written as .eml there when no relay is set), readable as before.
-      for (const name of ['events.sqlite', 'read-models.sqlite', 'keys']) {
+      // The databases, keys and the outbox (its mails carry reset and verification links) are
+      // the service's own, whatever the umask.
+      for (const name of ['events.sqlite', 'read-models.sqlite', 'keys', 'outbox']) {
         expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
       }
-      expect(statSync(path.join(dataDir, 'outbox')).mode & 0o777).toBe(0o755);
-      // (Finished mails only: one may be mid-write as `.tmp`, renamed once complete and readable.)
-      for (const mail of readdirSync(path.join(dataDir, 'outbox')).filter((f) => f.endsWith('.eml'))) {
-        expect(statSync(path.join(dataDir, 'outbox', mail)).mode & 0o777).toBe(0o644);
-      }
+      const mails = readdirSync(path.join(dataDir, 'outbox'));
+      expect(mails.length).toBeGreaterThan(0); // the verification mail of the sign-up
+      for (const mail of mails) expect([mail, statSync(path.join(dataDir, 'outbox', mail)).mode & 0o077]).toEqual([mail, 0]);
     } finally {
       svc.child.kill('SIGTERM'); // also when a check failed: no service left running
     }
@@ -79,10 +77,11 @@ describe('durability', () => {
     // A DATA_DIR from an older version (or a careless restore): readable by others until the start.
     for (const name of ['events.sqlite', 'read-models.sqlite']) chmodSync(path.join(dataDir, name), 0o644);
     chmodSync(path.join(dataDir, 'blobs'), 0o755);
+    chmodSync(path.join(dataDir, 'outbox'), 0o755);
     symlinkSync('/nonexistent/old-backup.sqlite', path.join(dataDir, 'old-backup.sqlite')); // a dangling link: not ours, no reason to fail
     const again = await spawnService({ DATA_DIR: dataDir });
     expect((await post(`${again.url}/api/auth/login/`, { username: 'keeper', password: 'pw' })).status).toBe(200);
-    for (const name of ['events.sqlite', 'read-models.sqlite', 'blobs']) {
+    for (const name of ['events.sqlite', 'read-models.sqlite', 'blobs', 'outbox']) {
       expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
     }
     again.child.kill('SIGTERM');
@@ -344,6 +343,10 @@ describe('durability', () => {
         [{ SMTP_TLS_CERT: file, SMTP_TLS_KEY: file }, /^configuration error: SMTP_TLS_CERT and SMTP_TLS_KEY must be a PEM certificate and its private key/],
         [{ PORT: '47999', SMTP_PORT: '47999' }, /^configuration error: SMTP_PORT must differ from PORT/],
         [{ SMTP_RELAY_URL: 'smtp://' }, /^configuration error: SMTP_RELAY_URL must name a host/],
+        // A refused URL is shown without its password (an unencoded # or / is the usual reason).
+        [{ SMTP_RELAY_URL: 'smtp://relayuser:p#ss/Secr3t@127.0.0.1:1' }, /^configuration error: SMTP_RELAY_URL must be a URL \(got "smtp:\/\/relayuser:\*\*\*@127\.0\.0\.1:1"\)$/],
+        [{ SMTP_RELAY_URL: 'submission://tok3n-Secr3t@mail.example.com:587' }, /^configuration error: SMTP_RELAY_URL must use smtp: or smtps: \(got "submission:\/\/\*\*\*@mail\.example\.com:587"\)$/],
+        [{ STORE: 'cluster', EVENTSTORE_URL: 'esdb://a:2113', MONGO_URL: 'mongo://admin:MongoPw-Secr3t@db:27017', KAFKA_BROKERS: 'k:9092' }, /^configuration error: MONGO_URL .*\(got "mongo:\/\/admin:\*\*\*@db:27017"\)$/],
         [{ STORE: 'cluster', EVENTSTORE_URL: 'notaurl', MONGO_URL: 'mongodb://m:27017', KAFKA_BROKERS: 'k:9092' }, /^configuration error: EVENTSTORE_URL /],
         [{ STORE: 'cluster', EVENTSTORE_URL: 'esdb://a:2113,b:2113?tls=false', MONGO_URL: 'notaurl', KAFKA_BROKERS: 'k' }, /^configuration error: MONGO_URL .*; KAFKA_BROKERS /],
       ] as const) {
