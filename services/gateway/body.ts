@@ -162,7 +162,12 @@ function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
         reject(tooLarge());
       }
     });
-    bb.on('field', (name, value) => (fields[name] = value));
+    // busboy decodes a field by its part's charset (UTF-8 unless declared), replacing bytes
+    // that do not decode with U+FFFD: such a field is refused, as a JSON or form body's is.
+    bb.on('field', (name, value) => {
+      if (name.includes('\uFFFD') || value.includes('\uFFFD')) reject(new ApiError(400, 'parse_error', `The multipart field "${name.replace(/\uFFFD/g, '?')}" is not valid in its charset (UTF-8 unless its part says otherwise).`));
+      else fields[name] = value;
+    });
     bb.on('file', (_name, stream) => stream.resume());
     bb.on('error', () => reject(new ApiError(400, 'parse_error', 'Malformed multipart body.')));
     bb.on('close', () => resolve(fields));

@@ -19,6 +19,14 @@ const v = {
   patch: validator<UpdateBody>('identities.json#IdentityPatch'),
 };
 
+/** A name is 1 to 150 characters after trimming (docs/IDENTITIES.md): trimmed before the schema counts. */
+function trimmedName(raw: unknown): unknown {
+  if (raw && typeof raw === 'object' && !Array.isArray(raw) && typeof (raw as { name?: unknown }).name === 'string') {
+    return { ...(raw as object), name: (raw as { name: string }).name.trim() };
+  }
+  return raw;
+}
+
 export function identityRoutes(deps: { identities: Identities; auth: () => Authenticator; publicUrl: string }): HttpModule {
   const { identities } = deps;
 
@@ -51,7 +59,7 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
 
       r.post('/api/identities/', async (ctx) => {
         const p = await deps.auth().accountPrincipal(ctx);
-        const b = v.create(await body(ctx));
+        const b = v.create(trimmedName(await body(ctx)));
         const doc = await identities.create(p.userPk, { name: b.name, emailIdentifier: b.email_identifier, provisionPhone: isTrue(b.provision_phone) });
         created(ctx, toIdentity(doc));
       });
@@ -73,7 +81,7 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
         const p = await deps.auth().principal(ctx);
         const doc = await visible(ctx, p);
         if (p.kind === 'identity_key') throw forbidden('An identity key cannot modify identities; use a management key or a user token.');
-        const b = validate(await body(ctx));
+        const b = validate(trimmedName(await body(ctx)));
         ctx.body = toIdentity(await identities.update(doc.id, { name: b.name, provisionPhone: isTrue(b.provision_phone) }));
       };
       r.put('/api/identities/:uuid/', update(v.put));

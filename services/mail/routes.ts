@@ -284,7 +284,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const identityId = await identityOf(ctx);
         const b = v.compose(normaliseLists(await body(ctx)));
         // A header holds one line: a line break would be folded away on the wire and kept in the copy here.
-        if (/[\x00-\x08\x0a-\x1f\x7f]/.test(b.subject)) throw badRequest({ subject: ['The subject cannot contain line breaks or other control characters.'] });
+        if (/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]/.test(b.subject)) throw badRequest({ subject: ['The subject cannot contain line breaks or other control characters.'] });
         const list = recipients({ to: b.to, cc: b.cc, bcc: b.bcc }, ['to']);
         const doc = await mail.send(identityId, {
           to: list.to,

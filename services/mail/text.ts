@@ -104,7 +104,7 @@ export const hasReplyPrefix = (subject: string): boolean => REPLY_PREFIX.test(su
  * line, and the copy kept here reads as the one sent.
  */
 export function replySubject(subject: string): string {
-  const s = subject.replace(/[\x00-\x08\x0a-\x1f\x7f]+/g, ' ').trim();
+  const s = subject.replace(/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+/g, ' ').trim();
   return /^re\s*:/i.test(s) ? s : s ? `Re: ${s}` : 'Re:';
 }
 

@@ -192,3 +192,16 @@ it('form bodies: percent-escapes that are not UTF-8 are a 400 (never stored as U
   const good = await post('name=Caf%C3%A9+%E2%98%95+100%25+%zz&ignored=1&name=Caf%C3%A9+%E2%98%95+100%25+%zz');
   expect([good.status, ((await good.json()) as { name: string }).name]).toEqual([201, 'Café ☕ 100% %zz']);
 });
+
+it('multipart bodies: a field that is not valid UTF-8 is a 400 too; valid UTF-8 reads as sent', async () => {
+  const post = (value: Buffer) => {
+    const body = Buffer.concat([Buffer.from('--B\r\nContent-Disposition: form-data; name="name"\r\n\r\n'), value, Buffer.from('\r\n--B--\r\n')]);
+    return fetch(`${s.url}/api/identities/`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'multipart/form-data; boundary=B' }, body });
+  };
+  for (const bad of [[0x61, 0xff, 0xfe, 0x62], [0x42, 0x6f, 0x74, 0xed, 0xa0, 0x80], [0xc0, 0xaf]]) {
+    const res = await post(Buffer.from(bad));
+    expect([bad, res.status, ((await res.json()) as { code: string }).code]).toEqual([bad, 400, 'parse_error']);
+  }
+  const good = await post(Buffer.from('Multi ☕ part', 'utf8'));
+  expect([good.status, ((await good.json()) as { name: string }).name]).toEqual([201, 'Multi ☕ part']);
+});

@@ -105,10 +105,16 @@ describe('create', () => {
 
 describe('conflicts (409)', () => {
   it('a name with control characters is a 400; names equal after Unicode normalisation collide', async () => {
-    for (const name of ['a\nb', 'tab\there', '\u0000nul']) {
+    for (const name of ['a\nb', 'tab\there', '\u0000nul', 'a\u0085b', 'a\u2028b', 'a\u2029b', 'a\u009bb']) {
       const res = await create(owner.access, { name });
       expect([name, res.status, Object.keys(res.body)]).toEqual([name, 400, ['name']]);
     }
+    // 1 to 150 characters after trimming: the spaces around do not count.
+    const padded = await create(owner.access, { name: ` ${'p'.repeat(150)} ` });
+    expect([padded.status, padded.body.name]).toEqual([201, 'p'.repeat(150)]);
+    expect((await create(owner.access, { name: 'q'.repeat(151) })).status).toBe(400);
+    const blank = await create(owner.access, { name: '   ' });
+    expect([blank.status, blank.body]).toEqual([400, { name: ['This field may not be blank.'] }]);
     expect((await create(owner.access, { name: 'Caf\u00e9 bot' })).status).toBe(201);
     expect((await create(owner.access, { name: 'CAFE\u0301 BOT' })).status).toBe(409);
   });

@@ -570,6 +570,11 @@ describe('on the wire: RFC 5322 / MIME conformance of what the relay receives', 
     expect((await relayedOf(res)).raw).toMatch(/^To: user@xn--bcher-kva\.de\r$/m);
     const broken = await send({ to: 'x@example.com', subject: 'inject\r\nBcc: evil@example.com', body: 'b' });
     expect([broken.status, Object.keys(broken.body)]).toEqual([400, ['subject']]);
+    // Unicode's own line breaks and C1 controls too (NEL, LINE/PARAGRAPH SEPARATOR, CSI).
+    for (const subject of ['a\u0085b', 'a\u2028b', 'a\u2029b', 'a\u009bb']) {
+      const res = await send({ to: 'x@example.com', subject, body: 'b' });
+      expect([JSON.stringify(subject), res.status, Object.keys(res.body)]).toEqual([JSON.stringify(subject), 400, ['subject']]);
+    }
   });
 
   test('no header line over 998 characters: a long unbreakable subject (also of a reply) is sent as encoded words', async () => {
