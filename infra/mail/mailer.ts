@@ -25,10 +25,13 @@ const MAX_LINE = 998;
 /**
  * A subject nodemailer would leave on one over-long line (a run of more characters than a
  * line holds, with no whitespace to fold at) goes out as RFC 2047 encoded words, which fold.
+ * So does a subject holding text shaped like an encoded word (`=?utf-8?B?SGFja2Vk?=`): sent
+ * as is, the recipient's client would decode it and show another subject than the one sent.
  */
 const UNFOLDABLE_SUBJECT = new RegExp(`\\S{${MAX_LINE - 'Subject: '.length - 10},}`);
+const ENCODED_WORD_LIKE = /=\?[^?\s]+\?[bq]\?[^?\s]*\?=/i;
 function subjectHeader(subject: string): string | { prepared: true; foldLines: true; value: string } {
-  if (!UNFOLDABLE_SUBJECT.test(subject)) return subject;
+  if (!UNFOLDABLE_SUBJECT.test(subject) && !ENCODED_WORD_LIKE.test(subject)) return subject;
   return { prepared: true, foldLines: true, value: mimeFuncs.encodeWord(subject, 'Q', 52) };
 }
 

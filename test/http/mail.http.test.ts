@@ -586,6 +586,13 @@ describe('on the wire: RFC 5322 / MIME conformance of what the relay receives', 
     expect(r.mail.subject).toBe(subject);
   });
 
+  test('a subject holding text shaped like an encoded word reaches the recipient as typed, not decoded into another subject', async () => {
+    const subject = '=?utf-8?B?SGFja2Vk?= literal';
+    const res = await send({ to: 'x@example.com', subject, body: '<p>x</p>' });
+    expect([res.status, res.body.subject]).toEqual([201, subject]);
+    expect((await relayedOf(res)).mail.subject).toBe(subject);
+  });
+
   test('the text part keeps link targets and table cells apart', async () => {
     const res = await send({ to: 'x@example.com', subject: 'links', body: '<p>Click <a href="https://example.com/verify?token=abc">here</a> to verify.</p><table><tr><td>a</td><td>b</td></tr></table>' });
     const r = await relayedOf(res);
