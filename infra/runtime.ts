@@ -318,7 +318,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks }),
     ...parts.flatMap((p) => (p.module ? [p.module] : [])),
   ];
-  const app = createApp({ logger, modules });
+  const app = createApp({ logger, modules, trustProxy: config.trustProxy });
 
   const server = http.createServer(app.callback());
   answerProtocolErrorsInJson(server);

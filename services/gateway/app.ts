@@ -21,8 +21,12 @@ export interface HttpModule {
 export interface AppDeps {
   logger: Logger;
   modules: HttpModule[];
-  /** Behind a TLS-terminating proxy: trust X-Forwarded-* for ctx.ip and ctx.secure. */
-  trustProxy?: boolean;
+  /**
+   * Proxies in front (TRUST_PROXY): their X-Forwarded-Proto makes ctx.secure, and the client
+   * address is the entry they appended to X-Forwarded-For (the last `trustProxy` ones; entries
+   * before them are the client's own claims, never trusted). 0: the socket's address.
+   */
+  trustProxy?: number;
 }
 
 const SECURITY_HEADERS = {
@@ -40,7 +44,7 @@ const PAGE_HEADERS = SECURITY_HEADERS;
 export type RouteTable = Array<{ method: string; path: string }>;
 
 export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
-  const app = new Koa({ proxy: deps.trustProxy ?? false });
+  const app = new Koa({ proxy: (deps.trustProxy ?? 0) > 0, maxIpsCount: deps.trustProxy ?? 0 });
   const log = deps.logger;
 
   const router = new IndexedRouter();

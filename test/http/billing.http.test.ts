@@ -212,6 +212,39 @@ describe('admin token guessing', () => {
   });
 });
 
+describe('behind a proxy (TRUST_PROXY)', () => {
+  it('the throttles count the client address the proxy appended, not a forged earlier entry; X-Forwarded-Proto https gives HSTS', async () => {
+    const guess = (t: TestServer, xff?: string, proto?: string) =>
+      fetch(`${t.url}/api/admin/users/1/subscription/`, {
+        method: 'PUT',
+        headers: { authorization: 'Bearer wrong', 'content-type': 'application/json', ...(xff ? { 'x-forwarded-for': xff } : {}), ...(proto ? { 'x-forwarded-proto': proto } : {}) },
+        body: '{"plan":"team"}',
+      });
+    const t = await startTestServer({ ADMIN_TOKEN: 'the-admin-token', TRUST_PROXY: '1' });
+    try {
+      for (let i = 0; i < 20; i++) expect((await guess(t, `10.0.0.1`)).status).toBe(401);
+      expect((await guess(t, '10.0.0.1')).status).toBe(429);
+      // Another client behind the same proxy is not throttled; a client forging an entry is
+      // still the address the proxy saw.
+      expect((await guess(t, '10.0.0.2')).status).toBe(401);
+      expect((await guess(t, '10.0.0.2, 10.0.0.1')).status).toBe(429);
+      expect((await guess(t, '10.0.0.1, 10.0.0.3')).status).toBe(401);
+      expect((await guess(t, '10.0.0.3', 'https')).headers.get('strict-transport-security')).toMatch(/max-age=/);
+    } finally {
+      await t.close();
+    }
+    // Without TRUST_PROXY the header is the client's claim: ignored, every guess is the socket's.
+    const plain = await startTestServer({ ADMIN_TOKEN: 'the-admin-token' });
+    try {
+      for (let i = 0; i < 20; i++) await guess(plain, `10.1.0.${i}`);
+      expect((await guess(plain, '10.1.0.99')).status).toBe(429);
+      expect((await guess(plain, '10.1.0.99', 'https')).headers.get('strict-transport-security')).toBeNull();
+    } finally {
+      await plain.close();
+    }
+  });
+});
+
 describe('the phone provider is down', () => {
   it('503 phone_unavailable with Retry-After and a detail that says why (a deliberate 5xx is not the generic one); nothing is taken', async () => {
     const closed = await freePort(); // nothing listens there: every Twilio call fails
