@@ -3,6 +3,7 @@ import type { Context } from 'koa';
 import type { Page } from '../../infra/ports/read-store.js';
 import { readBody } from './body.js';
 import { badRequest } from './errors.js';
+import { FALSE_TEXTS, TRUE_TEXTS } from './validate.js';
 
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
@@ -88,11 +89,14 @@ export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R,
   ctx.body = json;
 }
 
-/** `?unread=true` style booleans: true/1/yes, false/0/no or absent; anything else is a 400. */
+/**
+ * `?unread=true` style booleans, spelled as a body's boolean fields are (DRF's texts:
+ * true/t/yes/y/on/1, false/f/no/n/off/0) or absent; anything else is a 400.
+ */
 export function queryFlag(ctx: Context, name: string): boolean {
   const v = ctx.query[name];
   const s = (Array.isArray(v) ? v[0] : v)?.trim().toLowerCase();
-  if (s === undefined || s === '' || s === 'false' || s === '0' || s === 'no') return false;
-  if (s === 'true' || s === '1' || s === 'yes') return true;
+  if (s === undefined || s === '' || FALSE_TEXTS.has(s)) return false;
+  if (TRUE_TEXTS.has(s)) return true;
   throw badRequest({ [name]: ['Must be a valid boolean (true or false).'] });
 }

@@ -59,8 +59,11 @@ export function markJsonBody<T extends object>(body: T): T {
  * fields whose type the spec leaves open): JSON true or 1, or its texts (t, y, yes, true, on, 1
  * in the cases DRF lists: true, True, TRUE ...); the false ones likewise.
  */
-export const isTrue = (value: unknown): boolean =>
-  value === true || value === 1 || (typeof value === 'string' && ['t', 'y', 'true', '1', 'yes', 'on'].includes(value.toLowerCase()));
+export const isTrue = (value: unknown): boolean => value === true || value === 1 || (typeof value === 'string' && TRUE_TEXTS.has(value.toLowerCase()));
+
+/** The texts of Django REST framework's BooleanField, lower-cased (query flags read them too). */
+export const TRUE_TEXTS: ReadonlySet<string> = new Set(['t', 'y', 'true', '1', 'yes', 'on']);
+export const FALSE_TEXTS: ReadonlySet<string> = new Set(['f', 'n', 'false', '0', 'no', 'off']);
 
 const compiled = new Map<string, ValidateFunction>();
 

@@ -5,6 +5,7 @@
  * Other contexts (the device flow) mint a management key with
  * `createKeys(platform).mint(pk, { kind: 'management', label })`.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ContextFactory } from '../../infra/runtime.js';
 import type { Subscription } from '../../infra/ports/event-store.js';
 import { apiKeysProjection } from '../../projections/apikeys/index.js';
@@ -23,6 +24,7 @@ export const keysContext: ContextFactory = (shared) => {
   const keys = createKeys(platform);
   const identities = platform.reads.collection<IdentityDoc>(IDENTITIES);
   let reactor: Subscription | null = null;
+  let stopping: AbortController | null = null;
   return {
     name: 'keys',
     projections: [apiKeysProjection],
@@ -44,13 +46,29 @@ export const keysContext: ContextFactory = (shared) => {
       // their revocation in the log. It resumes from its checkpoint, so a start does not
       // re-read every deletion in the log; revoking twice is harmless (at least once).
       const after = await platform.reads.getCheckpoint(REVOCATION_CHECKPOINT);
+      stopping = new AbortController();
+      const { signal } = stopping;
       reactor = platform.feed.subscribe({ after, group: 'ais-key-revocation', filter: { eventTypes: ['IdentityDeleted'] } }, async (e) => {
-        await keys.revokeForIdentity((e.data as { identityId: string }).identityId).catch((err) => platform.logger.warn({ err }, 'revoking keys of a deleted identity failed'));
+        const identityId = (e.data as { identityId: string }).identityId;
+        // The checkpoint passes a deletion only once its keys are revoked: a failure (the read
+        // models slow to show the revocations) is retried, never skipped.
+        for (let attempt = 0; ; attempt++) {
+          try {
+            await keys.revokeForIdentity(identityId);
+            break;
+          } catch (err) {
+            if (signal.aborted) return; // resumed from the checkpoint at the next start
+            platform.logger.warn({ err, identityId, attempt }, 'revoking keys of a deleted identity failed; retrying');
+            await sleep(Math.min(30_000, 500 * 2 ** attempt), undefined, { signal }).catch(() => {});
+            if (signal.aborted) return;
+          }
+        }
         await platform.reads.commit(REVOCATION_CHECKPOINT, e.position, []);
       });
       reactor.done.catch((err) => platform.logger.error({ err }, 'key revocation reactor stopped'));
     },
     async stop() {
+      stopping?.abort();
       reactor?.close();
     },
   };

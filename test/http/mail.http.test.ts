@@ -788,8 +788,14 @@ describe('lists', () => {
     expect((await api('GET', '/api/email-inbox/?limit=2&limit=3', alice.uuid)).status).toBe(400);
   });
 
-  test('unread takes true/false (1/0, yes/no); anything else is a 400, not an unfiltered list', async () => {
+  test('unread takes the spellings of a boolean body field (true/t/yes/y/on/1 and their false ones); anything else is a 400, not an unfiltered list', async () => {
     expect((await api('GET', '/api/email-inbox/?unread=false', alice.uuid)).status).toBe(200);
+    const unread = (await api('GET', '/api/email-messages/?unread=true', alice.uuid)).body;
+    const all = (await api('GET', '/api/email-messages/', alice.uuid)).body;
+    for (const [flag, expected] of [['on', unread], ['Y', unread], ['off', all], ['f', all]] as const) {
+      const res = await api('GET', `/api/email-messages/?unread=${flag}`, alice.uuid);
+      expect([flag, res.status, res.body.length]).toEqual([flag, 200, expected.length]);
+    }
     const bad = await api('GET', '/api/email-inbox/?unread=garbage', alice.uuid);
     expect([bad.status, bad.body]).toEqual([400, { unread: ['Must be a valid boolean (true or false).'] }]);
     expect((await api('GET', '/api/email-messages/?unread=maybe', alice.uuid)).status).toBe(400);
