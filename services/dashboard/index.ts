@@ -268,7 +268,7 @@ ${threads.status !== 200
   : threadList.length === 0
     ? html`<p>No mail yet.</p>`
     : html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
-${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${threadId(t)}">${str(t.subject) || '(no subject)'}</a></td><td>${addr(t.last_from ?? t.from ?? t.participants)}</td><td>${String(t.message_count ?? t.messages?.length ?? '')}</td><td>${fmtDate(t.last_message_at ?? t.updated_dt ?? t.created_dt)}</td></tr>`)}
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`}
 </section>
 <section aria-labelledby="sms-h"><h2 id="sms-h">SMS conversations</h2>
@@ -377,7 +377,7 @@ ${identities.length
       str(t.body.subject) || '(no subject)',
       html`<p><a href="/identities/${id}">← Back to the identity</a></p>
 ${messages.map((m) => html`<article class="message card">
-<header><dl class="kv"><dt>From</dt><dd>${addr(m.from)}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
+<header><dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
 ${messageBody(m, id)}
 ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<span class="tag">${str(a.filename)} (${String(a.size ?? '')} B)</span> `)}</p>` : ''}
 </article>`)}`,
@@ -657,12 +657,12 @@ ${fieldErrors(errors, 'new_password2')}
       if (!f) return;
       const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
       if (current.status !== 200) return redirect(ctx, '/');
-      if ((f.confirm ?? '').trim() !== str(current.body.name)) {
+      if (nameKey(f.confirm ?? '') !== nameKey(str(current.body.name))) {
         return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the exact name of the identity to confirm.'] });
       }
       const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
       if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
-      await homePage(ctx, s, { kind: 'ok', text: `Identity “${str(current.body.name)}” deleted.` });
+      await homePage(ctx, s, { kind: 'ok', text: html`Identity “${str(current.body.name)}” deleted.` });
     });
     r.get('/identities/:id/mail/:thread', async (ctx) => {
       const s = await requireSession(ctx);
@@ -730,19 +730,25 @@ ${fieldErrors(errors, 'new_password2')}
   return { name: 'dashboard', module: { routes } };
 };
 
-function threadId(t: any): string {
-  return str(t.uuid ?? t.id ?? t.thread_id);
+/**
+ * Addresses from the API's shapes: "a@b", a list of them, or {name, address} (a thread's
+ * `from_name`/`from_email`, a message's `from_name`/`from`). Name and address are separate
+ * values, each isolated (html), so a name cannot reorder the address shown after it.
+ */
+function addr(x: unknown): Safe {
+  if (Array.isArray(x)) {
+    const parts = x.map(addr).filter((p) => p.value);
+    return html`${parts.map((p, i) => (i ? html`, ${p}` : p))}`;
+  }
+  if (x && typeof x === 'object') {
+    const a = x as { address?: unknown; name?: unknown };
+    return str(a.name) ? html`${str(a.name)} &lt;${str(a.address)}&gt;` : html`${str(a.address)}`;
+  }
+  return html`${str(x)}`;
 }
 
-/** Addresses from the API's shapes: "a@b", {address, name}, or a list of them. */
-function addr(x: unknown): string {
-  if (!x) return '';
-  if (typeof x === 'string') return x;
-  if (Array.isArray(x)) return x.map(addr).filter(Boolean).join(', ');
-  if (typeof x === 'object') {
-    const a = x as { address?: string; name?: string; email?: string };
-    const address = a.address ?? a.email ?? '';
-    return a.name ? `${a.name} <${address}>` : address;
-  }
-  return String(x);
-}
+/**
+ * Identity names as the API compares them for uniqueness (services/identities/service.ts,
+ * nameKeyOf: NFC, lower-cased; the API trims names before it keeps them).
+ */
+const nameKey = (name: string): string => name.trim().normalize('NFC').toLowerCase();

@@ -43,7 +43,7 @@ export function strictCsp(extraFormTargets: string[] = []): string {
   return `default-src 'none'; style-src 'self'; img-src 'self'; form-action ${["'self'", ...extraFormTargets].join(' ')}; frame-ancestors 'none'; base-uri 'none'`;
 }
 
-export type Flash = { kind: 'ok' | 'error'; text: string } | null;
+export type Flash = { kind: 'ok' | 'error'; text: string | Safe } | null;
 
 export interface SignInRender {
   /** Where to go after signing in (validated again here). */

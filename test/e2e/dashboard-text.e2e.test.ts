@@ -1,0 +1,198 @@
+/**
+ * User text on the dashboard, in headless Chromium against a real server: the thread list
+ * shows the last sender as the API gives it, control characters in user text never reach
+ * the page, bidi overrides in user text cannot reorder the page text around them, and an
+ * identity is deleted when its name is typed as the API compares names (NFC, any case).
+ */
+import type { Browser, Page, BrowserContext } from 'playwright-core';
+import { launchBrowser } from '../support/browser.js';
+import { jest } from '@jest/globals';
+import { startTestServer, type TestServer } from '../support/server.js';
+
+jest.setTimeout(120_000);
+
+let s: TestServer;
+let browser: Browser;
+let context: BrowserContext;
+let page: Page;
+let me: Awaited<ReturnType<TestServer['signUp']>>;
+
+/** C0 controls but tab and newline, DEL, C1 controls. */
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+
+async function submit(p: Page, buttonName: string | RegExp) {
+  await Promise.all([p.waitForLoadState('load'), p.getByRole('button', { name: buttonName }).click()]);
+}
+
+/** The page's HTML as the server sends it (with the browser's session cookie). */
+async function rawHtml(pathname: string): Promise<string> {
+  const cookie = (await context.cookies()).map((c) => `${c.name}=${c.value}`).join('; ');
+  const res = await fetch(`${s.url}${pathname}`, { headers: { cookie } });
+  expect(res.status).toBe(200);
+  return res.text();
+}
+
+async function createIdentity(name: string, token = me.access): Promise<{ uuid: string; inbox: string; name: string }> {
+  const res = await s.api('POST', '/api/identities/', { token, body: { name } });
+  expect(res.status).toBe(201);
+  return res.body;
+}
+
+/** Opens the identity page until its thread list has a row whose subject link is `subject`. */
+async function threadRow(identity: string, subject: string | RegExp, messages: string) {
+  for (let i = 0; i < 50; i++) {
+    await page.goto(`${s.url}/identities/${identity}`);
+    const row = page.locator('#mail-h + table tbody tr', { has: page.getByRole('link', { name: subject }) });
+    if ((await row.count()) && (await row.locator('td').nth(2).textContent()) === messages) return row;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`no thread "${subject}" with ${messages} message(s)`);
+}
+
+/**
+ * Where each character of `text` inside the element `selector` (a text node of the page's
+ * own, following user text) is on screen: [x, y] of its box.
+ */
+async function positionsOf(selector: string, text: string): Promise<Array<[number, number]>> {
+  return page.locator(selector).first().evaluate((el, wanted) => {
+    const d = (el as unknown as { ownerDocument: any }).ownerDocument;
+    const walker = d.createTreeWalker(el, 4 /* NodeFilter.SHOW_TEXT */);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const at = (n.data as string).indexOf(wanted);
+      if (at < 0) continue;
+      const xy: Array<[number, number]> = [];
+      for (let i = at; i < at + wanted.length; i++) {
+        const r = d.createRange();
+        r.setStart(n, i);
+        r.setEnd(n, i + 1);
+        const box = r.getBoundingClientRect();
+        xy.push([box.x, box.y]);
+      }
+      return xy;
+    }
+    throw new Error(`"${wanted}" not found`);
+  }, text);
+}
+
+/** Read in order: each character right of the one before on its line, or on a line below (wrapped). */
+const leftToRight = (xy: Array<[number, number]>) =>
+  xy.every(([x, y], i) => i === 0 || y > xy[i - 1][1] + 1 || (Math.abs(y - xy[i - 1][1]) <= 1 && x > xy[i - 1][0]));
+
+beforeAll(async () => {
+  s = await startTestServer({});
+  me = await s.signUp();
+  browser = await launchBrowser();
+  context = await browser.newContext();
+  page = await context.newPage();
+  await page.goto(`${s.url}/login`);
+  await page.getByLabel('Username or email').fill(me.user.username);
+  await page.getByLabel('Password').fill(me.password);
+  await submit(page, 'Sign in');
+  expect(new URL(page.url()).pathname).toBe('/');
+});
+afterAll(async () => {
+  await browser?.close();
+  await s?.close();
+});
+
+describe('dashboard: user text', () => {
+  it("lists a thread's last sender, name and address, as the API gives them", async () => {
+    const reader = await createIdentity('Reader');
+    const other = await s.signUp();
+    const peer = await createIdentity('Peer Sender', other.access);
+    const sent = await s.api('POST', '/api/email-messages/compose/', {
+      token: other.access,
+      identity: peer.uuid,
+      body: { to: reader.inbox, subject: 'Quarterly report', body: 'Numbers attached.', cc: '', bcc: '', attachment_uuids: [] },
+    });
+    expect(sent.status).toBe(201);
+
+    let row = await threadRow(reader.uuid, 'Quarterly report', '1');
+    expect(await row.locator('td').nth(1).textContent()).toBe(`Peer Sender <${peer.inbox}>`);
+
+    // The reader answers in the same thread: the last sender is now the reader.
+    const inbound = await s.api('GET', '/api/email-messages/', { token: me.access, identity: reader.uuid });
+    expect(inbound.status).toBe(200);
+    const replied = await s.api('POST', `/api/email-messages/${inbound.body[0].uuid}/reply/`, {
+      token: me.access,
+      identity: reader.uuid,
+      body: { body: 'Thanks.', cc: '', bcc: '', attachment_uuids: [] },
+    });
+    expect(replied.status).toBe(201);
+    row = await threadRow(reader.uuid, 'Quarterly report', '2');
+    expect(await row.locator('td').nth(1).textContent()).toBe(`Reader <${reader.inbox}>`);
+  });
+
+  it('never writes control characters of user text into the page (U+FFFD instead)', async () => {
+    const controls = '\u0000\r\u001b[31m\u007f\u0085\u009b';
+    const key = await s.api('POST', '/api/auth/keys/management/', { token: me.access, body: { label: `label${controls} end` } });
+    expect(key.status).toBe(201);
+    const ident = await createIdentity('Control reader');
+    const other = await s.signUp();
+    const peer = await createIdentity('Control sender', other.access);
+    const sent = await s.api('POST', '/api/email-messages/compose/', {
+      token: other.access,
+      identity: peer.uuid,
+      body: { to: ident.inbox, subject: 'Controls inside', body: `Body${controls} end`, cc: '', bcc: '', attachment_uuids: [] },
+    });
+    expect(sent.status).toBe(201);
+    const thread = await threadRow(ident.uuid, 'Controls inside', '1');
+    const threadPath = await thread.getByRole('link').getAttribute('href');
+
+    for (const where of ['/keys', `/identities/${ident.uuid}`, threadPath!]) {
+      const text = await rawHtml(where);
+      expect({ where, control: text.match(CONTROL)?.[0] ?? null }).toEqual({ where, control: null });
+    }
+    await page.goto(`${s.url}/keys`);
+    // CR LF would be a newline; a lone CR, like every other control, is U+FFFD.
+    expect(await page.locator('#mk-h ~ table tbody td').first().textContent()).toBe('label\uFFFD\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
+    expect(await page.getByRole('button', { name: /^Revoke management key label/ }).getAttribute('aria-label')).toBe('Revoke management key label\uFFFD\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
+  });
+
+  it('keeps bidi overrides in user text from reordering the page text around it', async () => {
+    // An override, and one that first closes an isolate it never opened (that would close the
+    // isolation around the name and let the override run on).
+    for (const name of ['Evil \u202Eeman', 'Worse \u2069\u202Eeman']) {
+      const ident = await createIdentity(name);
+      await page.goto(`${s.url}/identities/${ident.uuid}`);
+      // "Type the identity's name (<name>) to confirm"
+      expect(leftToRight(await positionsOf('label[for=confirm]', ') to confirm'))).toBe(true);
+
+      // A mail whose sender is named with an override: the address after the name stays in order.
+      const other = await s.signUp();
+      const peer = await createIdentity(`Sender \u202Eeman`, other.access);
+      const subject = `Bidi ${name.length} \u202Ereversed`;
+      const sent = await s.api('POST', '/api/email-messages/compose/', {
+        token: other.access,
+        identity: peer.uuid,
+        body: { to: ident.inbox, subject, body: 'x', cc: '', bcc: '', attachment_uuids: [] },
+      });
+      expect(sent.status).toBe(201);
+      const row = await threadRow(ident.uuid, subject, '1');
+      expect(await row.locator('td').nth(1).textContent()).toBe(`Sender \u202Eeman <${peer.inbox}>`);
+      expect(leftToRight(await positionsOf('#mail-h + table tbody tr td:nth-child(2)', `${peer.inbox}>`))).toBe(true);
+
+      // Deleted: "Identity “<name>” deleted."
+      await page.getByLabel(/to confirm/).fill(name);
+      await submit(page, 'Delete identity');
+      expect(leftToRight(await positionsOf('.flash.ok', '” deleted.'))).toBe(true);
+    }
+  });
+
+  it('deletes an identity when its name is typed as the API compares names (Unicode NFC, any case)', async () => {
+    const nfd = 'Cafe\u0301 agent';
+    const ident = await createIdentity(nfd);
+    expect(ident.name).toBe(nfd);
+    await page.goto(`${s.url}/identities/${ident.uuid}`);
+    await page.getByLabel(/to confirm/).fill('Another name');
+    await submit(page, 'Delete identity');
+    expect(await page.textContent('main')).toContain('Type the exact name');
+
+    await page.getByLabel(/to confirm/).fill('CAF\u00c9 Agent'); // NFC, other case
+    await submit(page, 'Delete identity');
+    expect(await page.locator('.flash.ok').count()).toBe(1);
+    expect(await page.textContent('.flash.ok')).toContain('deleted');
+    const gone = await s.api('GET', `/api/identities/${ident.uuid}/`, { token: me.access });
+    expect(gone.status).toBe(404);
+  });
+});
