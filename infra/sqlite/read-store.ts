@@ -30,7 +30,6 @@
 import { Worker } from 'node:worker_threads';
 import { openDatabase, type Statement } from './driver.js';
 import type {
-  Change,
   Collection,
   CollectionSpec,
   Doc,

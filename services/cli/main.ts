@@ -166,7 +166,7 @@ function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
 }
 
 /** Maps SDK errors onto the named conditions. */
-async function translate(ctx: Ctx, err: unknown, c?: AisClient): Promise<unknown> {
+async function translate(err: unknown, c?: AisClient): Promise<unknown> {
   if (err instanceof CryptoError) {
     if (err.code === 'pin_locked') return new CliError('pin_locked', 'PIN entered wrongly 3 times: the vault is locked. Run `ais pin recover` with your recovery key.');
     if (err.code === 'encryption_missing') return new CliError('encryption_missing', 'No PIN is set up for this account: run `ais pin setup` first.');
@@ -256,7 +256,6 @@ async function readSecret(ctx: Ctx, envName: string, prompt: string, opts: { val
 // ---------------------------------------------------------------------------------------------
 // Commands
 
-type Handler = (ctx: Ctx, args: string[]) => Promise<void>;
 interface Command {
   usage: string;
   summary: string;
@@ -999,7 +998,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       } catch {
         c = undefined;
       }
-      throw await translate(ctx, err, c);
+      throw await translate(err, c);
     }
     return EXIT.ok;
   } catch (err) {

@@ -55,8 +55,6 @@ export interface SignInRender {
   csp?: 'dashboard' | 'strict';
 }
 
-const str = (v: unknown) => (typeof v === 'string' ? v : '');
-
 /** `/device?user_code=…` return paths carry a code to show back (RFC 8628 §3.3.1). */
 function deviceCodeOf(next: string | null): string | null {
   if (!next) return null;

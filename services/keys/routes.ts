@@ -5,7 +5,7 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
+import { badRequest, forbidden, notFound, tokenNotValid } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { Accounts } from '../accounts/service.js';
 import { toIdentityKey, toManagementKey, type Keys } from './service.js';

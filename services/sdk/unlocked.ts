@@ -4,7 +4,7 @@
  * and opened after they arrive. The server only ever sees `e2e::` strings.
  */
 import { randomUUID } from 'node:crypto';
-import type { AisClient, PasswordEntry, VaultSecret } from './client.js';
+import type { AisClient, PasswordEntry } from './client.js';
 import { CryptoError, decryptField, encryptField, type VaultKey } from './crypto.js';
 
 export interface PlainPassword {

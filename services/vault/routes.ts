@@ -21,6 +21,9 @@ const v = {
   upsert: validator<{ key: string; value: string }>('vault.json#SecretUpsert'),
 };
 
+/** A secret as lists show it (value redacted); one function, so sendPage can reuse a cached page's JSON. */
+const toListedSecret = (d: Parameters<typeof toSecret>[0]) => toSecret(d, true);
+
 export function toEncryptionMetadata(salt: string, doc: EncryptionKeysDoc | null) {
   return {
     salt,
@@ -179,7 +182,7 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       r.get('/api/vault/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
         const key = typeof ctx.query.key === 'string' ? ctx.query.key : undefined;
-        sendPage(ctx, await vault.listSecrets(identityId, pageParams(ctx), key), (d) => toSecret(d, true), deps.publicUrl);
+        sendPage(ctx, await vault.listSecrets(identityId, pageParams(ctx), key), toListedSecret, deps.publicUrl);
       });
 
       r.post('/api/vault/', async (ctx) => {
