@@ -52,15 +52,19 @@ export class ConfigError extends Error {
 type Env = Record<string, string | undefined>;
 
 /**
- * A connection URL as an error message may show it: its password (or a bare token in the
- * user-info part) replaced by `***`. Works on text that is not a valid URL too (an unencoded
- * `#` or `/` in a password is the usual reason a URL is refused).
+ * A connection URL as an error message may show it: everything that may be a password (the
+ * user-info before the last `@`, after its first `:`; all of it when it has none) replaced by
+ * `***`. Works on text that is not a valid URL too: an unencoded `#` or `/` in a password, or a
+ * missing `scheme://`, is the usual reason a URL is refused.
  */
 export function withoutPassword(value: string): string {
-  const m = /^([a-z][a-z0-9+.-]*:\/\/)(.*)@([^@]*)$/is.exec(value);
-  if (!m) return value;
-  const colon = m[2].indexOf(':');
-  return `${m[1]}${colon >= 0 ? `${m[2].slice(0, colon)}:***` : '***'}@${m[3]}`;
+  const at = value.lastIndexOf('@');
+  if (at < 0) return value;
+  const head = value.slice(0, at);
+  const start = head.includes('//') ? head.indexOf('//') + 2 : 0;
+  const userinfo = head.slice(start);
+  const colon = userinfo.indexOf(':');
+  return `${head.slice(0, start)}${colon >= 0 ? `${userinfo.slice(0, colon)}:***` : '***'}${value.slice(at)}`;
 }
 
 export function loadConfig(env: Env, cwd = process.cwd()): Config {

@@ -107,12 +107,15 @@ function withCharset(contentType: string, content: Buffer): string {
 /**
  * A display name as it may go out: nodemailer folds a name only at its spaces, so a long
  * unbroken one made a header line over 998 characters (RFC 5322 §2.1.1); names are cut to
- * MAX_NAME characters, which no real name reaches.
+ * MAX_NAME characters, which no real name reaches. A name shaped like an encoded word goes
+ * out encoded, as a subject does (clients decode one even inside quotes: a sender could show
+ * another name than its own).
  */
 const MAX_NAME = 200;
 function wireAddress(a: OutboundAddress): OutboundAddress {
-  if (typeof a === 'string' || a.name.length <= MAX_NAME) return a;
-  return { name: `${startOf(a.name, MAX_NAME - 1)}…`, address: a.address };
+  if (typeof a === 'string') return a;
+  const name = a.name.length <= MAX_NAME ? a.name : `${startOf(a.name, MAX_NAME - 1)}…`;
+  return { name: ENCODED_WORD_LIKE.test(name) ? mimeFuncs.encodeWord(name, 'Q', 52) : name, address: a.address };
 }
 
 function toNodemailer(mail: OutboundMail, domain: string) {

@@ -5,7 +5,7 @@
  * `{"error": {"code": "token_expired", "message": ...}}` on stderr.
  */
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync } from 'node:fs';
 import QRCode from 'qrcode';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -825,7 +825,12 @@ function kdfOverride(ctx: Ctx): KdfParams | undefined {
  * a counter.
  */
 function lockStore(ctx: Ctx, salt: string) {
-  return fileLockStore(path.join(configDir(ctx.env), `pin-lock-${createHash('sha256').update(salt).digest('hex').slice(0, 16)}.json`));
+  const file = path.join(configDir(ctx.env), `pin-lock-${createHash('sha256').update(salt).digest('hex').slice(0, 16)}.json`);
+  // Before, the counter of a logged-in user was filed by user pk: carried over (a locked
+  // vault stays locked across the upgrade).
+  const older = ctx.config.user?.pk === undefined ? null : path.join(configDir(ctx.env), `pin-lock-${ctx.config.user.pk}.json`);
+  if (older && !existsSync(file) && existsSync(older)) renameSync(older, file);
+  return fileLockStore(file);
 }
 
 function deviceSecret(ctx: Ctx): string {

@@ -658,7 +658,7 @@ ${fieldErrors(errors, 'new_password2')}
       const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
       if (current.status !== 200) return redirect(ctx, '/');
       if (nameKey(f.confirm ?? '') !== nameKey(str(current.body.name))) {
-        return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the exact name of the identity to confirm.'] });
+        return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the name of the identity to confirm.'] });
       }
       const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
       if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });

@@ -19,10 +19,15 @@ const v = {
   patch: validator<UpdateBody>('identities.json#IdentityPatch'),
 };
 
-/** A name is 1 to 150 characters after trimming (docs/IDENTITIES.md): trimmed before the schema counts. */
+/**
+ * A name is 1 to 150 characters after trimming (docs/IDENTITIES.md): trimmed before the schema
+ * counts, unless it holds control characters (a tab or line break at an end too), which the
+ * schema refuses as they are.
+ */
 function trimmedName(raw: unknown): unknown {
   if (raw && typeof raw === 'object' && !Array.isArray(raw) && typeof (raw as { name?: unknown }).name === 'string') {
-    return { ...(raw as object), name: (raw as { name: string }).name.trim() };
+    const name = (raw as { name: string }).name;
+    if (!/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(name)) return { ...(raw as object), name: name.trim() };
   }
   return raw;
 }

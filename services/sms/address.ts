@@ -15,10 +15,13 @@
  *    (normalizeNumber), and the result must be E.164: `+` and 2 to 15 ASCII digits. Digits of
  *    other scripts (Arabic-Indic `١٥٥٥`, Devanagari...) are refused, not mapped: no provider
  *    sends them, and a mapping would be one more way to write the same number.
- * 4. A value with a letter is an alphanumeric sender ID (`ACMEBANK`, `Банк`; `To` is never
- *    one, it is the identity's number): letters of any script (with their combining marks),
- *    ASCII digits and single spaces (runs of spaces are collapsed, ends trimmed), 1 to 11
- *    characters (the limit of the SMS standard, 3GPP TS 23.040 TP-OA). Its case is kept.
+ * 4. A value with a letter is an alphanumeric sender ID (`ACMEBANK`, `Банк`, `T-Mobile`;
+ *    `To` is never one, it is the identity's number). It is compacted as numbers are (spaces,
+ *    dashes, dots and parentheses removed: `My Bank` is `MyBank`, as it always was, so a
+ *    sender keeps its conversation), then must be letters of any script (with their combining
+ *    marks), ASCII digits and visible ASCII punctuation (`AT&T`), at most 64 characters (the
+ *    webhook's field; the SMS standard says 11, but a provider's message is not refused for
+ *    that). Its case is kept.
  */
 import { normalizeNumber } from './events.js';
 
@@ -28,13 +31,13 @@ const INVISIBLE = /[\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}]/u;
 const LETTER = /\p{L}/u;
 const NON_ASCII_DIGIT = /(?![0-9])\p{Nd}/u;
 const E164 = /^\+[0-9]{2,15}$/;
-/** Words of letters (each with its combining marks) and ASCII digits, separated by single spaces. */
-const SENDER_ID = /^(?:\p{L}\p{M}*|[0-9])+(?: (?:\p{L}\p{M}*|[0-9])+)*$/u;
-const SENDER_ID_MAX = 11;
+/** Letters (each with its combining marks), ASCII digits and visible ASCII punctuation. */
+const SENDER_ID = /^(?:\p{L}\p{M}*|[0-9]|[!-/:-@[-`{-~])+$/u;
+const SENDER_ID_MAX = 64;
 
 const INVISIBLE_ERROR = 'Must not contain control or invisible formatting characters (zero-width, bidirectional, soft hyphen...).';
 const E164_RULE = 'a phone number in E.164 (+ and 2 to 15 digits)';
-const SENDER_RULE = `an alphanumeric sender ID (1 to ${SENDER_ID_MAX} letters, digits or spaces)`;
+const SENDER_RULE = `an alphanumeric sender ID (letters, digits and punctuation, at most ${SENDER_ID_MAX})`;
 
 /** `From` (a number or a sender ID) or `To` (a number only), normalised, or why it is refused. */
 export function parseAddress(raw: string, kind: 'from' | 'to'): Parsed {
@@ -48,7 +51,7 @@ export function parseAddress(raw: string, kind: 'from' | 'to'): Parsed {
     return E164.test(number) ? { ok: true, value: number } : { ok: false, error: expected };
   }
   if (kind === 'to') return { ok: false, error: expected };
-  const id = text.trim().replace(/ +/g, ' ');
+  const id = normalizeNumber(text);
   if (!SENDER_ID.test(id) || [...id].length > SENDER_ID_MAX) return { ok: false, error: expected };
   return { ok: true, value: id };
 }

@@ -4,7 +4,7 @@ import type { Context } from 'koa';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
-import { validator } from '../gateway/validate.js';
+import { FALSE_TEXTS, TRUE_TEXTS, validator } from '../gateway/validate.js';
 import { badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { Accounts } from '../accounts/service.js';
@@ -62,8 +62,6 @@ function pathUuid(ctx: Context): string {
   return id.toLowerCase();
 }
 
-const FLAG_TRUE = ['true', '1', 'yes', 'on'];
-const FLAG_FALSE = ['false', '0', 'no', 'off'];
 
 /** Query of generate_password: `length` (8-128, default 20) and one flag per character class (default true). */
 function generateOptions(ctx: Context): { length: number; classes: CharacterClass[] } {
@@ -84,8 +82,9 @@ function generateOptions(ctx: Context): { length: number; classes: CharacterClas
   const classes: CharacterClass[] = [];
   for (const name of Object.keys(CHARACTER_CLASSES) as CharacterClass[]) {
     const raw = one(name)?.toLowerCase();
-    if (raw === undefined || raw === '' || FLAG_TRUE.includes(raw)) classes.push(name);
-    else if (!FLAG_FALSE.includes(raw)) errors[name] = ['Must be a valid boolean.'];
+    // The texts of every boolean flag (queryFlag's); absent means on here.
+    if (raw === undefined || raw === '' || TRUE_TEXTS.has(raw)) classes.push(name);
+    else if (!FALSE_TEXTS.has(raw)) errors[name] = ['Must be a valid boolean.'];
   }
   if (Object.keys(errors).length) throw badRequest(errors);
   if (classes.length === 0) throw badRequest({ non_field_errors: ['Enable at least one character class.'] });

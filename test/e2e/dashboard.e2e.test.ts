@@ -191,7 +191,7 @@ describe('dashboard', () => {
     expect(await page.textContent('h1')).toBe('Identity Temporary two');
     await page.getByLabel(/to confirm/).fill('wrong name');
     await submit(page, 'Delete identity');
-    expect(await page.textContent('main')).toContain('Type the exact name');
+    expect(await page.textContent('main')).toContain('Type the name of the identity to confirm');
     await page.getByLabel(/to confirm/).fill('Temporary two');
     await submit(page, 'Delete identity');
     expect(await page.textContent('main')).toContain('deleted');

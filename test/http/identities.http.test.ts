@@ -105,7 +105,7 @@ describe('create', () => {
 
 describe('conflicts (409)', () => {
   it('a name with control characters is a 400; names equal after Unicode normalisation collide', async () => {
-    for (const name of ['a\nb', 'tab\there', '\u0000nul', 'a\u0085b', 'a\u2028b', 'a\u2029b', 'a\u009bb']) {
+    for (const name of ['a\nb', 'tab\there', '\u0000nul', 'a\u0085b', 'a\u2028b', 'a\u2029b', 'a\u009bb', '\tBot\n', 'Bot\r\n']) {
       const res = await create(owner.access, { name });
       expect([name, res.status, Object.keys(res.body)]).toEqual([name, 400, ['name']]);
     }

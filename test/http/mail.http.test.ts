@@ -586,11 +586,16 @@ describe('on the wire: RFC 5322 / MIME conformance of what the relay receives', 
     expect(r.mail.subject).toBe(subject);
   });
 
-  test('a subject holding text shaped like an encoded word reaches the recipient as typed, not decoded into another subject', async () => {
+  test('a subject or sender name holding text shaped like an encoded word reaches the recipient as typed, not decoded into another', async () => {
     const subject = '=?utf-8?B?SGFja2Vk?= literal';
     const res = await send({ to: 'x@example.com', subject, body: '<p>x</p>' });
     expect([res.status, res.body.subject]).toEqual([201, subject]);
     expect((await relayedOf(res)).mail.subject).toBe(subject);
+    const name = '=?utf-8?B?QWRtaW4gU3VwcG9ydA==?='; // "Admin Support" once decoded
+    const spoofer = (await server.api('POST', '/api/identities/', { token, body: { name } })).body;
+    const sent = await api('POST', '/api/email-messages/compose/', spoofer.uuid, { to: 'x@example.com', subject: 'from a name', body: '<p>x</p>' });
+    expect(sent.status).toBe(201);
+    expect((await relayedOf(sent)).mail.from?.value[0]).toEqual({ address: spoofer.inbox, name });
   });
 
   test('the text part keeps link targets and table cells apart', async () => {

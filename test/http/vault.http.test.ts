@@ -356,6 +356,7 @@ describe('generate_password', () => {
     expect((await gen('?length=200')).body).toEqual({ length: ['Must be an integer from 8 to 128.'] });
     expect((await gen('?length=64&lowercase=false&uppercase=false&symbols=false')).body.password).toMatch(/^[0-9]{64}$/);
     expect((await gen('?symbols=0&digits=no')).body.password).toMatch(/^[A-Za-z]{20}$/);
+    expect((await gen('?symbols=f&digits=off')).body.password).toMatch(/^[A-Za-z]{20}$/); // the texts of every boolean flag
     expect((await gen('?lowercase=false&uppercase=false&digits=false&symbols=false')).status).toBe(400);
     expect((await gen('?digits=maybe')).body).toEqual({ digits: ['Must be a valid boolean.'] });
   });
