@@ -287,7 +287,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const resolvers: CredentialResolvers = {
     verifyAccessToken: async (token) => {
       const c = await tokens.verify(token, 'access');
-      return { userPk: c.userPk, identity: c.identity, sessionId: c.sessionId };
+      return { userPk: c.userPk, identity: c.identity, sessionId: c.sessionId, expiresAt: c.exp * 1000 };
     },
     // The keys and identities contexts replace these two; alone, no key or identity exists.
     findKey: async () => null,

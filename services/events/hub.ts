@@ -20,8 +20,8 @@ export function hubGroup(): string {
 
 /** Inbound messages, by the stream category that names their identity. */
 export const MESSAGE_TYPES = ['EmailReceived', 'SmsReceived'] as const;
-/** Events that end streams. */
-const CLOSING_TYPES = ['ApiKeyRevoked', 'IdentityDeleted'] as const;
+/** Events that end streams: the credential or the identity went away. */
+const CLOSING_TYPES = ['ApiKeyRevoked', 'IdentityDeleted', 'SessionRevoked', 'UserSessionsRevoked', 'UserPasswordChanged'] as const;
 
 export const mailboxStream = (identityId: string) => `mailbox-${identityId}`;
 export const smsboxStream = (identityId: string) => `smsbox-${identityId}`;
@@ -37,6 +37,10 @@ export interface Listener {
   identityId: string;
   /** The API key the stream was opened with, if any: its revocation ends the stream. */
   keyId?: string;
+  /** The session of the access token (or cookie) it was opened with, and its account: the end of the session (sign-out, password change) ends the stream. */
+  session?: { id: string; userPk: number };
+  /** The account whose password authorized it directly (HTTP basic): a password change ends the stream. */
+  passwordOf?: number;
   deliver(event: RecordedEvent): void;
   /** The credential or the identity went away. */
   revoke(reason: string): void;
@@ -52,7 +56,11 @@ const REMEMBERED = 50_000;
 export class EventHub {
   readonly #byIdentity = new Map<string, Set<Listener>>();
   readonly #byKey = new Map<string, Set<Listener>>();
+  readonly #bySession = new Map<string, Set<Listener>>();
+  readonly #bySessionUser = new Map<string, Set<Listener>>();
+  readonly #byPassword = new Map<string, Set<Listener>>();
   readonly #revokedKeys = new Set<string>();
+  readonly #revokedSessions = new Set<string>();
   readonly #deletedIdentities = new Set<string>();
   #subscription: Subscription | null = null;
 
@@ -85,15 +93,25 @@ export class EventHub {
 
   /** Adds a listener; false (and nothing added) when its key or identity is already gone. */
   add(l: Listener): boolean {
-    if (this.#deletedIdentities.has(l.identityId) || (l.keyId && this.#revokedKeys.has(l.keyId))) return false;
+    if (this.#deletedIdentities.has(l.identityId) || (l.keyId && this.#revokedKeys.has(l.keyId)) || (l.session && this.#revokedSessions.has(l.session.id))) return false;
     addTo(this.#byIdentity, l.identityId, l);
     if (l.keyId) addTo(this.#byKey, l.keyId, l);
+    if (l.session) {
+      addTo(this.#bySession, l.session.id, l);
+      addTo(this.#bySessionUser, String(l.session.userPk), l);
+    }
+    if (l.passwordOf !== undefined) addTo(this.#byPassword, String(l.passwordOf), l);
     return true;
   }
 
   remove(l: Listener): void {
     removeFrom(this.#byIdentity, l.identityId, l);
     if (l.keyId) removeFrom(this.#byKey, l.keyId, l);
+    if (l.session) {
+      removeFrom(this.#bySession, l.session.id, l);
+      removeFrom(this.#bySessionUser, String(l.session.userPk), l);
+    }
+    if (l.passwordOf !== undefined) removeFrom(this.#byPassword, String(l.passwordOf), l);
   }
 
   /** Every listener (for shutdown). */
@@ -113,6 +131,25 @@ export class EventHub {
         const identityId = String(e.data?.identityId ?? '');
         remember(this.#deletedIdentities, identityId);
         for (const l of [...(this.#byIdentity.get(identityId) ?? [])]) l.revoke('identity deleted');
+        return;
+      }
+      case 'SessionRevoked': {
+        // One session family revoked (a reused refresh token): its streams end with it.
+        const sessionId = e.stream.startsWith('session-') ? e.stream.slice('session-'.length) : '';
+        remember(this.#revokedSessions, sessionId);
+        for (const l of [...(this.#bySession.get(sessionId) ?? [])]) l.revoke('session ended');
+        return;
+      }
+      case 'UserSessionsRevoked': {
+        // Sign-out, password change or reset end every session of the account: their streams too.
+        const pk = e.stream.startsWith('user-') ? e.stream.slice('user-'.length) : '';
+        for (const l of [...(this.#bySessionUser.get(pk) ?? [])]) l.revoke('sessions ended');
+        return;
+      }
+      case 'UserPasswordChanged': {
+        // Streams authorized by the old password itself (HTTP basic).
+        const pk = e.stream.startsWith('user-') ? e.stream.slice('user-'.length) : '';
+        for (const l of [...(this.#byPassword.get(pk) ?? [])]) l.revoke('password changed');
         return;
       }
       default: {

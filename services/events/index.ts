@@ -13,7 +13,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
-import { ApiError } from '../gateway/errors.js';
+import { ApiError, tokenExpired } from '../gateway/errors.js';
 import { SseConnection } from '../gateway/sse.js';
 import { EventHub, MESSAGE_TYPES, mailboxStream, smsboxStream, type Listener } from './hub.js';
 
@@ -74,13 +74,19 @@ export const eventsContext: ContextFactory = (shared) => {
     // Cluster: live events from Kafka; embedded: the event store subscription, as always.
     config.store === 'cluster' ? platform.feed : undefined,
   );
-  const open = new Set<SseConnection>();
+  /** Open streams, with when their credential expires (an access token's exp; else never). */
+  const open = new Map<SseConnection, number>();
   let keepalive: NodeJS.Timeout | null = null;
   let stopping = false;
 
   async function stream(ctx: Context): Promise<void> {
     // Every refusal is a JSON error answered before the stream opens.
     const { principal, identityId } = await shared.auth.identity(ctx);
+    // An access token is valid until it expires, but a stream outlives requests: it needs its
+    // session alive too (a signed-out client would otherwise reconnect with the same token).
+    if (principal.kind === 'jwt' && principal.sessionId && !(await shared.accounts.liveSession(principal.sessionId))) {
+      throw tokenExpired('The session of this token has ended (signed out, or the password changed): sign in again.');
+    }
     const after = lastEventIdOf(ctx);
     // An id beyond the log's last event was never sent: following it would drop every live
     // event until the log caught up, so it is refused like a malformed one.
@@ -111,6 +117,8 @@ export const eventsContext: ContextFactory = (shared) => {
     const listener: Listener = {
       identityId,
       keyId: principal.kind === 'management_key' || principal.kind === 'identity_key' ? principal.keyId : undefined,
+      session: principal.sessionId ? { id: principal.sessionId, userPk: principal.userPk } : undefined,
+      passwordOf: principal.kind === 'basic' ? principal.userPk : undefined,
       deliver(e) {
         if (conn.closed) return;
         if (held) {
@@ -134,7 +142,7 @@ export const eventsContext: ContextFactory = (shared) => {
         open.delete(conn);
       },
     });
-    open.add(conn);
+    open.set(conn, principal.expiresAt ?? Infinity);
     if (!hub.add(listener)) {
       conn.end(); // the key or identity went away between the check and now
       return;
@@ -183,8 +191,14 @@ export const eventsContext: ContextFactory = (shared) => {
     async start() {
       await hub.start();
       // One timer for every stream of the process (a timer per stream costs memory at 10k streams).
+      // It also ends a stream whose access token expired (within one period): the token bounds
+      // the stream as it bounds a request; the client reconnects with a fresh one, by id.
       keepalive = setInterval(() => {
-        for (const conn of open) conn.comment('keepalive');
+        const now = Date.now();
+        for (const [conn, expiresAt] of open) {
+          if (expiresAt <= now) conn.end();
+          else conn.comment('keepalive');
+        }
       }, config.sseKeepaliveMs);
       keepalive.unref();
     },
@@ -193,7 +207,7 @@ export const eventsContext: ContextFactory = (shared) => {
       if (keepalive) clearInterval(keepalive);
       hub.stop();
       // Open streams would keep server.close() waiting: end them (clients reconnect elsewhere).
-      for (const conn of [...open]) conn.end();
+      for (const conn of [...open.keys()]) conn.end();
     },
   };
 };

@@ -25,12 +25,16 @@ export interface Principal {
   boundIdentity?: string;
   /** Session family (refresh-token family or cookie session). */
   sessionId?: string;
+  /** When the credential stops being valid (ms since the epoch), for an access token. */
+  expiresAt?: number;
 }
 
 export interface AccessTokenClaims {
   userPk: number;
   identity?: string;
   sessionId?: string;
+  /** The token's `exp`, in ms since the epoch. */
+  expiresAt?: number;
 }
 
 export interface KeyRecord {
@@ -105,7 +109,7 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
         }
         const claims = await resolvers.verifyAccessToken(value);
         if (resolvers.userExists && !(await resolvers.userExists(claims.userPk))) throw tokenNotValid('User not found.');
-        return { kind: 'jwt', userPk: claims.userPk, boundIdentity: claims.identity, sessionId: claims.sessionId };
+        return { kind: 'jwt', userPk: claims.userPk, boundIdentity: claims.identity, sessionId: claims.sessionId, expiresAt: claims.expiresAt };
       }
       if (scheme === 'basic') {
         let decoded = '';

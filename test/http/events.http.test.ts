@@ -376,6 +376,51 @@ describe('the stream ends when its credential is revoked', () => {
     expect((await s.api('DELETE', `/api/auth/keys/management/${minted.body.uuid}/`, { token: owner.access })).status).toBe(204);
     expect(await endsWithin(r, 3000)).toBe('ended');
   });
+
+  it('signing out ends the streams of the account\'s sessions (not those of keys), and their tokens open no new one; a password change likewise', async () => {
+    const u = await s.signUp();
+    const id = await createIdentity(u.access, 'session bound');
+    const second = (await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).body;
+    const key = (await s.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'k' } })).body.key;
+    const first = await stream(u.access, id);
+    const other = await stream(second.access, id);
+    const viaKey = await stream(key, id);
+    expect([first.status, other.status, viaKey.status]).toEqual([200, 200, 200]);
+    // Sign-out ends every session of the account (DECISIONS: logout invalidates the user's refresh tokens).
+    expect((await s.api('POST', '/api/auth/logout/', { token: u.access, body: { refresh: u.refresh } })).status).toBe(200);
+    expect(await endsWithin(first, 3000)).toBe('ended');
+    expect(await endsWithin(other, 3000)).toBe('ended');
+    expect(await endsWithin(viaKey, 300)).toBe('still open');
+    // The access token stays valid for requests until it expires (a JWT), but opens no stream:
+    // a client reconnecting with it would otherwise carry on.
+    const reopened = await stream(u.access, id);
+    expect([reopened.status, (reopened.errorBody as { code: string }).code]).toEqual([401, 'token_expired']);
+    // A fresh sign-in streams again; a password change ends it (and leaves the key's).
+    const fresh = (await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).body;
+    const third = await stream(fresh.access, id);
+    expect(third.status).toBe(200);
+    const changed = await s.api('POST', '/api/auth/password/change/', { token: fresh.access, body: { new_password1: 'a-new-pass-1', new_password2: 'a-new-pass-1' } });
+    expect(changed.status).toBe(200);
+    expect(await endsWithin(third, 3000)).toBe('ended');
+    expect(await endsWithin(viaKey, 300)).toBe('still open');
+  });
+
+  it('a stream opened with an access token ends when the token expires (the client resumes with a fresh one)', async () => {
+    const t = await startTestServer({ SSE_KEEPALIVE_MS: '100', ACCESS_TOKEN_TTL: '2' });
+    try {
+      const u = await t.signUp();
+      const id = (await t.api('POST', '/api/identities/', { token: u.access, body: { name: 'short lived' } })).body.uuid;
+      const r = await openSse(`${t.url}/api/events/stream/`, { authorization: `Bearer ${u.access}`, 'x-service-identity': id });
+      readers.push(r);
+      expect(r.status).toBe(200);
+      expect(await endsWithin(r, 4000)).toBe('ended');
+      const again = await openSse(`${t.url}/api/events/stream/`, { authorization: `Bearer ${u.access}`, 'x-service-identity': id });
+      readers.push(again);
+      expect(again.status).toBe(401);
+    } finally {
+      await t.close();
+    }
+  });
 });
 
 describe('backpressure', () => {
