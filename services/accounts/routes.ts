@@ -43,6 +43,18 @@ const passwordsMatch = (a: string, b: string, ...fields: string[]) => {
   if (a !== b) throw badRequest(Object.fromEntries(['non_field_errors', ...fields].map((f) => [f, ["The two password fields didn't match."]])));
 };
 
+/**
+ * Usernames are NFKC-normalised before they are checked or kept (as Django's
+ * `normalize_username`): full-width `ｆｕｌｌ`, ligatures `ﬁ` or a decomposed `é` are the same
+ * name as their plain forms, so they can neither pass for another account nor fail the
+ * letters-only check.
+ */
+function withNormalUsername(raw: unknown): unknown {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  const username = (raw as { username?: unknown }).username;
+  return typeof username === 'string' ? { ...(raw as object), username: username.normalize('NFKC') } : raw;
+}
+
 export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
   const { accounts, tokens, auth } = deps;
 
@@ -54,15 +66,17 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
   return {
     routes(r: Router) {
       r.post('/api/auth/social/', async (ctx) => {
-        const b = v.register(await body(ctx));
+        const b = v.register(withNormalUsername(await body(ctx)));
         passwordsMatch(b.password1, b.password2);
         const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, firstName: b.first_name, lastName: b.last_name });
         created(ctx, await accounts.tokenPair(user, 'register'));
       });
 
       r.post('/api/auth/login/', async (ctx) => {
-        const b = v.login(await body(ctx));
-        const byUsername = b.username?.trim();
+        const raw = await body(ctx);
+        const b = v.login(withNormalUsername(raw));
+        // Looked up as typed too (findByLogin): an account named before usernames were normalised.
+        const byUsername = (typeof (raw as { username?: unknown }).username === 'string' ? (raw as { username: string }).username : b.username)?.trim();
         const login = byUsername || b.email?.trim();
         if (!login) throw badRequest({ non_field_errors: ['Must include "username" or "email" and "password".'] });
         const user = await accounts.checkPassword(login, b.password, ctx.ip, byUsername ? 'username' : 'email');
@@ -167,13 +181,13 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
 
       r.put('/api/auth/user/', async (ctx) => {
         const p = await auth.accountPrincipal(ctx);
-        const b = v.userPut(await body(ctx));
+        const b = v.userPut(withNormalUsername(await body(ctx)));
         ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
       });
 
       r.patch('/api/auth/user/', async (ctx) => {
         const p = await auth.accountPrincipal(ctx);
-        const b = v.userPatch(await body(ctx));
+        const b = v.userPatch(withNormalUsername(await body(ctx)));
         ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
       });
 

@@ -144,7 +144,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const key = login.trim().toLowerCase();
     const byEmail = () => (key.includes('@') ? users.findOne({ emailKey: key }) : Promise.resolve(null));
     if (field === 'email') return byEmail();
-    return (await byEmail()) ?? (await users.findOne({ usernameKey: key }));
+    // Usernames are kept NFKC-normalised (routes.ts); one named before that is found as typed.
+    const normal = key.normalize('NFKC');
+    return (await byEmail()) ?? (await users.findOne({ usernameKey: normal })) ?? (normal === key ? null : await users.findOne({ usernameKey: key }));
   }
 
   /**

@@ -78,6 +78,22 @@ describe('registration (POST /api/auth/social/)', () => {
     expect(bad.status).toBe(400);
   });
 
+  it('usernames are NFKC-normalised (as Django): full-width or decomposed spellings are the same name, taken once, and sign in', async () => {
+    const base = uniq();
+    const wide = [...base].map((c) => String.fromCodePoint(c.codePointAt(0)! + 0xfee0)).join(''); // ｕ１２… (full-width forms)
+    const first = await s.api('POST', '/api/auth/social/', { body: { username: `${wide}X`, email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } });
+    expect([first.status, first.body.user?.username]).toEqual([201, `${base}X`]);
+    const again = await s.api('POST', '/api/auth/social/', { body: { username: `${base}x`, email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } });
+    expect([again.status, again.body.username]).toEqual([400, [expect.stringContaining('already exists')]]);
+    for (const login of [`${base}X`, `${wide}X`]) expect((await s.api('POST', '/api/auth/login/', { body: { username: login, password: 'pw' } })).status).toBe(200);
+    // A decomposed é (e + U+0301) fails no letters-only check: it is é.
+    const nfd = `jose\u0301${uniq()}`;
+    const decomposed = await s.api('POST', '/api/auth/social/', { body: { username: nfd, email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } });
+    expect([decomposed.status, decomposed.body.user?.username]).toEqual([201, nfd.normalize('NFKC')]);
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: nfd, password: 'pw' } })).status).toBe(200);
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: nfd.normalize('NFC'), password: 'pw' } })).status).toBe(200);
+  });
+
   it('accepts form-urlencoded and multipart bodies on the auth endpoints', async () => {
     const name = uniq();
     let res = await s.api('POST', '/api/auth/social/', { form: { username: name, email: `${name}@example.com`, password1: 'pw', password2: 'pw' } });
