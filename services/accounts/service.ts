@@ -4,7 +4,8 @@
  * the `users` and `sessions` read models after a read-your-writes wait.
  */
 import argon2 from 'argon2';
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import { macOf, sameSecret } from '../kernel/secrets.js';
 import { streamName, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { OutboundMail } from '../../infra/ports/mailer.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
@@ -413,19 +414,10 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     await settle(append?.position);
   }
 
-  // Signed links (verification, reset): HMAC over the purpose and what must still hold.
-  function sign(parts: string[]): string {
-    return createHmac('sha256', hmacKey).update(parts.join('\n')).digest('base64url');
-  }
-  function safeEqual(a: string, b: string): boolean {
-    const x = Buffer.from(a);
-    const y = Buffer.from(b);
-    return x.length === y.length && timingSafeEqual(x, y);
-  }
 
   function verificationKey(pk: number, email: string, exp: number): string {
     const payload = Buffer.from(JSON.stringify({ pk, exp })).toString('base64url');
-    return `${payload}.${sign(['verify-email', String(pk), email.toLowerCase(), String(exp)])}`;
+    return `${payload}.${macOf(hmacKey, 'verify-email', String(pk), email.toLowerCase(), String(exp))}`;
   }
 
   /**
@@ -495,7 +487,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     }
     if (!Number.isSafeInteger(parsed.pk) || !Number.isSafeInteger(parsed.exp) || parsed.exp * 1000 < Date.now()) throw invalid();
     const user = await users.get(userDocId(parsed.pk));
-    if (!user || !safeEqual(sig, sign(['verify-email', String(parsed.pk), user.emailKey, String(parsed.exp)]))) throw invalid();
+    if (!user || !sameSecret(sig, macOf(hmacKey, 'verify-email', String(parsed.pk), user.emailKey, String(parsed.exp)))) throw invalid();
     if (user.emailVerified) return;
     const { append } = await execute(store, userStream(user.pk), userEvolver, (s) =>
       s.emailVerified ? { events: [], result: undefined } : { events: [event(UserEmailVerified, { at: nowIso() })], result: undefined },
@@ -505,7 +497,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
 
   // Reset tokens are bound to the current password hash: they die once used (or on any change).
   function resetToken(user: Pick<UserDoc, 'pk' | 'passwordHash'>, exp: number): string {
-    return `${exp.toString(36)}-${sign(['reset-password', String(user.pk), user.passwordHash ?? '', String(exp)])}`;
+    return `${exp.toString(36)}-${macOf(hmacKey, 'reset-password', String(user.pk), user.passwordHash ?? '', String(exp))}`;
   }
 
   async function requestPasswordReset(email: string): Promise<void> {
@@ -527,7 +519,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!user) throw badRequest({ uid: ['Invalid value'] });
     const [exp36] = token.split('-');
     const exp = parseInt(exp36 ?? '', 36);
-    if (!Number.isSafeInteger(exp) || exp * 1000 < Date.now() || !safeEqual(token, resetToken(user, exp))) {
+    if (!Number.isSafeInteger(exp) || exp * 1000 < Date.now() || !sameSecret(token, resetToken(user, exp))) {
       throw badRequest({ token: ['Invalid value'] });
     }
     await setPassword(user.pk, password, 'reset');

@@ -1,5 +1,5 @@
 /** Subscriptions: plan and status per account; every change is a SubscriptionChanged event. */
-import { timingSafeEqual, createHash } from 'node:crypto';
+import { sameSecret } from '../kernel/secrets.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, type Evolver } from '../kernel/command.js';
 import { nowIso } from '../kernel/ids.js';
@@ -43,10 +43,7 @@ export function createBilling(platform: Platform) {
 
   /** Timing-safe check of an admin bearer token (both sides hashed: equal lengths). */
   function isAdminToken(presented: string): boolean {
-    if (!config.adminToken) return false;
-    const a = createHash('sha256').update(presented).digest();
-    const b = createHash('sha256').update(config.adminToken).digest();
-    return timingSafeEqual(a, b);
+    return config.adminToken ? sameSecret(presented, config.adminToken) : false;
   }
 
   return { view, change, isAdminToken };

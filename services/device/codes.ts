@@ -9,7 +9,8 @@
  *   rate-limited, §5.1), too little against an offline search of a plain hash, so it is
  *   stored as an HMAC under a server key.
  */
-import { createHash, createHmac, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, randomInt } from 'node:crypto';
+import { macOf } from '../kernel/secrets.js';
 
 export const USER_CODE_ALPHABET = 'BCDFGHJKLMNPQRSTVWXZ';
 export const USER_CODE_LENGTH = 8;
@@ -48,11 +49,5 @@ export function formatUserCode(normalized: string): string {
 }
 
 export function hashUserCode(hmacKey: Buffer, normalized: string): string {
-  return createHmac('sha256', hmacKey).update(`device-user-code\n${normalized}`).digest('base64url');
-}
-
-export function safeEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
+  return macOf(hmacKey, 'device-user-code', normalized);
 }

@@ -12,7 +12,8 @@
  * HttpOnly cookie `ais_presession` (sign-in, register and reset forms: no login CSRF). A
  * token minted before sign-in is worthless after it. Compared in constant time.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import { macOf, sameSecret } from '../kernel/secrets.js';
 import type { Context } from 'koa';
 import type { Accounts } from '../accounts/service.js';
 import { SESSION_COOKIE, type Authenticator } from './auth.js';
@@ -97,7 +98,7 @@ export async function endWebSession(ctx: Context, accounts: Accounts, session: W
 }
 
 export function createCsrf(hmacKey: Buffer, o: CookieOptions) {
-  const sign = (subject: string) => createHmac('sha256', hmacKey).update(`web-csrf\n${subject}`).digest('base64url');
+  const sign = (subject: string) => macOf(hmacKey, 'web-csrf', subject);
 
   /** The CSRF subject of this request; creates the pre-session cookie for anonymous forms. */
   function subject(ctx: Context, session: WebSession | null, create: boolean): string | null {
@@ -122,9 +123,7 @@ export function createCsrf(hmacKey: Buffer, o: CookieOptions) {
     check(ctx: Context, session: WebSession | null, posted: unknown): boolean {
       const s = subject(ctx, session, false);
       if (!s || typeof posted !== 'string') return false;
-      const a = Buffer.from(posted);
-      const b = Buffer.from(sign(s));
-      return a.length === b.length && timingSafeEqual(a, b);
+      return sameSecret(posted, sign(s));
     },
   };
 }
@@ -154,7 +153,7 @@ export function safeReturnPath(raw: unknown): string | null {
 
 /** A value the browser keeps for us but cannot read-modify (HMAC-signed, with an expiry). */
 export function createSealer(hmacKey: Buffer, purpose: string) {
-  const mac = (payload: string) => createHmac('sha256', hmacKey).update(`${purpose}\n${payload}`).digest('base64url');
+  const mac = (payload: string) => macOf(hmacKey, purpose, payload);
   return {
     seal(value: object, ttlS: number): string {
       const payload = Buffer.from(JSON.stringify({ ...value, exp: Math.floor(Date.now() / 1000) + ttlS })).toString('base64url');
@@ -164,9 +163,7 @@ export function createSealer(hmacKey: Buffer, purpose: string) {
       if (!sealed) return null;
       const [payload, sig] = sealed.split('.');
       if (!payload || !sig) return null;
-      const a = Buffer.from(sig);
-      const b = Buffer.from(mac(payload));
-      if (a.length !== b.length || !timingSafeEqual(a, b)) return null;
+      if (!sameSecret(sig, mac(payload))) return null;
       try {
         const v = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
         return v && typeof v.exp === 'number' && v.exp * 1000 > Date.now() ? (v as T) : null;

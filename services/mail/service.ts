@@ -3,7 +3,7 @@
  * delivery share {@link MailService.receive}), queue outbound mail within the send
  * limits, mark read, presign and accept attachment uploads. Every write is an event.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { macOf, sameSecret } from '../kernel/secrets.js';
 import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type Subscription } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Collection } from '../../infra/ports/read-store.js';
@@ -389,8 +389,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
 
   // ---- attachments -------------------------------------------------------------------
 
-  const sign = (attachmentId: string, expires: number): string =>
-    createHmac('sha256', deps.hmacKey).update(`email-attachment-upload\n${attachmentId}\n${expires}`).digest('base64url');
+  const sign = (attachmentId: string, expires: number): string => macOf(deps.hmacKey, 'email-attachment-upload', attachmentId, String(expires));
 
   async function presign(identityId: string, input: { filename: string; content_type: string; size: number }, baseUrl: string, now = nowIso()) {
     await identityOf(identityId);
@@ -425,9 +424,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   /** Checks an upload URL's signature and expiry (the signature is the credential). */
   function checkUploadSignature(attachmentId: string, expiresRaw: unknown, signature: unknown, nowMs = Date.now()): void {
     const expires = typeof expiresRaw === 'string' && /^\d{1,12}$/.test(expiresRaw) ? Number(expiresRaw) : NaN;
-    const given = Buffer.from(typeof signature === 'string' ? signature : '', 'utf8');
-    const expected = Buffer.from(Number.isFinite(expires) ? sign(attachmentId, expires) : '', 'utf8');
-    const valid = given.length === expected.length && expected.length > 0 && timingSafeEqual(given, expected);
+    const valid = Number.isFinite(expires) && typeof signature === 'string' && sameSecret(signature, sign(attachmentId, expires));
     if (!valid) throw new ApiError(403, 'signature_invalid', 'The upload URL signature is not valid.');
     if (nowMs > expires * 1000) throw new ApiError(403, 'upload_url_expired', 'The upload URL has expired; presign again.');
   }

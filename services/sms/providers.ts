@@ -8,16 +8,11 @@
  *   base64(HMAC-SHA1(auth token, full URL + each POST parameter name and value, sorted by name)).
  * Both comparisons are timing-safe.
  */
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac } from 'node:crypto';
+import { sameSecret } from '../kernel/secrets.js';
 import type { Config } from '../../infra/config.js';
 import { ApiError } from '../gateway/errors.js';
 
-/** Equal-length digests, so neither content nor length leaks through timing. */
-export function safeEqual(a: string, b: string): boolean {
-  const da = createHash('sha256').update(a, 'utf8').digest();
-  const db = createHash('sha256').update(b, 'utf8').digest();
-  return timingSafeEqual(da, db);
-}
 
 /** Twilio's request signature of a form POST. */
 export function twilioSignature(authToken: string, url: string, params: Record<string, string>): string {
@@ -44,11 +39,11 @@ export function verifyWebhook(config: Config, req: WebhookRequest): void {
     if (!req.form) throw new ApiError(403, 'invalid_signature', 'Twilio webhooks must be posted as application/x-www-form-urlencoded.');
     const url = config.publicUrl + req.originalUrl;
     const expected = twilioSignature(config.twilio!.authToken, url, req.params);
-    if (!safeEqual(given, expected)) throw new ApiError(403, 'invalid_signature', 'X-Twilio-Signature does not match this request (check PUBLIC_URL and TWILIO_AUTH_TOKEN).');
+    if (!sameSecret(given, expected)) throw new ApiError(403, 'invalid_signature', 'X-Twilio-Signature does not match this request (check PUBLIC_URL and TWILIO_AUTH_TOKEN).');
     return;
   }
   const secret = config.smsWebhookSecret;
   if (!secret) return; // the open simulator (see the header)
   const given = req.header('x-webhook-secret');
-  if (!given || !safeEqual(given, secret)) throw new ApiError(403, 'invalid_webhook_secret', 'Missing or wrong X-Webhook-Secret header.');
+  if (!given || !sameSecret(given, secret)) throw new ApiError(403, 'invalid_webhook_secret', 'Missing or wrong X-Webhook-Secret header.');
 }
