@@ -137,7 +137,7 @@ export function toFieldErrors(errors: ErrorObject[]): FieldErrors {
  * it is made (at start), so a schema the strict compiler refuses stops the service from
  * starting instead of answering 500 to the first request that needs it.
  */
-export function validator<T>(ref: string): (data: unknown) => T {
+export function validator<T>(ref: string, options: { allowNul?: boolean } = {}): (data: unknown) => T {
   const [file, name] = ref.split('#');
   const fullRef = `${SCHEMA_BASE}${file}#/$defs/${name}`;
   const compile = (ajv: Ajv2020, key: string) => {
@@ -156,6 +156,22 @@ export function validator<T>(ref: string): (data: unknown) => T {
     // Validate a copy: coercion and defaults must not mutate the caller's object.
     const copy = data && typeof data === 'object' ? structuredClone(data) : data;
     if (!fn(copy)) throw badRequest(toFieldErrors(fn.errors ?? []));
+    if (!options.allowNul) {
+      const nul = fieldsWithNul(copy);
+      if (nul.length) throw badRequest(Object.fromEntries(nul.map((f) => [f, ['Null characters are not allowed.']])));
+    }
     return copy as T;
   };
+}
+
+/**
+ * Fields whose text holds U+0000, refused as Django REST framework's CharField does: no
+ * field means one, and C-based tools downstream (terminals, mail relays, logs) cut at it.
+ * A provider's message (the SMS webhook) opts out: it is kept as it came.
+ */
+function fieldsWithNul(data: unknown, path = ''): string[] {
+  if (typeof data === 'string') return data.includes('\u0000') ? [path || 'non_field_errors'] : [];
+  if (Array.isArray(data)) return data.flatMap((v) => fieldsWithNul(v, path));
+  if (data && typeof data === 'object') return Object.entries(data).flatMap(([k, v]) => fieldsWithNul(v, path ? `${path}.${k}` : k));
+  return [];
 }

@@ -25,7 +25,7 @@ import { SmsRead, SmsReceived, conversationIdOf, previewOf, receiptEventIdOf, sm
 import { verifyWebhook } from './providers.js';
 import { parseAddress } from './address.js';
 
-const validateInbound = validator<{ MessageSid: string; From: string; To: string; Body?: string; NumMedia?: number }>('sms.json#InboundSms');
+const validateInbound = validator<{ MessageSid: string; From: string; To: string; Body?: string; NumMedia?: number }>('sms.json#InboundSms', { allowNul: true });
 
 /** Empty TwiML: "received, no reply" (https://www.twilio.com/docs/messaging/twiml). */
 const EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>';

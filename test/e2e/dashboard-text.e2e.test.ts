@@ -124,7 +124,7 @@ describe('dashboard: user text', () => {
   });
 
   it('never writes control characters of user text into the page (U+FFFD instead)', async () => {
-    const controls = '\u0000\r\u001b[31m\u007f\u0085\u009b';
+    const controls = '\r\u001b[31m\u007f\u0085\u009b'; // (NUL never gets in: the API refuses it)
     const key = await s.api('POST', '/api/auth/keys/management/', { token: me.access, body: { label: `label${controls} end` } });
     expect(key.status).toBe(201);
     const ident = await createIdentity('Control reader');
@@ -145,8 +145,8 @@ describe('dashboard: user text', () => {
     }
     await page.goto(`${s.url}/keys`);
     // CR LF would be a newline; a lone CR, like every other control, is U+FFFD.
-    expect(await page.locator('#mk-h ~ table tbody td').first().textContent()).toBe('label\uFFFD\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
-    expect(await page.getByRole('button', { name: /^Revoke management key label/ }).getAttribute('aria-label')).toBe('Revoke management key label\uFFFD\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
+    expect(await page.locator('#mk-h ~ table tbody td').first().textContent()).toBe('label\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
+    expect(await page.getByRole('button', { name: /^Revoke management key label/ }).getAttribute('aria-label')).toBe('Revoke management key label\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
   });
 
   it('keeps bidi overrides in user text from reordering the page text around it', async () => {

@@ -205,3 +205,12 @@ it('multipart bodies: a field that is not valid UTF-8 is a 400 too; valid UTF-8 
   const good = await post(Buffer.from('Multi ☕ part', 'utf8'));
   expect([good.status, ((await good.json()) as { name: string }).name]).toEqual([201, 'Multi ☕ part']);
 });
+
+it('a NUL character in any text field is a 400 naming the field (as DRF\'s CharField), also nested ones', async () => {
+  const label = await s.api('POST', '/api/auth/keys/management/', { token, body: { label: 'a\u0000b' } });
+  expect([label.status, label.body]).toEqual([400, { label: ['Null characters are not allowed.'] }]);
+  const user = await s.api('PATCH', '/api/auth/user/', { token, body: { first_name: 'Ann\u0000', last_name: 'ok' } });
+  expect([user.status, user.body]).toEqual([400, { first_name: ['Null characters are not allowed.'] }]);
+  const fine = await s.api('POST', '/api/auth/keys/management/', { token, body: { label: 'a b' } });
+  expect(fine.status).toBe(201);
+});
