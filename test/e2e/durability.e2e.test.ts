@@ -67,8 +67,13 @@ describe('durability', () => {
       for (const name of ['events.sqlite', 'read-models.sqlite', 'keys', 'outbox']) {
         expect([name, statSync(path.join(dataDir, name)).mode & 0o077]).toEqual([name, 0]);
       }
-      const mails = readdirSync(path.join(dataDir, 'outbox'));
-      expect(mails.length).toBeGreaterThan(0); // the verification mail of the sign-up
+      // The verification mail of the sign-up (sent by the account mail reactor, maybe still on its way).
+      let mails: string[] = [];
+      for (let i = 0; i < 100 && mails.length === 0; i++) {
+        mails = readdirSync(path.join(dataDir, 'outbox')).filter((f) => f.endsWith('.eml'));
+        if (mails.length === 0) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(mails.length).toBeGreaterThan(0);
       for (const mail of mails) expect([mail, statSync(path.join(dataDir, 'outbox', mail)).mode & 0o077]).toEqual([mail, 0]);
     } finally {
       svc.child.kill('SIGTERM'); // also when a check failed: no service left running
