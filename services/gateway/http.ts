@@ -14,8 +14,10 @@ export async function body(ctx: Context): Promise<Record<string, unknown>> {
   return ctx.state.body as Record<string, unknown>;
 }
 
-export function created(ctx: Context, payload: unknown): void {
+/** 201 with the new resource; `location` (its path) goes out as Location (RFC 9110 §10.2.2). */
+export function created(ctx: Context, payload: unknown, location?: string): void {
   ctx.status = 201;
+  if (location) ctx.set('Location', location);
   ctx.body = payload;
 }
 

@@ -66,7 +66,7 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
         const p = await deps.auth().accountPrincipal(ctx);
         const b = v.create(trimmedName(await body(ctx)));
         const doc = await identities.create(p.userPk, { name: b.name, emailIdentifier: b.email_identifier, provisionPhone: isTrue(b.provision_phone) });
-        created(ctx, toIdentity(doc));
+        created(ctx, toIdentity(doc), `/api/identities/${doc.id}/`);
       });
 
       // Before /{uuid}/: `current` is not a uuid.

@@ -242,7 +242,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       kind: all ? 'reply_all' : 'reply',
       original,
     });
-    created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc));
+    created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc), `/api/email-messages/${doc.id}/`);
   }
 
   return {
@@ -295,7 +295,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           attachmentIds: b.attachment_uuids,
           kind: 'compose',
         });
-        created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc));
+        created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc), `/api/email-messages/${doc.id}/`);
       });
 
       r.get('/api/email-messages/:id/', async (ctx) => {

@@ -140,7 +140,8 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
         const { identityId } = await deps.auth().identity(ctx);
         const b = v.create(await body(ctx));
         const { uuid, domain, username, password, notes } = b;
-        created(ctx, toPasswordEntry(await vault.createEntry(identityId, { uuid, domain, username, password, notes })));
+        const entry = toPasswordEntry(await vault.createEntry(identityId, { uuid, domain, username, password, notes }));
+        created(ctx, entry, `/api/passwords/${entry.uuid}/`);
       });
 
       r.get('/api/passwords/:uuid/', async (ctx) => {
@@ -188,8 +189,8 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
         const { identityId } = await deps.auth().identity(ctx);
         const b = v.upsert(await body(ctx));
         const { doc, created: isNew } = await vault.upsertSecret(identityId, b.key, b.value);
-        ctx.status = isNew ? 201 : 200;
-        ctx.body = toSecret(doc);
+        if (isNew) created(ctx, toSecret(doc), `/api/vault/${toSecret(doc).uuid}/`);
+        else ctx.body = toSecret(doc);
       });
 
       r.get('/api/vault/:uuid/', async (ctx) => {

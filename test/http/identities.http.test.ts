@@ -33,7 +33,8 @@ describe('create', () => {
     expect(res.status).toBe(201);
     expect(res.body).toEqual({ uuid: expect.any(String), name: 'Sales Bot', inbox: 'sales.bot@agents.localhost', phone: null, created_dt: expect.stringMatching(ISO_MS) });
     expect(res.body.uuid).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-/);
-    const got = await s.api('GET', `/api/identities/${res.body.uuid}/`, { token: owner.access });
+    expect(res.headers.get('location')).toBe(`/api/identities/${res.body.uuid}/`); // RFC 9110 §10.2.2
+    const got = await s.api('GET', res.headers.get('location')!, { token: owner.access });
     expect(got.status).toBe(200);
     expect(got.body).toEqual(res.body);
   });

@@ -450,6 +450,7 @@ describe('sending through the relay', () => {
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({ direction: 'outbound', status: 'queued', from_email: alice.inbox, to: ['dave@example.org', 'erin@example.org'], cc: ['frank@example.org'], bcc: ['grace@example.org'] });
     expect(res.body.message_id).toMatch(new RegExp(`^<[0-9a-f-]{36}@${DOMAIN.replace('.', '\\.')}>$`));
+    expect(res.headers.get('location')).toBe(`/api/email-messages/${res.body.uuid}/`);
 
     const relayed = await eventually(async () => sink.received.find((r) => r.mail.subject === 'Quarterly report'));
     expect(relayed.mail.from?.value[0]).toEqual({ address: alice.inbox, name: 'Alice Agent' });

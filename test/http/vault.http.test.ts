@@ -177,6 +177,7 @@ describe('passwords: client encrypts, server stores ciphertext, client decrypts'
     };
     const res = await srv.api('POST', '/api/passwords/', { token: tokenA, identity: idA1, body });
     expect(res.status).toBe(201);
+    expect(res.headers.get('location')).toBe(`/api/passwords/${res.body.uuid}/`);
     expect(res.body).toEqual({ ...body, created_dt: expect.any(String), updated_dt: expect.any(String) });
 
     const got = await srv.api('GET', `/api/passwords/${entryId}/`, { token: keyA1 });
@@ -231,7 +232,8 @@ describe('passwords: client encrypts, server stores ciphertext, client decrypts'
 
   test('wrong PIN three times → pin_locked; the recovery key restores access under a new PIN', async () => {
     const secretCt = encryptField(vaultKeyA, 'survives recovery', { kind: 'secret', identity: idA1, key: 'RECOVERY_CHECK' });
-    expect((await srv.api('POST', '/api/vault/', { token: keyA1, body: { key: 'RECOVERY_CHECK', value: secretCt } })).status).toBe(201);
+    const stored = await srv.api('POST', '/api/vault/', { token: keyA1, body: { key: 'RECOVERY_CHECK', value: secretCt } });
+    expect([stored.status, stored.headers.get('location')]).toEqual([201, `/api/vault/${stored.body.uuid}/`]);
     const lock = memoryLockStore();
     const m = await metadataOf(tokenA);
     const codes = [];
