@@ -71,7 +71,10 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
         await admin(ctx);
         const pk = await targetUser(ctx);
         const b = v.change(await body(ctx));
-        ctx.body = await billing.change(pk, { plan: b.plan, status: b.status ?? 'active' }, 'admin');
+        // Without a status the account keeps its own: a plan change must not reactivate a
+        // canceled customer (a new account is active, so a plain {plan} gives active there).
+        const status = b.status ?? (await billing.view(pk)).status;
+        ctx.body = await billing.change(pk, { plan: b.plan, status }, 'admin');
       };
       r.put('/api/admin/users/:pk/subscription/', put);
       r.patch('/api/admin/users/:pk/subscription/', async (ctx) => {

@@ -39,6 +39,14 @@ describe('admin API', () => {
     expect(events.map((e) => [e.type, e.data.plan, e.data.status, e.data.previousPlan])).toEqual([['SubscriptionChanged', 'team', 'past_due', 'free']]);
   });
 
+  it('PUT without status keeps the account\'s own (a plan change does not reactivate a canceled customer); a new account gets active', async () => {
+    const fresh = await s.signUp();
+    expect((await admin(fresh.user.pk, { plan: 'developer' })).body).toMatchObject({ plan: 'developer', status: 'active' });
+    const u = await s.signUp();
+    expect((await admin(u.user.pk, { plan: 'team', status: 'canceled' })).status).toBe(200);
+    expect((await admin(u.user.pk, { plan: 'developer' })).body).toMatchObject({ plan: 'developer', status: 'canceled' });
+  });
+
   it('401 without a token or with a bad one (token_not_valid), 403 for a valid user credential', async () => {
     const u = await s.signUp();
     expect((await admin(u.user.pk, { plan: 'team' }, '')).status).toBe(401);
