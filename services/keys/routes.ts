@@ -41,7 +41,7 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
 
   /** The identity a key is minted for, or listed by: own account's live identity. */
   async function ownIdentity(id: string, userPk: number, field: string): Promise<string> {
-    const lower = id.toLowerCase();
+    const lower = id.trim().toLowerCase(); // trimmed as every identity selector is (header, query)
     if (!isUuid(lower)) throw badRequest({ [field]: ['Must be a valid UUID.'] });
     const found = await deps.findIdentity(lower);
     if (!found) throw notFound('Identity not found.');

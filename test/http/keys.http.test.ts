@@ -149,6 +149,9 @@ describe('identity keys', () => {
     expect(list.text).not.toContain(k.key);
     const filtered = await s.api('GET', `/api/auth/keys/identity/?identity=${identity}`, { token: owner.access });
     expect(filtered.body.every((x: { identity: string }) => x.identity === identity)).toBe(true);
+    // Spaces around it are trimmed, as for every identity selector (header, query).
+    const padded = await s.api('GET', `/api/auth/keys/identity/?identity=%20${identity.toUpperCase()}%20`, { token: owner.access });
+    expect([padded.status, padded.body]).toEqual([200, filtered.body]);
   });
 
   it('an identity key cannot mint or list keys (403)', async () => {
