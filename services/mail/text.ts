@@ -16,11 +16,13 @@ export const isEmailAddress = (value: string): boolean => ADDRESS.test(value) &&
  * form (`bücher.de` → `xn--bcher-kva.de`, RFC 5890): what SMTP without SMTPUTF8 can carry.
  */
 export function addressKey(address: string): string {
-  let a = address.trim().toLowerCase();
+  let a = address.trim();
   const at = a.lastIndexOf('@');
-  if (at <= 0) return a;
-  let local = a.slice(0, at);
-  let domain = a.slice(at + 1);
+  if (at <= 0) return a.toLowerCase();
+  // ASCII case only in the local part: Unicode lower-casing folds look-alikes into ASCII
+  // (the Kelvin sign K into k), which would deliver `\u212Aim@` to kim's inbox.
+  let local = a.slice(0, at).replace(/[A-Z]+/g, (s) => s.toLowerCase());
+  let domain = a.slice(at + 1).toLowerCase();
   const unquoted = /^"([^"\\]+)"$/.exec(local)?.[1];
   if (unquoted && DOT_ATOM_LOCAL.test(unquoted)) local = unquoted;
   if (/[^\x00-\x7f]/.test(domain)) domain = domainToASCII(domain) || domain;

@@ -45,6 +45,8 @@ describe('addresses', () => {
 
   test('an internationalised domain is kept in its ASCII form; a needless quoted local part is unquoted', () => {
     expect(addressKey('User@Bücher.DE')).toBe('user@xn--bcher-kva.de');
+    expect(addressKey('\u212Aim@Example.com')).toBe('\u212Aim@example.com'); // the Kelvin sign is no k
+    expect(addressKey('\u212Aim@Example.com')).not.toBe(addressKey('kim@example.com'));
     expect(parseAddressList('Jörg <jm@bücher.de>').addresses).toEqual([{ address: 'jm@xn--bcher-kva.de', name: 'Jörg' }]);
     expect(addressKey('"alice"@example.com')).toBe('alice@example.com');
     expect(addressKey('"a b"@example.com')).toBe('"a b"@example.com'); // the quotes are needed
