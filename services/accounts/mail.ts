@@ -10,12 +10,11 @@
  * already recorded is not sent again after a crash). Each mail is its own job, retried with
  * backoff (up to 5 minutes apart) for as long as its link would still work; a relay's 5xx is
  * logged and not retried. The checkpoint waits for unfinished jobs (services/kernel/
- * reactor-jobs.ts). Like outbound delivery, it runs in one process: the embedded one, or the worker.
+ * reactor.ts). Like outbound delivery, it runs in one process: the embedded one, or the worker.
  */
-import type { Subscription, RecordedEvent } from '../../infra/ports/event-store.js';
-import type { Pending } from '../../infra/ports/event-feed.js';
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { reactorJobs } from '../kernel/reactor-jobs.js';
+import { createReactor, type JobRun } from '../kernel/reactor.js';
 import { AccountMailRequested, UserRegistered } from './events.js';
 import { accountMailRequestOf, type AccountMail } from './service.js';
 
@@ -26,20 +25,14 @@ const MAX_DELAY_MS = 5 * 60_000;
 export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
   const { events, reads, feed, mailer } = platform;
   const log = platform.logger.child({ component: 'account-mail' });
-  // Each mail is its own job: one address the relay keeps deferring holds up no other mail;
-  // the checkpoint waits for it (a restart resumes it).
-  const jobs = reactorJobs({ checkpoint: CHECKPOINT, reads, log });
-  let subscription: Subscription | null = null;
-  let stopped = false;
-  let running = 0;
 
   /** True once the mail went out or needs no sending; false when a stop cut it short. */
-  async function run(e: RecordedEvent): Promise<boolean> {
+  async function send(e: RecordedEvent, run: JobRun): Promise<boolean> {
     const request = accountMailRequestOf(e);
     if (!request) return true;
     /** Handed to the mailer, not recorded yet: only the record is retried (never the mail). */
     let sent: AccountMail | null = null;
-    for (let attempt = 1; !stopped; attempt++) {
+    for (let attempt = 1; !run.stopped; attempt++) {
       // Past the link's expiry nothing is worth sending (or recording), whatever failed before.
       if (request.exp * 1000 < Date.now()) return true;
       try {
@@ -54,7 +47,7 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
         await events.append(sent.stream, [sent.record]);
         return true;
       } catch (err) {
-        if (stopped) return false;
+        if (run.stopped) return false;
         // A relay's 5xx is a refusal for good; anything else (a 4xx, no connection, a full
         // disk under the outbox, the event store away) may pass.
         if (!sent && ((err as { responseCode?: number }).responseCode ?? 0) >= 500) {
@@ -63,52 +56,27 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
         }
         const delay = Math.min(MAX_DELAY_MS, 1_000 * 2 ** (attempt - 1));
         log.warn({ err: (err as Error).message, stream: e.stream, attempt, retryInMs: delay }, 'account mail deferred');
-        await jobs.sleep(delay);
+        await run.sleep(delay);
       }
     }
     return false;
   }
 
-  function onEvent(e: RecordedEvent): Promise<Pending> {
-    const done = jobs.track(e.position);
-    running += 1;
-    const settled = run(e).then(
-      (finished) => {
-        done(finished);
-        if (!finished) throw new Error('stopped before the mail went out');
-      },
-      (err) => {
-        done(false); // unfinished: the checkpoint holds and a restart retries it
-        log.error({ err, stream: e.stream }, 'account mail job crashed; it resumes after a restart');
-        throw err;
-      },
-    );
-    settled.catch(() => {}).finally(() => (running -= 1));
-    return Promise.resolve({ settled });
-  }
+  // Each mail is its own job: one address the relay keeps deferring holds up no other mail.
+  // A first start (also on a DATA_DIR of a version before this reactor) mails only what is
+  // asked from then on, not every unverified sign-up of the log's past.
+  const reactor = createReactor(
+    { events, reads, feed, log },
+    { checkpoint: CHECKPOINT, group: GROUP, filter: { eventTypes: [UserRegistered, AccountMailRequested], streamPrefixes: ['user-'] }, fromHeadOnFirstStart: true, job: send },
+  );
 
   return {
     name: 'account-mail',
     async start(role) {
-      if (role === 'gateway') return;
-      stopped = false;
-      let after = await reads.getCheckpoint(CHECKPOINT);
-      if (after === null) {
-        // First start (also on a DATA_DIR of a version before this reactor): mail only what
-        // is asked from now on, not every unverified sign-up of the log's past.
-        after = await events.headPosition();
-        if (after !== null) await reads.commit(CHECKPOINT, after, []);
-      }
-      subscription = feed.subscribe({ after, group: GROUP, filter: { eventTypes: [UserRegistered, AccountMailRequested], streamPrefixes: ['user-'] } }, onEvent);
-      subscription.done.catch((err) => log.error({ err }, 'account mail subscription failed'));
+      if (role !== 'gateway') await reactor.start();
     },
     async stop() {
-      stopped = true;
-      subscription?.close();
-      jobs.wakeAll();
-      const deadline = Date.now() + 5_000; // a send in progress finishes (it is recorded, or resent after a restart)
-      while (running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      await jobs.flushed();
+      await reactor.stop();
     },
   };
 };

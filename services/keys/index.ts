@@ -5,9 +5,8 @@
  * Other contexts (the device flow) mint a management key with
  * `createKeys(platform).mint(pk, { kind: 'management', label })`.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { ContextFactory } from '../../infra/runtime.js';
-import type { Subscription } from '../../infra/ports/event-store.js';
+import { createReactor } from '../kernel/reactor.js';
 import { apiKeysProjection } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { createKeys } from './service.js';
@@ -23,8 +22,32 @@ export const keysContext: ContextFactory = (shared) => {
   const { platform } = shared;
   const keys = createKeys(platform);
   const identities = platform.reads.collection<IdentityDoc>(IDENTITIES);
-  let reactor: Subscription | null = null;
-  let stopping: AbortController | null = null;
+  // Keys of a deleted identity already fail (findKey checks the identity); this records their
+  // revocation in the log, at least once: a failure (the read models slow to show the
+  // revocations) is retried, never skipped; revoking twice is harmless.
+  const revocations = createReactor(
+    { events: platform.events, reads: platform.reads, feed: platform.feed, log: platform.logger.child({ component: 'key-revocation' }) },
+    {
+      checkpoint: REVOCATION_CHECKPOINT,
+      group: 'ais-key-revocation',
+      filter: { eventTypes: ['IdentityDeleted'] },
+      concurrency: 1,
+      async job(e, run) {
+        const identityId = (e.data as { identityId: string }).identityId;
+        for (let attempt = 0; !run.stopped; attempt++) {
+          try {
+            await keys.revokeForIdentity(identityId);
+            return true;
+          } catch (err) {
+            if (run.stopped) return false;
+            platform.logger.warn({ err, identityId, attempt }, 'revoking keys of a deleted identity failed; retrying');
+            await run.sleep(Math.min(30_000, 500 * 2 ** attempt));
+          }
+        }
+        return false;
+      },
+    },
+  );
   return {
     name: 'keys',
     projections: [apiKeysProjection],
@@ -41,35 +64,10 @@ export const keysContext: ContextFactory = (shared) => {
     resolvers: { findKey: keys.findKey, touchKey: keys.touchKey },
     async start(role) {
       // A reactor whose effects must happen once: the embedded process or the cluster worker.
-      if (role === 'gateway') return;
-      // Keys of a deleted identity already fail (findKey checks the identity); this records
-      // their revocation in the log. It resumes from its checkpoint, so a start does not
-      // re-read every deletion in the log; revoking twice is harmless (at least once).
-      const after = await platform.reads.getCheckpoint(REVOCATION_CHECKPOINT);
-      stopping = new AbortController();
-      const { signal } = stopping;
-      reactor = platform.feed.subscribe({ after, group: 'ais-key-revocation', filter: { eventTypes: ['IdentityDeleted'] } }, async (e) => {
-        const identityId = (e.data as { identityId: string }).identityId;
-        // The checkpoint passes a deletion only once its keys are revoked: a failure (the read
-        // models slow to show the revocations) is retried, never skipped.
-        for (let attempt = 0; ; attempt++) {
-          try {
-            await keys.revokeForIdentity(identityId);
-            break;
-          } catch (err) {
-            if (signal.aborted) return; // resumed from the checkpoint at the next start
-            platform.logger.warn({ err, identityId, attempt }, 'revoking keys of a deleted identity failed; retrying');
-            await sleep(Math.min(30_000, 500 * 2 ** attempt), undefined, { signal }).catch(() => {});
-            if (signal.aborted) return;
-          }
-        }
-        await platform.reads.commit(REVOCATION_CHECKPOINT, e.position, []);
-      });
-      reactor.done.catch((err) => platform.logger.error({ err }, 'key revocation reactor stopped'));
+      if (role !== 'gateway') await revocations.start();
     },
     async stop() {
-      stopping?.abort();
-      reactor?.close();
+      await revocations.stop();
     },
   };
 };

@@ -16,13 +16,13 @@
  * position); cluster, Kafka, where each EmailQueued is reported settled only when its job
  * has an outcome, so the committed offset is the same low-water mark.
  */
-import { streamName, type RecordedEvent, type Subscription } from '../../infra/ports/event-store.js';
+import { streamName, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/mailer.js';
-import { eventStoreFeed, type EventFeed, type Pending } from '../../infra/ports/event-feed.js';
+import { eventStoreFeed, type EventFeed } from '../../infra/ports/event-feed.js';
 import type { Platform } from '../kernel/platform.js';
 import { nowIso } from '../kernel/ids.js';
-import { reactorJobs } from '../kernel/reactor-jobs.js';
+import { createReactor, type JobRun } from '../kernel/reactor.js';
 import {
   DELIVERY,
   EMAIL_DEFERRED,
@@ -86,14 +86,6 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
   const maxDelay = deps.options?.maxDelayMs ?? 15 * 60_000;
   const maxAttempts = deps.options?.maxAttempts ?? 10;
   const concurrency = deps.options?.concurrency ?? 8;
-
-  let subscription: Subscription | null = null;
-  let stopped = false;
-  let running = 0;
-  let slotWaiters: (() => void)[] = [];
-  /** The checkpoint's low-water mark and the retries' waits (services/kernel/reactor-jobs.ts). */
-  const jobs = reactorJobs({ checkpoint: CHECKPOINT, reads, log });
-  const sleep = jobs.sleep;
 
   const delayFor = (attempt: number) => Math.min(maxDelay, baseDelay * 2 ** Math.max(0, attempt - 1));
 
@@ -193,18 +185,18 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
   }
 
   /** True once the message has an outcome; false when stopped first. */
-  async function deliver(e: RecordedEvent): Promise<boolean> {
+  async function deliver(e: RecordedEvent, run: JobRun): Promise<boolean> {
     const q = e.data as EmailQueuedData;
     const stream = streamName(DELIVERY, q.messageId);
-    while (!stopped) {
+    while (!run.stopped) {
       const history = await events.readStream(stream);
       if (history.some((h) => h.type === EMAIL_SENT || h.type === EMAIL_FAILED)) return true;
       const deferred = history.filter((h) => h.type === EMAIL_DEFERRED);
       const last = deferred[deferred.length - 1]?.data as EmailDeferredData | undefined;
       if (last) {
         const wait = Date.parse(last.retryAt) - Date.now();
-        if (wait > 0) await sleep(wait);
-        if (stopped) return false;
+        if (wait > 0) await run.sleep(wait);
+        if (run.stopped) return false;
       }
       const attemptNo = deferred.length + 1;
       const progress: DeliveryProgress = { relayed: last?.relayed ?? [], rejected: last?.rejected ?? [] };
@@ -250,7 +242,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         log.info({ messageId: q.messageId, via: data.via, attempts: attemptNo }, 'email delivered');
         return true;
       } catch (err) {
-        if (stopped) return false;
+        if (run.stopped) return false;
         const temporary = err instanceof TemporaryMailError;
         const error = (err as Error).message ?? String(err);
         if (temporary && attemptNo < maxAttempts) {
@@ -273,60 +265,8 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
     return false;
   }
 
-  /** Starts the job of `e`; its `settled` resolves once the message has an outcome. */
-  async function onEvent(e: RecordedEvent): Promise<void | Pending> {
-    if (stopped) {
-      const held = Promise.reject(new Error('stopped before an outcome')); // the feed keeps it for the next run
-      held.catch(() => {});
-      return { settled: held };
-    }
-    const done = jobs.track(e.position);
-    while (running >= concurrency && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
-    running += 1;
-    let outcome!: { resolve(): void; reject(e: Error): void };
-    const settled = new Promise<void>((resolve, reject) => (outcome = { resolve, reject }));
-    settled.catch(() => {}); // the feed holds its position; logged below
-    let finished = false;
-    void deliver(e)
-      .then(
-        (ended) => {
-          finished = ended;
-          if (ended) outcome.resolve();
-          else outcome.reject(new Error('stopped before an outcome'));
-        },
-        (err) => {
-          // The job stays unfinished: the checkpoint holds and a restart retries it.
-          log.error({ err, messageId: (e.data as EmailQueuedData).messageId }, 'delivery job crashed; it will resume after a restart');
-          outcome.reject(err instanceof Error ? err : new Error(String(err)));
-        },
-      )
-      .finally(() => {
-        running -= 1;
-        const waiters = slotWaiters;
-        slotWaiters = [];
-        waiters.forEach((w) => w());
-        done(finished);
-      });
-    return { settled };
-  }
-
-  return {
-    async start() {
-      stopped = false;
-      const after = await reads.getCheckpoint(CHECKPOINT);
-      subscription = feed.subscribe({ after, group: DELIVERY_GROUP, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [`${OUTBOX}-`] } }, onEvent);
-      subscription.done.catch((err) => log.error({ err }, 'delivery subscription failed'));
-    },
-    async stop() {
-      stopped = true;
-      subscription?.close();
-      jobs.wakeAll();
-      slotWaiters.forEach((w) => w());
-      slotWaiters = [];
-      // Let in-flight attempts settle briefly (they are idempotent if cut short).
-      const deadline = Date.now() + 5_000;
-      while (running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      await jobs.flushed();
-    },
-  };
+  return createReactor(
+    { events, reads, feed, log },
+    { checkpoint: CHECKPOINT, group: DELIVERY_GROUP, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [`${OUTBOX}-`] }, concurrency, job: deliver },
+  );
 }

@@ -1,0 +1,187 @@
+/**
+ * A reactor: a job per event of the log, run from the reactor's own checkpoint, whose
+ * effects must happen once (the embedded process, or the cluster worker). Used by outbound
+ * mail delivery, the account mails and the revocation of a deleted identity's keys.
+ *
+ * - At least once: the checkpoint moves only past events whose job finished (a low-water
+ *   mark, {@link reactorJobs}), so a restart resumes every unfinished one; jobs are
+ *   idempotent (ids derived from the event's).
+ * - Jobs run concurrently, up to `concurrency`; one slow job (a mail a relay keeps deferring)
+ *   holds up no other. On a feed that commits positions (Kafka) each event is reported
+ *   settled once its job finished, so the committed offset is the same low-water mark.
+ * - A stop ends every wait a job makes at once (`run.sleep`), lets jobs in flight finish for
+ *   up to 5 s, and writes the checkpoint as far as finished jobs allow.
+ */
+import type { Logger } from 'pino';
+import type { AllFilter, EventStore, RecordedEvent, Subscription } from '../../infra/ports/event-store.js';
+import type { EventFeed, Pending } from '../../infra/ports/event-feed.js';
+import type { ReadStore } from '../../infra/ports/read-store.js';
+
+/** What a job sees of its reactor. */
+export interface JobRun {
+  /** True once the reactor is stopping: the job returns false (unfinished) at its next step. */
+  readonly stopped: boolean;
+  /** A wait (a retry's backoff) that a stop ends at once. */
+  sleep(ms: number): Promise<void>;
+}
+
+export interface ReactorSpec {
+  /** The read-store checkpoint (and the name in logs). */
+  checkpoint: string;
+  /** The consumer group on the feed. */
+  group: string;
+  filter: AllFilter;
+  /**
+   * Where a first start (no checkpoint yet, also on a DATA_DIR of a version before the
+   * reactor) begins: the log's head (only what happens from now on) rather than its start.
+   */
+  fromHeadOnFirstStart?: boolean;
+  /** Jobs at once; the subscription waits while this many run. Default: no limit. */
+  concurrency?: number;
+  /**
+   * The job of one event: true once it is done for good, false when a stop cut it short. A
+   * throw leaves it unfinished too (logged; a restart retries it).
+   */
+  job(e: RecordedEvent, run: JobRun): Promise<boolean>;
+}
+
+export interface Reactor {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function createReactor(deps: { events: EventStore; reads: ReadStore; feed: EventFeed; log: Logger }, spec: ReactorSpec): Reactor {
+  const { events, reads, feed, log } = deps;
+  const jobs = reactorJobs({ checkpoint: spec.checkpoint, reads, log });
+  const limit = spec.concurrency ?? Infinity;
+  let subscription: Subscription | null = null;
+  let stopped = false;
+  let running = 0;
+  let slotWaiters: (() => void)[] = [];
+  const run: JobRun = {
+    get stopped() {
+      return stopped;
+    },
+    sleep: (ms) => jobs.sleep(ms),
+  };
+
+  const wakeSlotWaiters = () => {
+    const waiters = slotWaiters;
+    slotWaiters = [];
+    waiters.forEach((w) => w());
+  };
+
+  async function onEvent(e: RecordedEvent): Promise<Pending> {
+    if (stopped) {
+      const held = Promise.reject(new Error('stopped before the job ran')); // the feed keeps it for the next run
+      held.catch(() => {});
+      return { settled: held };
+    }
+    const done = jobs.track(e.position);
+    while (running >= limit && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
+    running += 1;
+    const settled = spec.job(e, run).then(
+      (finished) => {
+        done(finished);
+        if (!finished) throw new Error('stopped before the job finished');
+      },
+      (err) => {
+        done(false); // unfinished: the checkpoint holds and a restart retries it
+        log.error({ err, stream: e.stream, type: e.type }, 'reactor job crashed; it resumes after a restart');
+        throw err;
+      },
+    );
+    settled
+      .catch(() => {})
+      .finally(() => {
+        running -= 1;
+        wakeSlotWaiters();
+      });
+    return { settled };
+  }
+
+  return {
+    async start() {
+      stopped = false;
+      let after = await reads.getCheckpoint(spec.checkpoint);
+      if (after === null && spec.fromHeadOnFirstStart) {
+        after = await events.headPosition();
+        if (after !== null) await reads.commit(spec.checkpoint, after, []);
+      }
+      subscription = feed.subscribe({ after, group: spec.group, filter: spec.filter }, onEvent);
+      subscription.done.catch((err) => log.error({ err }, 'reactor subscription failed'));
+    },
+    async stop() {
+      stopped = true;
+      subscription?.close();
+      jobs.wakeAll();
+      wakeSlotWaiters();
+      // Jobs in flight finish briefly (their effects are idempotent if cut short).
+      const deadline = Date.now() + 5_000;
+      while (running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await jobs.flushed();
+    },
+  };
+}
+
+/**
+ * The bookkeeping of jobs that may outlive their event (a mail retried with backoff): the
+ * checkpoint moves only past events whose job finished (a low-water mark), and every wait a
+ * job makes ends at once when the reactor stops.
+ */
+interface ReactorJobs {
+  /** Registers the job of the event at `position`; call the result once it ended (`finished`: false when a stop cut it short). */
+  track(position: string): (finished: boolean) => void;
+  /** A wait that {@link ReactorJobs.wakeAll} ends early. */
+  sleep(ms: number): Promise<void>;
+  /** Ends every wait now (on stop). */
+  wakeAll(): void;
+  /** Resolves once the checkpoint writes asked so far are done. */
+  flushed(): Promise<void>;
+}
+
+function reactorJobs(deps: { checkpoint: string; reads: ReadStore; log: Logger }): ReactorJobs {
+  /** Events received, in order, with whether their job finished. */
+  const window: { position: string; done: boolean }[] = [];
+  const timers = new Set<{ timer: NodeJS.Timeout; resolve: () => void }>();
+  let checkpointWrite: Promise<void> = Promise.resolve();
+
+  function advance(): void {
+    let last: string | null = null;
+    while (window.length && window[0].done) last = window.shift()!.position;
+    if (last === null) return;
+    const position = last;
+    checkpointWrite = checkpointWrite.then(() => deps.reads.commit(deps.checkpoint, position, [])).catch((err) => deps.log.error({ err }, 'checkpoint write failed'));
+  }
+
+  return {
+    track(position) {
+      const slot = { position, done: false };
+      window.push(slot);
+      return (finished) => {
+        slot.done = finished;
+        advance();
+      };
+    },
+    sleep(ms) {
+      return new Promise((resolve) => {
+        const entry = {
+          timer: setTimeout(() => {
+            timers.delete(entry);
+            resolve();
+          }, ms),
+          resolve,
+        };
+        timers.add(entry);
+      });
+    },
+    wakeAll() {
+      for (const t of timers) {
+        clearTimeout(t.timer);
+        t.resolve();
+      }
+      timers.clear();
+    },
+    flushed: () => checkpointWrite,
+  };
+}
