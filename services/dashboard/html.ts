@@ -163,6 +163,16 @@ export function describedBy(errors: Record<string, string[]> | null | undefined,
   return errors?.[field]?.length ? html` aria-describedby="${field}-error" aria-invalid="true"` : html``;
 }
 
+/**
+ * A data table in a scroll region of its own: on a narrow screen the table scrolls sideways
+ * inside it (focusable, so the keyboard scrolls it too), never the whole page. The region is
+ * named after the table's heading, "<heading> table": the section around it is already the
+ * region named by the heading, and two landmarks should not share a role and a name.
+ */
+export function tableRegion(heading: string, table: Safe): Safe {
+  return html`<div class="table-wrap" role="region" aria-label="${heading} table" tabindex="0">${table}</div>`;
+}
+
 export function fmtDate(iso: unknown): string {
   if (typeof iso !== 'string' || !iso) return '—';
   return iso.replace('T', ' ').replace(/\.\d+Z$/, ' UTC').replace(/Z$/, ' UTC');

@@ -22,7 +22,7 @@ import { validator } from '../gateway/validate.js';
 import { isUuid } from '../kernel/ids.js';
 import { streamName } from '../../infra/ports/event-store.js';
 import { OUTBOX } from '../mail/events.js';
-import { html, layout, fieldErrors, describedBy, fmtDate, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
+import { html, layout, fieldErrors, describedBy, escapeHtml, fmtDate, tableRegion, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
 import { SESSION_COOKIE, resetCurrentSession, safeReturnPath, type WebSession } from '../gateway/web-session.js';
 import { webSignIn, type Flash } from './sign-in.js';
 
@@ -49,6 +49,11 @@ interface ApiAnswer {
 }
 
 const str = (x: unknown): string => (typeof x === 'string' ? x : '');
+/**
+ * At the end of the link of an unread thread or conversation: its bold row says nothing to a
+ * screen reader. (Last in the link: a pointer aims at the link's first box, its visible text.)
+ */
+const UNREAD = html`<span class="sr-only"> (unread)</span>`;
 
 /** A human sentence from an API error body (`{detail}` or `{field: [msgs]}`). */
 export function errorText(answer: ApiAnswer): string {
@@ -194,10 +199,10 @@ ${ids.status !== 200
   ? html`<p class="flash error" role="alert">${errorText(ids)}</p>`
   : list.length === 0
     ? html`<p>No identity yet. Create one below.</p>`
-    : html`<table>
+    : tableRegion('Your identities', html`<table>
 <thead><tr><th scope="col">Name</th><th scope="col">Email</th><th scope="col">Phone</th><th scope="col">Created</th></tr></thead>
 <tbody>${list.map((i) => html`<tr><td><a href="/identities/${str(i.uuid)}">${str(i.name)}</a></td><td>${str(i.inbox)}</td><td>${str(i.phone) || '—'}</td><td>${fmtDate(i.created_dt)}</td></tr>`)}</tbody>
-</table>`}
+</table>`)}
 </section>
 <section aria-labelledby="new-h">
 <h2 id="new-h">Create an identity</h2>
@@ -267,18 +272,18 @@ ${threads.status !== 200
   ? html`<p>Mail is not available (${errorText(threads)}).</p>`
   : threadList.length === 0
     ? html`<p>No mail yet.</p>`
-    : html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
-${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
-</tbody></table>`}
+    : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
+</tbody></table>`)}
 </section>
 <section aria-labelledby="sms-h"><h2 id="sms-h">SMS conversations</h2>
 ${convs.status !== 200
   ? html`<p>SMS is not available (${errorText(convs)}).</p>`
   : convList.length === 0
     ? html`<p>No SMS yet.</p>`
-    : html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
-${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
-</tbody></table>`}
+    : tableRegion('SMS conversations', html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
+${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}${Number(c.unread_count) > 0 ? UNREAD : ''}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
+</tbody></table>`)}
 </section>
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
 <form method="post" action="/identities/${id}/rename" class="card">
@@ -317,10 +322,10 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
       if (answer.status !== 200) return html`<p class="flash error" role="alert">${errorText(answer)}</p>`;
       const rows: any[] = Array.isArray(answer.body) ? answer.body : [];
       if (!rows.length) return html`<p>No ${kind} key.</p>`;
-      return html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+      return tableRegion(kind === 'management' ? 'Management keys' : 'Identity keys', html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)}</code></td>${kind === 'identity' ? html`<td>${names.get(str(k.identity ?? k.identity_uuid)) ?? str(k.identity ?? k.identity_uuid)}</td>` : ''}<td>${fmtDate(k.last_used_at)}</td><td>${fmtDate(k.created_dt)}</td>
 <td><form method="post" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
-</tbody></table>`;
+</tbody></table>`);
     };
     send(
       ctx,
@@ -362,7 +367,11 @@ ${identities.length
       // The sender's HTML never runs: a sandboxed frame (no allow-scripts, no allow-same-origin)
       // showing a document of its own, whose CSP loads nothing but lets the mail's own styles
       // apply (a srcdoc frame would inherit this page's `style-src 'self'` and lose them).
-      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" src="/identities/${identity}/mail-body/${str(m.uuid)}"></iframe>
+      // The frame takes no keyboard focus when the mail has no link, so a long mail could not be
+      // scrolled without a mouse: the same document opens on its own too (its CSP sandboxes it there as well).
+      const src = `/identities/${identity}/mail-body/${str(m.uuid)}`;
+      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" src="${src}"></iframe>
+<p><a href="${src}">Open this message on its own</a></p>
 <details><summary>Plain text</summary><pre class="mail-text">${text}</pre></details>`;
     }
     return html`<pre class="mail-text">${text}</pre>`;
@@ -565,35 +574,44 @@ ${fieldErrors(errors, 'new_password2')}
       forgotPage(ctx, { kind: 'ok', text: 'If an account uses this address, a reset link is on its way.' });
     });
 
-    const resetPage = (ctx: Context, uid: string, tok: string, flash: Flash = null, errors: Errors | null = null) =>
+    /** A reset link that can never work (no token, wrong or expired): say so, and where to get a new one. */
+    const deadResetLink = (ctx: Context) =>
+      send(
+        ctx,
+        'This reset link cannot be used',
+        html`<p>Reset links work once, for a limited time. <a href="/forgot-password">Ask for a new reset link</a>.</p>`,
+        null,
+        { kind: 'error', text: 'This reset link is invalid or has expired.' },
+        400,
+      );
+    const resetPage = (ctx: Context, uid: string, tok: string, errors: Errors | null = null) => {
+      if (!uid || !tok || errors?.uid || errors?.token) return deadResetLink(ctx);
       send(
         ctx,
         'Choose a new password',
         html`<form method="post" action="/reset-password" class="card">${hidden(ctx, null)}
 <input type="hidden" name="uid" value="${uid}"><input type="hidden" name="token" value="${tok}">
-${fieldErrors(errors, 'uid')}${fieldErrors(errors, 'token')}
-<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required>
+${fieldErrors(errors, 'non_field_errors')}
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password1')}>
 ${fieldErrors(errors, 'new_password1')}
-<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required>
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password2')}>
 ${fieldErrors(errors, 'new_password2')}
 <button type="submit">Set password</button></form>`,
         null,
-        flash,
+        errors ? { kind: 'error', text: 'Please correct the errors below.' } : null,
         errors ? 400 : 200,
       );
+    };
     r.get('/reset-password', async (ctx) => resetPage(ctx, str(ctx.query.uid), str(ctx.query.token)));
     r.post('/reset-password', async (ctx) => {
       const f = await form(ctx, null);
       if (!f) return;
       try {
         const b = v.resetConfirm({ uid: f.uid ?? '', token: f.token ?? '', new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
-        if (b.new_password1 !== b.new_password2) return resetPage(ctx, b.uid, b.token, null, { new_password2: ["The two password fields didn't match."] });
+        if (b.new_password1 !== b.new_password2) return resetPage(ctx, b.uid, b.token, { new_password2: ["The two password fields didn't match."] });
         await accounts.confirmPasswordReset(b.uid, b.token, b.new_password1);
       } catch (err) {
-        const errors = fieldsOf(err);
-        if (errors.uid || errors.token) errors.token = ['This reset link is invalid or has expired. Ask for a new one.'];
-        delete errors.uid;
-        return resetPage(ctx, f.uid ?? '', f.token ?? '', null, errors);
+        return resetPage(ctx, f.uid ?? '', f.token ?? '', fieldsOf(err));
       }
       await loginPage(ctx, '', { kind: 'ok', text: 'Your password was reset. Sign in with the new one.' });
     });
@@ -670,7 +688,7 @@ ${fieldErrors(errors, 'new_password2')}
       if (!s || !id) return;
       await threadPage(ctx, s, id, String(ctx.params.thread));
     });
-    // The HTML of one mail, framed by the thread page (see messageBody).
+    // The HTML of one mail, framed by the thread page and opened on its own from there (see messageBody).
     r.get('/identities/:id/mail-body/:message', async (ctx) => {
       const s = await requireSession(ctx);
       const id = s && uuidParam(ctx);
@@ -686,7 +704,7 @@ ${fieldErrors(errors, 'new_password2')}
       ctx.set('Content-Security-Policy', MAIL_FRAME_CSP);
       ctx.set('X-Frame-Options', 'SAMEORIGIN');
       ctx.type = 'text/html; charset=utf-8';
-      ctx.body = `<!doctype html><html><head><meta charset="utf-8"><base target="_blank"></head><body>${htmlOf(m.body)}</body></html>`;
+      ctx.body = `<!doctype html><html><head><meta charset="utf-8"><title>${escapeHtml(str(m.body.subject) || '(no subject)')}</title><base target="_blank"></head><body>${htmlOf(m.body)}</body></html>`;
     });
     r.get('/identities/:id/sms/:conv', async (ctx) => {
       const s = await requireSession(ctx);

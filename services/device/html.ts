@@ -17,10 +17,13 @@ export interface Notice {
   text: string;
 }
 
+/** The id of a page's error alert (at most one), for a field it is about to point at. */
+const ALERT_ID = 'alert';
+
 function notice(n: Notice | undefined): string {
   if (!n) return '';
   return n.kind === 'error'
-    ? `<div class="alert" role="alert">${esc(n.text)}</div>`
+    ? `<div class="alert" id="${ALERT_ID}" role="alert">${esc(n.text)}</div>`
     : `<div class="success" role="status">${esc(n.text)}</div>`;
 }
 
@@ -42,10 +45,21 @@ ${body}
 </html>`;
 }
 
+/**
+ * A user code shown to compare with the device's (RFC 8628 §3.3.1): big on screen, and read
+ * out letter by letter, group by group ("Code: W R N R, L K P P"), not as a word.
+ */
+export function codeShown(userCode: string): string {
+  const spelled = userCode.split('-').map((group) => group.split('').join(' ')).join(', ');
+  return `<p class="code"><span aria-hidden="true">${esc(userCode)}</span><span class="sr-only">Code: ${esc(spelled)}</span></p>`;
+}
+
 const hidden = (name: string, value: string) => `<input type="hidden" name="${esc(name)}" value="${esc(value)}">`;
 
 /** RFC 8628 §3.3: the human enters the code shown by the device. */
-export function enterCodePage(opts: { notice?: Notice; value?: string; signedInAs?: string | null; csrf: string }): string {
+export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; signedInAs?: string | null; csrf: string }): string {
+  // An invalid code is marked as such and described by the alert that says why.
+  const invalid = opts.invalid && opts.notice?.kind === 'error';
   return layout(
     'Connect a device',
     `<h1>Connect a device</h1>
@@ -53,7 +67,7 @@ ${notice(opts.notice)}
 <p>Enter the code shown by the agent or device that asked to sign in.</p>
 <form method="get" action="/device">
   <label for="user_code">Code</label>
-  <input id="user_code" class="code-input" type="text" name="user_code" value="${esc(opts.value ?? '')}" placeholder="XXXX-XXXX" autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="20" required autofocus aria-describedby="code-help">
+  <input id="user_code" class="code-input" type="text" name="user_code" value="${esc(opts.value ?? '')}" placeholder="XXXX-XXXX" autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="20" required autofocus ${invalid ? `aria-invalid="true" aria-describedby="${ALERT_ID} code-help"` : 'aria-describedby="code-help"'}>
   <p id="code-help" class="muted">8 letters; the dash is optional.</p>
   <button type="submit">Continue</button>
 </form>
@@ -68,7 +82,7 @@ export function approvePage(opts: { userCode: string; csrf: string; signedInAs: 
     `<h1>Approve this device?</h1>
 ${notice(opts.notice)}
 <p>An agent or device is asking for access to your account. Approve only if it shows this code:</p>
-<p class="code" aria-label="Code ${esc(opts.userCode.split('').join(' '))}">${esc(opts.userCode)}</p>
+${codeShown(opts.userCode)}
 <p class="muted">Approving gives it a new management key for your account (you can revoke it any time) and signs it in as you.</p>
 <div class="actions">
   <form method="post" action="/device/approve">
@@ -89,7 +103,7 @@ export function resultPage(opts: { title: string; notice: Notice; userCode?: str
     opts.title,
     `<h1>${esc(opts.title)}</h1>
 ${notice(opts.notice)}
-${opts.userCode ? `<p class="code">${esc(opts.userCode)}</p>` : ''}
+${opts.userCode ? codeShown(opts.userCode) : ''}
 ${opts.again ? '<p><a href="/device">Enter another code</a></p>' : ''}`,
   );
 }

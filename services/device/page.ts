@@ -76,7 +76,7 @@ export function devicePage(deps: DevicePageDeps) {
     const userCode = raw ? normalizeUserCode(raw) : null;
     if (!userCode) {
       const bad: Notice | undefined = raw ? { kind: 'error', text: 'That is not a valid code. Codes are 8 letters, like BCDF-GHJK.' } : undefined;
-      return html(ctx, raw ? 400 : status, enterCodePage({ notice: notice ?? bad, value: raw, signedInAs: who ? displayName(who.user) : null, csrf }));
+      return html(ctx, raw ? 400 : status, enterCodePage({ notice: notice ?? bad, value: raw, invalid: Boolean(raw), signedInAs: who ? displayName(who.user) : null, csrf }));
     }
     const shown = formatUserCode(userCode);
     if (!who) {

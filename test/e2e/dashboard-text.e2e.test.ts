@@ -42,7 +42,7 @@ async function createIdentity(name: string, token = me.access): Promise<{ uuid: 
 async function threadRow(identity: string, subject: string | RegExp, messages: string) {
   for (let i = 0; i < 50; i++) {
     await page.goto(`${s.url}/identities/${identity}`);
-    const row = page.locator('#mail-h + table tbody tr', { has: page.getByRole('link', { name: subject }) });
+    const row = page.locator('#mail-h + .table-wrap tbody tr', { has: page.getByRole('link', { name: subject }) });
     if ((await row.count()) && (await row.locator('td').nth(2).textContent()) === messages) return row;
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -145,7 +145,7 @@ describe('dashboard: user text', () => {
     }
     await page.goto(`${s.url}/keys`);
     // CR LF would be a newline; a lone CR, like every other control, is U+FFFD.
-    expect(await page.locator('#mk-h ~ table tbody td').first().textContent()).toBe('label\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
+    expect(await page.locator('#mk-h ~ .table-wrap tbody td').first().textContent()).toBe('label\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
     expect(await page.getByRole('button', { name: /^Revoke management key label/ }).getAttribute('aria-label')).toBe('Revoke management key label\uFFFD\uFFFD[31m\uFFFD\uFFFD\uFFFD end');
   });
 
@@ -170,7 +170,7 @@ describe('dashboard: user text', () => {
       expect(sent.status).toBe(201);
       const row = await threadRow(ident.uuid, subject, '1');
       expect(await row.locator('td').nth(1).textContent()).toBe(`Sender \u202Eeman <${peer.inbox}>`);
-      expect(leftToRight(await positionsOf('#mail-h + table tbody tr td:nth-child(2)', `${peer.inbox}>`))).toBe(true);
+      expect(leftToRight(await positionsOf('#mail-h + .table-wrap tbody tr td:nth-child(2)', `${peer.inbox}>`))).toBe(true);
 
       // Deleted: "Identity “<name>” deleted."
       await page.getByLabel(/to confirm/).fill(name);

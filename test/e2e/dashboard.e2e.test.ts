@@ -162,7 +162,7 @@ describe('dashboard', () => {
       if (await link.count()) break;
       await new Promise((r) => setTimeout(r, 200));
     }
-    const row = page.locator('#sms-h + table tbody tr').first();
+    const row = page.locator('#sms-h + .table-wrap tbody tr').first();
     expect(await row.textContent()).toContain('Your code is 4711');
     await shot('identity-sms');
     // ...and the conversation page shows the message, escaped, with its numbers.

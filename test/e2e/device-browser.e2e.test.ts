@@ -53,7 +53,7 @@ async function shot(page: Page, name: string) {
 async function approveOnPage(page: Page, userCode: string, prefix: string) {
   await page.locator('#approve').waitFor();
   await shot(page, `${prefix}-3-approve`);
-  await expectText(page, '.code', userCode);
+  await expectText(page, '.code [aria-hidden="true"]', userCode);
   await page.click('#approve');
   await page.getByRole('heading', { name: 'Device approved' }).waitFor();
   await shot(page, `${prefix}-4-approved`);
@@ -80,7 +80,7 @@ describe('/device in a browser: local password sign-in', () => {
     page.on('console', (m) => m.type() === 'error' && /Content Security Policy/i.test(m.text()) && cspViolations.push(m.text()));
 
     await page.goto(a.verification_uri_complete);
-    await expectText(page, '.code', a.user_code); // RFC 8628 §3.3.1: shown back to compare
+    await expectText(page, '.code [aria-hidden="true"]', a.user_code); // RFC 8628 §3.3.1: shown back to compare
     expect(await page.locator(`text=Continue with 127.0.0.1`).count()).toBe(1);
     // The one sign-in of the service (the dashboard's), shown in place, coming back here afterwards.
     expect(await page.getAttribute('form[action="/login"] input[name="next"]', 'value')).toBe(`/device?user_code=${a.user_code}`);
@@ -117,7 +117,7 @@ describe('/device in a browser: local password sign-in', () => {
     await page.fill('#user_code', a.user_code.toLowerCase().replace('-', ' '));
     await page.press('#user_code', 'Enter');
     await page.locator('#deny').waitFor();
-    await expectText(page, '.code', a.user_code);
+    await expectText(page, '.code [aria-hidden="true"]', a.user_code);
     await page.click('#deny');
     await page.getByRole('heading', { name: 'Device denied' }).waitFor();
     await shot(page, 'local-5-denied');
@@ -154,7 +154,7 @@ describe('/device in a browser: external OpenID Provider (oidc-provider)', () =>
     try {
       const page = await context.newPage();
       await page.goto(a.verification_uri_complete);
-      await expectText(page, '.code', a.user_code);
+      await expectText(page, '.code [aria-hidden="true"]', a.user_code);
       await shot(page, 'oidc-1-choose');
       await signInAtIdp(page, 'ada', 'oidc');
       await approveOnPage(page, a.user_code, 'oidc');
