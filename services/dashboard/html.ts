@@ -113,6 +113,21 @@ export interface Nav {
 export interface LayoutOptions {
   /** Include /static/dashboard.js (only pages with a copy button need it). Default true. */
   script?: boolean;
+  /** The path of the page: its link in the menu is marked aria-current="page". */
+  path?: string;
+}
+
+/** A link of the main menu, marked as the current page when it is the one shown. */
+function navLink(href: string, text: string, path: string | undefined): Safe {
+  return html`<a href="${href}"${path === href ? new Safe(' aria-current="page"') : ''}>${text}</a>`;
+}
+
+/**
+ * The document title: a page that shows an error (an error flash: a refused form, with its
+ * field errors if any) says so first, as the first thing a screen reader announces.
+ */
+export function documentTitle(title: string, error: boolean): string {
+  return `${error ? 'Error: ' : ''}${title}`;
 }
 
 export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kind: 'ok' | 'error'; text: string | Safe } | null, opts: LayoutOptions = {}): string {
@@ -122,7 +137,7 @@ export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kin
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
-<title>${title} · Agent Identity Service</title>
+<title>${documentTitle(title, flash?.kind === 'error')} · Agent Identity Service</title>
 <link rel="stylesheet" href="/static/dashboard.css">
 ${opts.script === false ? '' : html`<script src="/static/dashboard.js" defer></script>`}
 </head>
@@ -132,16 +147,16 @@ ${opts.script === false ? '' : html`<script src="/static/dashboard.js" defer></s
   <a class="brand" href="/">Agent Identity Service</a>
   ${nav
     ? html`<nav aria-label="Main">
-    <a href="/">Identities</a>
-    <a href="/keys">API keys</a>
-    <a href="/device">Device approvals</a>
-    <a href="/account">Account</a>
+    ${navLink('/', 'Identities', opts.path)}
+    ${navLink('/keys', 'API keys', opts.path)}
+    ${navLink('/device', 'Device approvals', opts.path)}
+    ${navLink('/account', 'Account', opts.path)}
     <form method="post" action="/logout" class="inline">
       <input type="hidden" name="csrf" value="${nav.csrf}">
       <button type="submit" class="link">Sign out (${nav.username})</button>
     </form>
   </nav>`
-    : html`<nav aria-label="Main"><a href="/login">Sign in</a><a href="/register">Register</a></nav>`}
+    : html`<nav aria-label="Main">${navLink('/login', 'Sign in', opts.path)}${navLink('/register', 'Register', opts.path)}</nav>`}
 </header>
 <main id="main">
 <h1>${title}</h1>

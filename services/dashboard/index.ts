@@ -49,18 +49,31 @@ interface ApiAnswer {
 }
 
 const str = (x: unknown): string => (typeof x === 'string' ? x : '');
+
+/**
+ * 409s of the identities API about one field of the dashboard's forms (services/identities/
+ * service.ts: `nameTaken`, a taken address): the message goes next to that field.
+ */
+const CONFLICT_FIELDS: [field: string, about: RegExp][] = [
+  ['name', /with this name already exists/i],
+  ['email_identifier', /email address is already taken/i],
+];
 /**
  * At the end of the link of an unread thread or conversation: its bold row says nothing to a
  * screen reader. (Last in the link: a pointer aims at the link's first box, its visible text.)
  */
 const UNREAD = html`<span class="sr-only"> (unread)</span>`;
 
-/** A human sentence from an API error body (`{detail}` or `{field: [msgs]}`). */
+/**
+ * A human sentence from an API error body (`{detail}` or `{field: [msgs]}`): the messages
+ * only, never the API's field keys (`name: …` means nothing to a person; a form shows a
+ * field's message next to that field, see apiErrors).
+ */
 export function errorText(answer: ApiAnswer): string {
   const b = answer.body;
   if (b && typeof b === 'object' && !Array.isArray(b)) {
     if (typeof b.detail === 'string') return b.detail;
-    const parts = Object.entries(b).flatMap(([k, msgs]) => (Array.isArray(msgs) ? [`${k === 'non_field_errors' ? '' : `${k}: `}${msgs.join(' ')}`] : []));
+    const parts = Object.values(b).flatMap((msgs) => (Array.isArray(msgs) ? [msgs.join(' ')] : []));
     if (parts.length) return parts.join(' ');
   }
   return `The request failed (HTTP ${answer.status}).`;
@@ -73,13 +86,14 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
 
   // ---------- plumbing ----------
 
-  function send(ctx: Context, title: string, content: Safe, nav: DashboardSession | null, flash: Flash = null, status = 200): void {
+  /** Sends a page; `here` is the page's own path (its menu link is marked current), the request's by default. */
+  function send(ctx: Context, title: string, content: Safe, nav: DashboardSession | null, flash: Flash = null, status = 200, here: string = ctx.path): void {
     ctx.status = status;
     ctx.set('Content-Security-Policy', PAGE_CSP);
     ctx.set('Cache-Control', 'no-store');
     ctx.type = 'text/html; charset=utf-8';
     const username = nav ? (ctx.state.dashboardUser?.username as string) ?? '' : '';
-    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav) } : null, flash);
+    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav) } : null, flash, { path: here });
   }
 
   const token = (ctx: Context, s: DashboardSession | null) => csrf.token(ctx, s);
@@ -141,8 +155,29 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
     return { status: res.status, body: parsed };
   }
 
-  const apiErrors = (a: ApiAnswer): Errors | null =>
-    a.status === 400 && a.body && typeof a.body === 'object' && !('detail' in a.body) ? (a.body as Errors) : null;
+  /**
+   * The field errors of a refused API call, for the form's `fields`: a 400's `{field: [msgs]}`,
+   * or a 409 (`{detail}`) about one of them, e.g. an identity name already in use (see
+   * CONFLICT_FIELDS). Null when the refusal is about no field (shown as the flash alone).
+   */
+  const apiErrors = (a: ApiAnswer, fields: string[]): Errors | null => {
+    if (!a.body || typeof a.body !== 'object' || Array.isArray(a.body)) return null;
+    if (a.status === 400 && !('detail' in a.body)) {
+      // A message about anything but the form's fields is the form's own (non_field_errors).
+      const out: Errors = {};
+      for (const [k, msgs] of Object.entries(a.body as Record<string, unknown>)) {
+        if (!Array.isArray(msgs)) continue;
+        const key = fields.includes(k) ? k : 'non_field_errors';
+        out[key] = [...(out[key] ?? []), ...msgs.map(String)];
+      }
+      return Object.keys(out).length ? out : null;
+    }
+    if (a.status === 409 && typeof a.body.detail === 'string') {
+      const field = CONFLICT_FIELDS.find(([, about]) => about.test(a.body.detail))?.[0];
+      if (field && fields.includes(field)) return { [field]: [a.body.detail] };
+    }
+    return null;
+  };
 
   function fieldsOf(err: unknown): Errors {
     if (err instanceof ApiError) return err.fields ?? { non_field_errors: [err.detail] };
@@ -153,12 +188,13 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
 
   const loginPage = (ctx: Context, login = '', flash: Flash = null, status = 200, next: string | null = null) => web.renderSignIn(ctx, { login, flash, status, next });
 
-  function registerPage(ctx: Context, values: Record<string, string> = {}, errors: Errors | null = null) {
+  /** `next`: the sign-in's return path (safe), carried through registration (e.g. back to `/device?user_code=…`). */
+  function registerPage(ctx: Context, values: Record<string, string> = {}, errors: Errors | null = null, next: string | null = null) {
     send(
       ctx,
       'Create an account',
       html`<form method="post" action="/register" class="card" novalidate>
-  ${hidden(ctx, null)}
+  ${hidden(ctx, null)}${next ? html`<input type="hidden" name="next" value="${next}">` : ''}
   ${fieldErrors(errors, 'non_field_errors')}
   <label for="username">Username</label>
   <input id="username" name="username" autocomplete="username" required maxlength="150" value="${values.username ?? ''}"${describedBy(errors, 'username')}>
@@ -177,6 +213,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
       null,
       errors ? { kind: 'error', text: 'Please correct the errors below.' } : null,
       errors ? 400 : 200,
+      '/register',
     );
   }
 
@@ -184,7 +221,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
 
   // ---------- identities ----------
 
-  async function homePage(ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> = {}) {
+  async function homePage(ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> = {}, status = errors ? 400 : 200) {
     const [ids, sub] = await Promise.all([api(ctx, s, 'GET', '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
     const list: any[] = Array.isArray(ids.body) ? ids.body : [];
     const user = ctx.state.dashboardUser;
@@ -222,7 +259,8 @@ ${ids.status !== 200
 </section>`,
       s,
       flash,
-      errors ? 400 : 200,
+      status,
+      '/',
     );
   }
 
@@ -251,7 +289,7 @@ ${ids.status !== 200
 
   async function identityPage(ctx: Context, s: DashboardSession, id: string, flash: Flash = null, errors: Errors | null = null) {
     const ident = await api(ctx, s, 'GET', `/api/identities/${id}/`);
-    if (ident.status !== 200) return send(ctx, 'Identity', html`<p class="flash error" role="alert">${errorText(ident)}</p>`, s, null, ident.status === 404 ? 404 : 400);
+    if (ident.status !== 200) return send(ctx, 'Identity', html``, s, { kind: 'error', text: errorText(ident) }, ident.status === 404 ? 404 : 400);
     const i = ident.body;
     const [threads, convs, usage] = await Promise.all([
       api(ctx, s, 'GET', '/api/email-inbox/?limit=50', { identity: id }),
@@ -288,6 +326,7 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
 <form method="post" action="/identities/${id}/rename" class="card">
   ${hidden(ctx, s)}
+  ${fieldErrors(errors, 'non_field_errors')}
   <label for="name">New name</label>
   <input id="name" name="name" required maxlength="100" value="${str(i.name)}"${describedBy(errors, 'name')}>
   ${fieldErrors(errors, 'name')}
@@ -324,7 +363,7 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
       if (!rows.length) return html`<p>No ${kind} key.</p>`;
       return tableRegion(kind === 'management' ? 'Management keys' : 'Identity keys', html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)}</code></td>${kind === 'identity' ? html`<td>${names.get(str(k.identity ?? k.identity_uuid)) ?? str(k.identity ?? k.identity_uuid)}</td>` : ''}<td>${fmtDate(k.last_used_at)}</td><td>${fmtDate(k.created_dt)}</td>
-<td><form method="post" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
+<td><form method="get" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline"><button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
 </tbody></table>`);
     };
     send(
@@ -334,7 +373,7 @@ ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)
   ? html`<section class="minted" aria-labelledby="minted-h"><h2 id="minted-h">Your new ${minted.kind} key “${minted.label}”</h2>
 <p class="warning"><strong>Copy it now: it is shown only once.</strong> Only a hash is stored; if you lose it, revoke it and mint another.</p>
 <p><label for="new-key">Key</label><input id="new-key" class="secret" readonly value="${minted.key}" autocomplete="off" spellcheck="false">
-<button type="button" data-copy="new-key">Copy</button> <span class="copy-status" role="status" aria-live="polite"></span></p></section>`
+<button type="button" data-copy="new-key" hidden>Copy</button> <span class="copy-status" role="status" aria-live="polite"></span></p></section>`
   : ''}
 <section aria-labelledby="mk-h"><h2 id="mk-h">Management keys</h2>
 <p>A management key (<code>svc_mgmt_…</code>) acts for the whole account: it creates identities and mints identity keys.</p>
@@ -354,6 +393,31 @@ ${identities.length
       s,
       flash,
       status,
+      '/keys',
+    );
+  }
+
+  /**
+   * GET /keys/{kind}/{uuid}/revoke: the confirmation of a revocation (WCAG 3.3.4), no script
+   * needed. The list's Revoke button leads here (a GET form: nothing changes yet); this page's
+   * Revoke button posts (CSRF) to the same path. A key no longer listed: 404, back to the list.
+   */
+  async function revokePage(ctx: Context, s: DashboardSession, kind: 'management' | 'identity', id: string) {
+    const list = await api(ctx, s, 'GET', `/api/auth/keys/${kind}/?limit=200`);
+    const k = Array.isArray(list.body) ? (list.body as any[]).find((x) => str(x?.uuid).toLowerCase() === id) : undefined;
+    if (list.status !== 200 || !k) {
+      const text = list.status !== 200 ? errorText(list) : 'This key does not exist or was already revoked.';
+      return send(ctx, 'Revoke a key', html`<p><a href="/keys">Back to the API keys</a></p>`, s, { kind: 'error', text }, list.status === 200 ? 404 : 400);
+    }
+    send(
+      ctx,
+      `Revoke ${kind} key ${str(k.label)}?`,
+      html`<form method="post" action="/keys/${kind}/${id}/revoke" class="card danger">${hidden(ctx, s)}
+<dl class="kv"><dt>Label</dt><dd>${str(k.label)}</dd><dt>Key</dt><dd><code>${str(k.masked_key)}</code></dd><dt>Last used</dt><dd>${fmtDate(k.last_used_at)}</dd></dl>
+<p>Agents using it lose access at once. This cannot be undone.</p>
+<p class="actions"><button type="submit" class="danger">Revoke</button> <a href="/keys">Cancel</a></p>
+</form>`,
+      s,
     );
   }
 
@@ -379,14 +443,15 @@ ${identities.length
 
   async function threadPage(ctx: Context, s: DashboardSession, id: string, thread: string) {
     const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
-    if (t.status !== 200) return send(ctx, 'Email thread', html`<p class="flash error" role="alert">${errorText(t)}</p><p><a href="/identities/${id}">Back</a></p>`, s, null, t.status === 404 ? 404 : 400);
+    if (t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
     const messages: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
     send(
       ctx,
       str(t.body.subject) || '(no subject)',
       html`<p><a href="/identities/${id}">← Back to the identity</a></p>
 ${messages.map((m) => html`<article class="message card">
-<header><dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
+<header><h2 class="message-h">${sender(m)}, ${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</h2>
+<dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
 ${messageBody(m, id)}
 ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<span class="tag">${str(a.filename)} (${String(a.size ?? '')} B)</span> `)}</p>` : ''}
 </article>`)}`,
@@ -397,7 +462,7 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
   async function smsPage(ctx: Context, s: DashboardSession, id: string, conv: string) {
     // GET /api/sms-inbox/{conversation_id}/ (services/sms): the conversation with its messages, oldest first.
     const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id });
-    if (c.status !== 200) return send(ctx, 'SMS conversation', html`<p class="flash error" role="alert">${errorText(c)}</p><p><a href="/identities/${id}">Back</a></p>`, s, null, c.status === 404 ? 404 : 400);
+    if (c.status !== 200) return send(ctx, 'SMS conversation', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(c) }, c.status === 404 ? 404 : 400);
     const messages: any[] = Array.isArray(c.body.messages) ? c.body.messages : [];
     send(
       ctx,
@@ -438,23 +503,26 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     r.post('/login', (ctx) => web.passwordLogin(ctx));
     r.post('/login/oidc', (ctx) => web.oidcStart(ctx));
 
+    // `next`: the return path of the sign-in page that linked here (validated again at each step).
     r.get('/register', async (ctx) => {
-      if (await session(ctx)) return redirect(ctx, '/');
-      registerPage(ctx);
+      const next = safeReturnPath(ctx.query.next);
+      if (await session(ctx)) return redirect(ctx, next ?? '/');
+      registerPage(ctx, {}, null, next);
     });
     r.post('/register', async (ctx) => {
       const f = await form(ctx, null);
       if (!f) return;
+      const next = safeReturnPath(f.next);
       const values = { username: (f.username ?? '').trim(), email: (f.email ?? '').trim() };
       try {
         const b = v.register({ ...values, password1: f.password1 ?? '', password2: f.password2 ?? '' });
-        if (b.password1 !== b.password2) return registerPage(ctx, values, { password2: ["The two password fields didn't match."] });
+        if (b.password1 !== b.password2) return registerPage(ctx, values, { password2: ["The two password fields didn't match."] }, next);
         const user = await accounts.register({ username: b.username, email: b.email, password: b.password1 });
         await signIn(ctx, user);
       } catch (err) {
-        return registerPage(ctx, values, fieldsOf(err));
+        return registerPage(ctx, values, fieldsOf(err), next);
       }
-      redirect(ctx, '/');
+      redirect(ctx, next ?? '/');
     });
 
     r.post('/logout', async (ctx) => {
@@ -465,8 +533,11 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
       redirect(ctx, '/login?signed_out=1'); // POST-redirect-GET: a reload does not post again
     });
 
-    const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null) => {
+    /** `errors` are those of the form `of` (the profile or the password form), shown in that form only. */
+    const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
       const u = ctx.state.dashboardUser;
+      const profileErrors = of === 'profile' ? errors : null;
+      const pwErrors = of === 'password' ? errors : null;
       const val = (k: string, fallback: unknown) => (values ? values[k] ?? '' : str(fallback));
       send(
         ctx,
@@ -480,27 +551,30 @@ ${u.emailVerified
 <button type="submit">Resend verification email</button></form></section>`}
 <section aria-labelledby="profile-h"><h2 id="profile-h">Profile</h2>
 <form method="post" action="/account/profile" class="card" novalidate>${hidden(ctx, s)}
-${fieldErrors(errors, 'non_field_errors')}
-<label for="username">Username</label><input id="username" name="username" autocomplete="username" required maxlength="150" value="${val('username', u.username)}"${describedBy(errors, 'username')}>
-${fieldErrors(errors, 'username')}
-<label for="first_name">First name</label><input id="first_name" name="first_name" autocomplete="given-name" maxlength="150" value="${val('first_name', u.firstName)}"${describedBy(errors, 'first_name')}>
-${fieldErrors(errors, 'first_name')}
-<label for="last_name">Last name</label><input id="last_name" name="last_name" autocomplete="family-name" maxlength="150" value="${val('last_name', u.lastName)}"${describedBy(errors, 'last_name')}>
-${fieldErrors(errors, 'last_name')}
+${fieldErrors(profileErrors, 'non_field_errors')}
+<label for="username">Username</label><input id="username" name="username" autocomplete="username" required maxlength="150" value="${val('username', u.username)}"${describedBy(profileErrors, 'username')}>
+${fieldErrors(profileErrors, 'username')}
+<label for="first_name">First name</label><input id="first_name" name="first_name" autocomplete="given-name" maxlength="150" value="${val('first_name', u.firstName)}"${describedBy(profileErrors, 'first_name')}>
+${fieldErrors(profileErrors, 'first_name')}
+<label for="last_name">Last name</label><input id="last_name" name="last_name" autocomplete="family-name" maxlength="150" value="${val('last_name', u.lastName)}"${describedBy(profileErrors, 'last_name')}>
+${fieldErrors(profileErrors, 'last_name')}
 <button type="submit">Save profile</button></form></section>
 <section aria-labelledby="pw-h"><h2 id="pw-h">Change password</h2>
 <form method="post" action="/account/password" class="card">${hidden(ctx, s)}
-<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password1')}>
-${fieldErrors(errors, 'new_password1')}
-<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password2')}>
-${fieldErrors(errors, 'new_password2')}
+${fieldErrors(pwErrors, 'non_field_errors')}
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required${describedBy(pwErrors, 'new_password1')}>
+${fieldErrors(pwErrors, 'new_password1')}
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(pwErrors, 'new_password2')}>
+${fieldErrors(pwErrors, 'new_password2')}
 <p class="note">Changing the password signs out every other session and invalidates refresh tokens.</p>
 <button type="submit">Change password</button></form></section>`,
         s,
         flash,
         errors ? 400 : 200,
+        '/account',
       );
     };
+    const refused: Flash = { kind: 'error', text: 'Please correct the errors below.' };
     r.get('/account', async (ctx) => {
       const s = await requireSession(ctx);
       if (!s) return;
@@ -517,7 +591,7 @@ ${fieldErrors(errors, 'new_password2')}
         const b = v.profile(values);
         await accounts.updateProfile(s.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name });
       } catch (err) {
-        return accountPage(ctx, s, { kind: 'error', text: 'Please correct the errors below.' }, fieldsOf(err), values);
+        return accountPage(ctx, s, refused, fieldsOf(err), values);
       }
       redirect(ctx, '/account?saved=1');
     });
@@ -537,10 +611,10 @@ ${fieldErrors(errors, 'new_password2')}
       if (!f) return;
       try {
         const b = v.passwordChange({ new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
-        if (b.new_password1 !== b.new_password2) return accountPage(ctx, s, null, { new_password2: ["The two password fields didn't match."] });
+        if (b.new_password1 !== b.new_password2) return accountPage(ctx, s, refused, { new_password2: ["The two password fields didn't match."] }, null, 'password');
         await accounts.setPassword(s.userPk, b.new_password1, 'change');
       } catch (err) {
-        return accountPage(ctx, s, null, fieldsOf(err));
+        return accountPage(ctx, s, refused, fieldsOf(err), null, 'password');
       }
       // The change revoked every session, this one included: start a fresh one.
       const user = await accounts.getUser(s.userPk);
@@ -640,8 +714,9 @@ ${fieldErrors(errors, 'new_password2')}
       const a = await api(ctx, s, 'POST', '/api/identities/', { body: payload });
       if (a.status === 201) return redirect(ctx, `/identities/${str(a.body.uuid)}?created=1`);
       if (a.status === 402) return homePage(ctx, s, { kind: 'error', text: `Your plan does not allow this: ${errorText(a)}` }, null, values);
-      const errors = apiErrors(a);
-      return homePage(ctx, s, { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) }, errors ?? { non_field_errors: [errorText(a)] }, values);
+      // Each error once: next to its field (the flash says so), or, about no field, in the flash alone.
+      const errors = apiErrors(a, ['name', 'email_identifier', 'provision_phone']);
+      return homePage(ctx, s, { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) }, errors, values, a.status >= 400 && a.status < 500 ? a.status : 400);
     });
 
     const uuidParam = (ctx: Context): string | null => {
@@ -665,7 +740,8 @@ ${fieldErrors(errors, 'new_password2')}
       if (!f) return;
       const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name: (f.name ?? '').trim() } });
       if (a.status === 200) return redirect(ctx, `/identities/${id}?renamed=1`);
-      await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) }, apiErrors(a) ?? { name: [errorText(a)] });
+      const errors = apiErrors(a, ['name']);
+      await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors);
     });
     r.post('/identities/:id/delete', async (ctx) => {
       const s = await requireSession(ctx);
@@ -731,6 +807,14 @@ ${fieldErrors(errors, 'new_password2')}
       if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
       await keysPage(ctx, s, { key: a.body.key, label: str(a.body.label), kind }, { kind: 'ok', text: 'Key created.' });
     });
+    r.get('/keys/:kind/:id/revoke', async (ctx) => {
+      const s = await requireSession(ctx);
+      const id = s && uuidParam(ctx);
+      if (!s || !id) return;
+      const kind = String(ctx.params.kind);
+      if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
+      await revokePage(ctx, s, kind, id);
+    });
     r.post('/keys/:kind/:id/revoke', async (ctx) => {
       const s = await requireSession(ctx);
       const id = s && uuidParam(ctx);
@@ -747,6 +831,11 @@ ${fieldErrors(errors, 'new_password2')}
 
   return { name: 'dashboard', module: { routes } };
 };
+
+/** Who sent a message, for its heading: the sender's name, else the address. */
+function sender(m: { from_name?: unknown; from?: unknown }): string {
+  return str(m.from_name) || str(m.from) || 'Unknown sender';
+}
 
 /**
  * Addresses from the API's shapes: "a@b", a list of them, or {name, address} (a thread's

@@ -3,7 +3,8 @@
  * the sign-in page, the local password login, and "continue with <provider>" through the
  * external OpenID provider (services/device/oidc.ts: authorization code + PKCE + state +
  * nonce) when config.oidc is set. After signing in, the browser goes back to the
- * validated return path `next` (a same-origin relative path, else `/`).
+ * validated return path `next` (a same-origin relative path, else `/`); "Create an account"
+ * carries it to the register page (registerHref), which comes back there too.
  *
  * The browser session and CSRF are services/gateway/web-session.ts. The OIDC redirect URI
  * is `$PUBLIC_URL/device/oidc/callback` (the one registered at the provider; its route is
@@ -65,6 +66,14 @@ function deviceCodeOf(next: string | null): string | null {
   return code ? formatUserCode(code) : null;
 }
 
+/**
+ * The register page, carrying the sign-in's return path: a person who creates an account
+ * from a sign-in page (say at `/device?user_code=…`) comes back to where they were going.
+ */
+function registerHref(next: string | null): string {
+  return next ? `/register?next=${encodeURIComponent(next)}` : '/register';
+}
+
 function createWebSignIn(shared: Shared) {
   const { platform, accounts } = shared;
   const { config, logger } = platform;
@@ -115,13 +124,13 @@ ${oidc
   <input id="password" name="password" type="password" autocomplete="current-password" required>
   <button type="submit" id="sign-in">Sign in</button>
 </form>
-<p><a href="/register">Create an account</a> · <a href="/forgot-password">Forgot your password?</a></p>`;
+<p><a href="${registerHref(next)}">Create an account</a> · <a href="/forgot-password">Forgot your password?</a></p>`;
     const extra = await formTargets();
     ctx.status = o.status ?? 200;
     ctx.set('Content-Security-Policy', o.csp === 'strict' ? strictCsp(extra) : pageCsp(extra));
     ctx.set('Cache-Control', 'no-store');
     ctx.type = 'text/html; charset=utf-8';
-    ctx.body = layout(code ? 'Sign in to approve a device' : 'Sign in', body, null, o.flash ?? null, { script: false });
+    ctx.body = layout(code ? 'Sign in to approve a device' : 'Sign in', body, null, o.flash ?? null, { script: false, path: ctx.path });
   }
 
   async function form(ctx: Context): Promise<Record<string, string>> {

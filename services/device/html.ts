@@ -27,14 +27,15 @@ function notice(n: Notice | undefined): string {
     : `<div class="success" role="status">${esc(n.text)}</div>`;
 }
 
-export function layout(title: string, body: string): string {
+/** `shown`: the page's notice; an error one prefixes the document title with "Error: " (announced first). */
+export function layout(title: string, body: string, shown?: Notice): string {
   return `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="robots" content="noindex">
-<title>${esc(title)} · Agent Identity</title>
+<title>${shown?.kind === 'error' ? 'Error: ' : ''}${esc(title)} · Agent Identity</title>
 <link rel="stylesheet" href="/device/device.css">
 </head>
 <body>
@@ -72,6 +73,7 @@ ${notice(opts.notice)}
   <button type="submit">Continue</button>
 </form>
 ${signedInFooter(opts.signedInAs ?? null, '', opts.csrf)}`,
+    opts.notice,
   );
 }
 
@@ -95,6 +97,7 @@ ${codeShown(opts.userCode)}
   </form>
 </div>
 ${signedInFooter(opts.signedInAs, opts.userCode, opts.csrf)}`,
+    opts.notice,
   );
 }
 
@@ -105,6 +108,7 @@ export function resultPage(opts: { title: string; notice: Notice; userCode?: str
 ${notice(opts.notice)}
 ${opts.userCode ? codeShown(opts.userCode) : ''}
 ${opts.again ? '<p><a href="/device">Enter another code</a></p>' : ''}`,
+    opts.notice,
   );
 }
 

@@ -225,6 +225,8 @@ describe('dashboard', () => {
     expect(listed).not.toContain(key);
     expect(listed).toContain('agent runtime');
     await submit(page, 'Revoke identity key agent runtime');
+    expect(await page.textContent('h1')).toBe('Revoke identity key agent runtime?'); // asks first
+    await submit(page, /^Revoke$/);
     expect(await page.textContent('main')).toContain('Key revoked');
     const after = await fetch(`${s.url}/api/health/whoami/`, { headers: { authorization: `Bearer ${key}` } });
     expect(after.status).toBe(401);

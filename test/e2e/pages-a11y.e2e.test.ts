@@ -4,6 +4,10 @@
  * be read with the keyboard, the device code is spelled out to screen readers, form errors
  * are tied to their fields and announced, field borders have contrast in both colour schemes,
  * unread rows say so in text, and the pages reflow at 320 px wide without sideways scrolling.
+ * Also: signing up from /device comes back to the approval, revoking a key asks first (no
+ * script needed), the Copy button shows only with script, a duplicate name is one error on
+ * its field, the menu marks the current page, error pages say so in their title, and each
+ * message of a thread has a heading.
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
@@ -302,6 +306,221 @@ describe('pages: accessibility', () => {
         expect(await region.evaluate((el) => (globalThis as unknown as { getComputedStyle(e: unknown): { overflowX: string } }).getComputedStyle(el).overflowX)).toBe('auto');
         expect(await region.locator('table').count()).toBe(1);
       }
+    }
+  });
+  it('signing up from the device sign-in keeps the code: after registering, the person is back at the approval', async () => {
+    const started = await s.api('POST', '/api/auth/device/');
+    expect(started.status).toBe(200);
+    const code = started.body.user_code as string;
+    const anonymous = await browser.newContext();
+    try {
+      const p = await anonymous.newPage();
+      await p.goto(`${s.url}/device?user_code=${encodeURIComponent(code)}`);
+      await Promise.all([p.waitForLoadState('load'), p.getByRole('link', { name: 'Create an account' }).click()]);
+      expect(new URL(p.url()).pathname).toBe('/register');
+      const name = `newcomer${Date.now() % 1_000_000}`;
+      await p.getByLabel('Username').fill(name);
+      await p.getByLabel('Email').fill(`${name}@example.com`);
+      await p.getByLabel('Password', { exact: true }).fill('first-Secret-11');
+      // A mistake first: the return path survives the form shown again.
+      await p.getByLabel('Password again').fill('other-Secret-22');
+      await submit(p, 'Create account');
+      expect(await p.getByLabel('Password again').getAttribute('aria-invalid')).toBe('true');
+      await p.getByLabel('Password', { exact: true }).fill('first-Secret-11');
+      await p.getByLabel('Password again').fill('first-Secret-11');
+      await submit(p, 'Create account');
+      const landed = new URL(p.url());
+      expect(landed.pathname).toBe('/device');
+      expect(landed.searchParams.get('user_code')).toBe(code);
+      expect(await p.getByRole('heading', { level: 1 }).textContent()).toBe('Approve this device?');
+      expect(await p.locator('p.code [aria-hidden="true"]').textContent()).toBe(code);
+
+      // An off-site return path is not carried: the register form has none.
+      const other = await browser.newContext();
+      try {
+        const q = await other.newPage();
+        await q.goto(`${s.url}/register?next=${encodeURIComponent('//evil.example/x')}`);
+        expect(await q.locator('input[name=next]').count()).toBe(0);
+        await q.goto(`${s.url}/register?next=${encodeURIComponent('/keys')}`);
+        expect(await q.locator('input[name=next]').getAttribute('value')).toBe('/keys');
+      } finally {
+        await other.close();
+      }
+    } finally {
+      await anonymous.close();
+    }
+  });
+
+  it('asks before revoking a key, without JavaScript: a confirmation page with Revoke and Cancel', async () => {
+    const minted = await s.api('POST', '/api/auth/keys/management/', { token: me.access, body: { label: 'nightly job' } });
+    expect(minted.status).toBe(201);
+    const works = async () => (await fetch(`${s.url}/api/health/whoami/`, { headers: { authorization: `Bearer ${minted.body.key}` } })).status;
+    const noScript = await browser.newContext({ javaScriptEnabled: false, storageState: await context.storageState() });
+    try {
+      const p = await noScript.newPage();
+      await p.goto(`${s.url}/keys`);
+      await submit(p, 'Revoke management key nightly job');
+      // Nothing revoked yet: a page that asks.
+      expect(await p.getByRole('heading', { level: 1 }).textContent()).toBe('Revoke management key nightly job?');
+      expect(await p.textContent('main')).toContain('Agents using it lose access at once.');
+      expect(await works()).toBe(200);
+      // Cancel: back to the list, the key still there and working.
+      const cancel = p.getByRole('link', { name: 'Cancel' });
+      expect(await cancel.getAttribute('href')).toBe('/keys');
+      await Promise.all([p.waitForLoadState('load'), cancel.click()]);
+      expect(new URL(p.url()).pathname).toBe('/keys');
+      expect(await p.getByRole('button', { name: 'Revoke management key nightly job' }).count()).toBe(1);
+      expect(await works()).toBe(200);
+      // Confirmed: revoked (a POST with the CSRF token, as every form).
+      await submit(p, 'Revoke management key nightly job');
+      expect(await p.locator('main form[method=post] input[name=csrf]').count()).toBe(1);
+      await submit(p, /^Revoke$/);
+      expect(new URL(p.url()).pathname).toBe('/keys');
+      expect(await p.getByRole('status').textContent()).toContain('Key revoked');
+      expect(await p.getByRole('button', { name: 'Revoke management key nightly job' }).count()).toBe(0);
+      expect(await works()).toBe(401);
+      // Already revoked: the confirmation page says so.
+      const gone = await p.goto(`${s.url}/keys/management/${minted.body.uuid}/revoke`);
+      expect(gone!.status()).toBe(404);
+      expect(await p.getByRole('alert').textContent()).toContain('already revoked');
+    } finally {
+      await noScript.close();
+    }
+  });
+
+  it('shows the Copy button of a new key only when it works: with JavaScript; without, only the selectable key', async () => {
+    for (const javaScriptEnabled of [false, true]) {
+      const ctx = await browser.newContext({ javaScriptEnabled, storageState: await context.storageState() });
+      try {
+        const p = await ctx.newPage();
+        await p.goto(`${s.url}/keys`);
+        await p.getByLabel('Label of the new management key').fill(`copy ${javaScriptEnabled}`);
+        await submit(p, 'Create management key');
+        expect(await p.locator('#new-key').inputValue()).toMatch(/^svc_mgmt_/);
+        const copy = p.getByRole('button', { name: 'Copy', exact: true });
+        expect({ javaScriptEnabled, buttons: await copy.count() }).toEqual({ javaScriptEnabled, buttons: javaScriptEnabled ? 1 : 0 });
+        if (javaScriptEnabled) expect(await copy.isVisible()).toBe(true);
+        else expect(await p.locator('button[data-copy]').isVisible()).toBe(false);
+      } finally {
+        await ctx.close();
+      }
+    }
+  });
+
+  it('ties a duplicate identity name (409) to the Name field, said once; rename errors show no API field key', async () => {
+    const once = async (text: string) => ((await page.textContent('main'))!.split(text).length - 1);
+    // Create: "Reader" exists.
+    await page.goto(`${s.url}/`);
+    await page.getByLabel('Name', { exact: true }).fill('Reader');
+    await submit(page, 'Create identity');
+    const name = page.getByLabel('Name', { exact: true });
+    expect(await name.getAttribute('aria-invalid')).toBe('true');
+    expect(await name.getAttribute('aria-describedby')).toBe('name-error');
+    expect(await page.locator('#name-error').textContent()).toContain('already exists');
+    expect(await once('already exists')).toBe(1);
+    expect(await page.getByRole('alert').textContent()).toContain('Please correct the errors below.');
+    expect(await page.title()).toMatch(/^Error: Identities/);
+    // A taken address: on its field likewise.
+    await page.getByLabel('Name', { exact: true }).fill(`Twin ${Date.now() % 100000}`);
+    await page.getByLabel(/Email identifier/).fill(reader.inbox.split('@')[0]);
+    await submit(page, 'Create identity');
+    expect(await page.getByLabel(/Email identifier/).getAttribute('aria-describedby')).toBe('email_identifier-error');
+    expect(await page.getByLabel('Name', { exact: true }).getAttribute('aria-invalid')).toBeNull();
+    expect(await once('already taken')).toBe(1);
+
+    // Rename another identity to "Reader".
+    const other = await createIdentity(`Spare ${Date.now() % 100000}`);
+    await page.goto(`${s.url}/identities/${other.uuid}`);
+    await page.getByLabel('New name').fill('reader');
+    await submit(page, 'Rename');
+    const newName = page.getByLabel('New name');
+    expect(await newName.getAttribute('aria-invalid')).toBe('true');
+    expect(await newName.getAttribute('aria-describedby')).toBe('name-error');
+    expect(await page.locator('#name-error').textContent()).toContain('already exists');
+    expect(await once('already exists')).toBe(1);
+
+    // A blank name (spaces pass `required`; the API refuses the trimmed name): the message, not "name: …".
+    await page.getByLabel('New name').fill('   ');
+    await submit(page, 'Rename');
+    expect(await page.getByLabel('New name').getAttribute('aria-invalid')).toBe('true');
+    const shown = (await page.textContent('main'))!;
+    expect(shown).not.toMatch(/\bname: /);
+    expect(await page.locator('#name-error').textContent()).toMatch(/blank|empty|at least/i);
+  });
+
+  it('announces password-change errors on /account and ties them to their fields', async () => {
+    await page.goto(`${s.url}/account`);
+    await page.getByLabel('New password', { exact: true }).fill('first-Secret-11');
+    await page.getByLabel('New password again').fill('other-Secret-22');
+    await submit(page, 'Change password');
+    expect(await page.getByRole('alert').count()).toBe(1);
+    expect(await page.getByRole('alert').textContent()).toContain('Please correct the errors below.');
+    expect(await page.title()).toMatch(/^Error: Account/);
+    const again = page.getByLabel('New password again');
+    expect(await again.getAttribute('aria-invalid')).toBe('true');
+    expect(await again.getAttribute('aria-describedby')).toBe('new_password2-error');
+    expect(await page.locator('#new_password2-error').textContent()).toContain("didn't match");
+    // The profile form above is not marked.
+    expect(await page.locator('#username').getAttribute('aria-invalid')).toBeNull();
+    // Still signed in with the old password: nothing changed.
+    await page.goto(`${s.url}/account`);
+    expect(await page.title()).toMatch(/^Account/);
+  });
+
+  it('marks the current page in the menu (aria-current), signed in or not', async () => {
+    for (const [where, current] of [['/', 'Identities'], ['/keys', 'API keys'], ['/account', 'Account']]) {
+      await page.goto(`${s.url}${where}`);
+      const nav = page.getByRole('navigation', { name: 'Main' });
+      expect({ where, current: await nav.locator('[aria-current="page"]').allTextContents() }).toEqual({ where, current: [current] });
+    }
+    await page.goto(`${s.url}/identities/${reader.uuid}`);
+    expect(await page.locator('[aria-current]').count()).toBe(0);
+    const anonymous = await browser.newContext();
+    try {
+      const p = await anonymous.newPage();
+      for (const [where, current] of [['/login', 'Sign in'], ['/register', 'Register']]) {
+        await p.goto(`${s.url}${where}`);
+        expect({ where, current: await p.locator('nav [aria-current="page"]').allTextContents() }).toEqual({ where, current: [current] });
+      }
+    } finally {
+      await anonymous.close();
+    }
+  });
+
+  it('prefixes the title of a page that shows an error with "Error: ", dashboard and /device', async () => {
+    await page.goto(`${s.url}/keys`);
+    expect(await page.title()).toBe('API keys · Agent Identity Service');
+    const anonymous = await browser.newContext();
+    try {
+      const p = await anonymous.newPage();
+      await p.goto(`${s.url}/register`);
+      await p.getByLabel('Username').fill(me.user.username); // taken
+      await p.getByLabel('Email').fill(`someone${Date.now() % 100000}@example.com`);
+      await p.getByLabel('Password', { exact: true }).fill('first-Secret-11');
+      await p.getByLabel('Password again').fill('first-Secret-11');
+      await submit(p, 'Create account');
+      expect(await p.getByLabel('Username').getAttribute('aria-invalid')).toBe('true');
+      expect(await p.title()).toBe('Error: Create an account · Agent Identity Service');
+      expect(await p.getByRole('heading', { level: 1 }).textContent()).toBe('Create an account'); // the heading stays
+      await p.goto(`${s.url}/device?user_code=ZZ`);
+      expect(await p.title()).toBe('Error: Connect a device · Agent Identity');
+      await p.goto(`${s.url}/device`);
+      expect(await p.title()).toBe('Connect a device · Agent Identity');
+    } finally {
+      await anonymous.close();
+    }
+  });
+
+  it('gives each message of a thread a heading (sender and date), to move through a thread by headings', async () => {
+    await mail('Two headings', '<p>Hello.</p>');
+    const link = await untilThread(page, /Two headings/);
+    await Promise.all([page.waitForLoadState('load'), link.click()]);
+    const articles = page.locator('article.message');
+    expect(await articles.count()).toBeGreaterThan(0);
+    for (let i = 0; i < (await articles.count()); i++) {
+      const h = articles.nth(i).getByRole('heading', { level: 2 });
+      expect(await h.count()).toBe(1);
+      expect(await h.textContent()).toMatch(/Sender.*\d{4}-\d{2}-\d{2}/);
     }
   });
 });

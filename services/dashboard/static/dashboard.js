@@ -1,4 +1,7 @@
-// Copy buttons: <button data-copy="input-id">. The key stays in the page only; nothing is stored.
+// Copy buttons: <button data-copy="input-id" hidden>. Rendered hidden, shown here: without
+// JavaScript there is no button that does nothing, only the key's field to select by hand.
+// The key stays in the page only; nothing is stored.
+for (const button of document.querySelectorAll('button[data-copy]')) button.hidden = false;
 document.addEventListener('click', async (event) => {
   const button = event.target instanceof Element ? event.target.closest('button[data-copy]') : null;
   if (!button) return;
