@@ -2,14 +2,11 @@
  * Server-rendered HTML of the /device page (no build step, no script: the page works with
  * a strict Content-Security-Policy). Every interpolated value goes through {@link esc}.
  */
+import { escapeHtml } from '../dashboard/html.js';
 
+/** The dashboard's escaping (services/dashboard/html.ts: control characters neutralised too). */
 export function esc(value: unknown): string {
-  return String(value ?? '')
-    .replace(/&/g, '&amp;')
-    .replace(/</g, '&lt;')
-    .replace(/>/g, '&gt;')
-    .replace(/"/g, '&quot;')
-    .replace(/'/g, '&#39;');
+  return escapeHtml(String(value ?? ''));
 }
 
 export interface Notice {

@@ -5,7 +5,7 @@
  * identity is deleted when its name is typed as the API compares names (NFC, any case).
  */
 import type { Browser, Page, BrowserContext } from 'playwright-core';
-import { launchBrowser } from '../support/browser.js';
+import { launchBrowser, signIn, submit } from '../support/browser.js';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 
@@ -19,10 +19,6 @@ let me: Awaited<ReturnType<TestServer['signUp']>>;
 
 /** C0 controls but tab and newline, DEL, C1 controls. */
 const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
-
-async function submit(p: Page, buttonName: string | RegExp) {
-  await Promise.all([p.waitForLoadState('load'), p.getByRole('button', { name: buttonName }).click()]);
-}
 
 /** The page's HTML as the server sends it (with the browser's session cookie). */
 async function rawHtml(pathname: string): Promise<string> {
@@ -84,11 +80,7 @@ beforeAll(async () => {
   browser = await launchBrowser();
   context = await browser.newContext();
   page = await context.newPage();
-  await page.goto(`${s.url}/login`);
-  await page.getByLabel('Username or email').fill(me.user.username);
-  await page.getByLabel('Password').fill(me.password);
-  await submit(page, 'Sign in');
-  expect(new URL(page.url()).pathname).toBe('/');
+  await signIn(page, s.url, { username: me.user.username, password: me.password });
 });
 afterAll(async () => {
   await browser?.close();

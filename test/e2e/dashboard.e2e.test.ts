@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import type { Browser, Page, BrowserContext } from 'playwright-core';
-import { ARTIFACTS, launchBrowser } from '../support/browser.js';
+import { ARTIFACTS, launchBrowser, submit } from '../support/browser.js';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 
@@ -32,10 +32,6 @@ afterAll(async () => {
   await browser?.close();
   await s?.close();
 });
-
-async function submit(p: Page, buttonName: string | RegExp) {
-  await Promise.all([p.waitForLoadState('load'), p.getByRole('button', { name: buttonName }).click()]);
-}
 
 describe('dashboard', () => {
   let identityId = '';

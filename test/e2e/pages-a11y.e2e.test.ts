@@ -11,7 +11,7 @@
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
-import { launchBrowser } from '../support/browser.js';
+import { launchBrowser, signIn, submit } from '../support/browser.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { MAIL_FRAME_CSP } from '../../services/dashboard/html.js';
 
@@ -24,10 +24,6 @@ let page: Page;
 let me: Awaited<ReturnType<TestServer['signUp']>>;
 let reader: { uuid: string; inbox: string; name: string };
 let sender: { token: string; identity: string };
-
-async function submit(p: Page, buttonName: string | RegExp) {
-  await Promise.all([p.waitForLoadState('load'), p.getByRole('button', { name: buttonName }).click()]);
-}
 
 async function createIdentity(name: string, token = me.access, extra: Record<string, unknown> = {}): Promise<{ uuid: string; inbox: string; name: string; phone?: string }> {
   const res = await s.api('POST', '/api/identities/', { token, body: { name, ...extra } });
@@ -83,11 +79,7 @@ beforeAll(async () => {
   browser = await launchBrowser();
   context = await browser.newContext();
   page = await context.newPage();
-  await page.goto(`${s.url}/login`);
-  await page.getByLabel('Username or email').fill(me.user.username);
-  await page.getByLabel('Password').fill(me.password);
-  await submit(page, 'Sign in');
-  expect(new URL(page.url()).pathname).toBe('/');
+  await signIn(page, s.url, { username: me.user.username, password: me.password });
 });
 afterAll(async () => {
   await browser?.close();

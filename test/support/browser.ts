@@ -6,7 +6,7 @@
 import http from 'node:http';
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser, type BrowserContext } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { freePort } from './spawn.js';
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -17,6 +17,20 @@ export async function launchBrowser(): Promise<Browser> {
   if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
   mkdirSync(ARTIFACTS, { recursive: true });
   return chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+}
+
+/** Clicks the button named `buttonName` and waits for the page it leads to. */
+export async function submit(p: Page, buttonName: string | RegExp): Promise<void> {
+  await Promise.all([p.waitForLoadState('load'), p.getByRole('button', { name: buttonName }).click()]);
+}
+
+/** Signs `user` in through the dashboard's sign-in form; the page ends on `/`. */
+export async function signIn(p: Page, baseUrl: string, user: { username: string; password: string }): Promise<void> {
+  await p.goto(`${baseUrl}/login`);
+  await p.getByLabel('Username or email').fill(user.username);
+  await p.getByLabel('Password').fill(user.password);
+  await submit(p, 'Sign in');
+  if (new URL(p.url()).pathname !== '/') throw new Error(`sign-in of ${user.username} ended on ${p.url()}`);
 }
 
 /** A browser context that stays on this machine (the IdP's dev pages import a web font). */
