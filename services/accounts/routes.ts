@@ -7,12 +7,13 @@ import { SESSION_COOKIE } from '../gateway/auth.js';
 import { body, created } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
-import { toPublicUser, type Accounts } from './service.js';
+import { normalUsername, toPublicUser, type Accounts } from './service.js';
 import type { TokenService } from './tokens.js';
 
 const v = {
   register: validator<{ username: string; email: string; password1: string; password2: string; first_name?: string; last_name?: string }>('accounts.json#Register'),
-  login: validator<{ username?: string; email?: string; password: string }>('accounts.json#Login'),
+  // A password set before NUL was refused still signs in (the username's pattern refuses NUL anyway).
+  login: validator<{ username?: string; email?: string; password: string }>('accounts.json#Login', { allowNul: true }),
   refresh: validator<{ refresh: string }>('accounts.json#Refresh'),
   verify: validator<{ token: string }>('accounts.json#Verify'),
   logout: validator<{ refresh?: string }>('accounts.json#Logout'),
@@ -43,16 +44,11 @@ const passwordsMatch = (a: string, b: string, ...fields: string[]) => {
   if (a !== b) throw badRequest(Object.fromEntries(['non_field_errors', ...fields].map((f) => [f, ["The two password fields didn't match."]])));
 };
 
-/**
- * Usernames are NFKC-normalised before they are checked or kept (as Django's
- * `normalize_username`): full-width `ｆｕｌｌ`, ligatures `ﬁ` or a decomposed `é` are the same
- * name as their plain forms, so they can neither pass for another account nor fail the
- * letters-only check.
- */
-function withNormalUsername(raw: unknown): unknown {
+/** The body with its username normalised (normalUsername) before the schema checks it. */
+export function withNormalUsername(raw: unknown): unknown {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
   const username = (raw as { username?: unknown }).username;
-  return typeof username === 'string' ? { ...(raw as object), username: username.normalize('NFKC') } : raw;
+  return typeof username === 'string' ? { ...(raw as object), username: normalUsername(username) } : raw;
 }
 
 export function accountRoutes(deps: AccountRoutesDeps): HttpModule {

@@ -80,6 +80,13 @@ export function accountMailRequestOf(e: RecordedEvent): AccountMailRequestedData
 const userStream = (pk: number) => streamName('user', pk);
 const sessionStream = (id: string) => streamName('session', id);
 
+/**
+ * A username as it is checked and kept: NFKC-normalised (Django's `normalize_username`), so
+ * full-width `ｆｕｌｌ`, ligatures `ﬁ` or a decomposed `é` are the same name as their plain
+ * forms. Every way in (the API, the dashboard, an external sign-in) goes through it.
+ */
+export const normalUsername = (username: string): string => username.normalize('NFKC');
+
 export function createAccounts(platform: Platform, tokens: TokenService, hmacKey: Buffer) {
   const { events: store, reads, progress, config, limiter, logger } = platform;
   const users = reads.collection<UserDoc>(USERS);
@@ -145,9 +152,10 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const key = login.trim().toLowerCase();
     const byEmail = () => (key.includes('@') ? users.findOne({ emailKey: key }) : Promise.resolve(null));
     if (field === 'email') return byEmail();
-    // Usernames are kept NFKC-normalised (routes.ts); one named before that is found as typed.
-    const normal = key.normalize('NFKC');
-    return (await byEmail()) ?? (await users.findOne({ usernameKey: normal })) ?? (normal === key ? null : await users.findOne({ usernameKey: key }));
+    // As typed first (an account named before usernames were normalised keeps its sign-in),
+    // then normalised (NFKC before case folding, as at registration).
+    const normal = normalUsername(login.trim()).toLowerCase();
+    return (await byEmail()) ?? (await users.findOne({ usernameKey: key })) ?? (normal === key ? null : await users.findOne({ usernameKey: normal }));
   }
 
   /**
@@ -185,6 +193,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     emailVerified?: boolean;
     external?: { issuer: string; subject: string } | null;
   }): Promise<UserDoc> {
+    input = { ...input, username: normalUsername(input.username) }; // whichever way it came in
     const started = Date.now();
     const passwordHash = input.password === null ? Promise.resolve(null) : hashPassword(input.password);
     const pk = await allocatePk();
@@ -343,7 +352,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   const profileSerial = keyedSerial();
 
   async function updateProfile(pk: number, patch: { username?: string; firstName?: string; lastName?: string }): Promise<UserDoc> {
-    return profileSerial(String(pk), () => updateProfileNow(pk, patch));
+    const normal = patch.username === undefined ? patch : { ...patch, username: normalUsername(patch.username) };
+    return profileSerial(String(pk), () => updateProfileNow(pk, normal));
   }
 
   async function updateProfileNow(pk: number, patch: { username?: string; firstName?: string; lastName?: string }): Promise<UserDoc> {
@@ -528,7 +538,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   async function findOrCreateExternal(issuer: string, subject: string, email: string, name: { first?: string; last?: string; username?: string }): Promise<UserDoc> {
     const existing = await users.findOne({ externalKey: externalKeyOf(issuer, subject) });
     if (existing) return existing;
-    const base = (name.username ?? email.split('@')[0]).replace(/[^\p{L}\p{N}_.@+-]/gu, '').slice(0, 140) || 'user';
+    const base = normalUsername(name.username ?? email.split('@')[0]).replace(/[^\p{L}\p{N}_.@+-]/gu, '').slice(0, 140) || 'user';
     for (let i = 0; i < 5; i++) {
       const username = i === 0 ? base : `${base}${randomBytes(2).toString('hex')}`;
       try {

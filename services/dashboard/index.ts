@@ -22,6 +22,7 @@ import { validator } from '../gateway/validate.js';
 import { isUuid } from '../kernel/ids.js';
 import { streamName } from '../../infra/ports/event-store.js';
 import { OUTBOX } from '../mail/events.js';
+import { normalUsername } from '../accounts/service.js';
 import { html, layout, fieldErrors, describedBy, escapeHtml, fmtDate, tableRegion, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
 import { SESSION_COOKIE, resetCurrentSession, safeReturnPath, type WebSession } from '../gateway/web-session.js';
 import { webSignIn, type Flash } from './sign-in.js';
@@ -515,7 +516,7 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
       const next = safeReturnPath(f.next);
       const values = { username: (f.username ?? '').trim(), email: (f.email ?? '').trim() };
       try {
-        const b = v.register({ ...values, password1: f.password1 ?? '', password2: f.password2 ?? '' });
+        const b = v.register({ ...values, username: normalUsername(values.username), password1: f.password1 ?? '', password2: f.password2 ?? '' });
         if (b.password1 !== b.password2) return registerPage(ctx, values, { password2: ["The two password fields didn't match."] }, next);
         const user = await accounts.register({ username: b.username, email: b.email, password: b.password1 });
         await signIn(ctx, user);
@@ -588,7 +589,7 @@ ${fieldErrors(pwErrors, 'new_password2')}
       if (!f) return;
       const values = { username: (f.username ?? '').trim(), first_name: (f.first_name ?? '').trim(), last_name: (f.last_name ?? '').trim() };
       try {
-        const b = v.profile(values);
+        const b = v.profile({ ...values, username: normalUsername(values.username) });
         await accounts.updateProfile(s.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name });
       } catch (err) {
         return accountPage(ctx, s, refused, fieldsOf(err), values);

@@ -10,8 +10,9 @@ const ADDRESS = /^(?=.{3,254}$)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$
 export const isEmailAddress = (value: string): boolean => ADDRESS.test(value) && value.split('@')[0].length <= 64;
 
 /**
- * The form addresses are kept and compared in: lower case (RFC 5321 allows case-sensitive
- * local parts; no real host uses them), a quoted local part that needs no quotes unquoted
+ * The form addresses are kept and compared in: ASCII lower case (RFC 5321 allows
+ * case-sensitive local parts; no real host uses them; only ASCII, so no other letter folds
+ * into an inbox's name), a quoted local part that needs no quotes unquoted
  * (`"ann"@x` is `ann@x`, RFC 5321 §4.1.2), and an internationalised domain in its ASCII
  * form (`bücher.de` → `xn--bcher-kva.de`, RFC 5890): what SMTP without SMTPUTF8 can carry.
  */

@@ -300,6 +300,27 @@ describe('pages: accessibility', () => {
       }
     }
   });
+  it('the dashboard\'s sign-up normalises usernames as the API does (NFKC): a full-width twin of a taken name is refused', async () => {
+    const plain = `twin${Date.now() % 1_000_000}`;
+    expect((await s.api('POST', '/api/auth/social/', { body: { username: plain, email: `${plain}@example.com`, password1: 'pw-1', password2: 'pw-1' } })).status).toBe(201);
+    const wide = [...plain].map((c) => String.fromCodePoint(c.codePointAt(0)! + 0xfee0)).join('');
+    const anonymous = await browser.newContext();
+    try {
+      const p = await anonymous.newPage();
+      await p.goto(`${s.url}/register`);
+      await p.getByLabel('Username').fill(wide);
+      await p.getByLabel('Email').fill(`wide-${plain}@example.com`);
+      await p.getByLabel('Password', { exact: true }).fill('first-Secret-11');
+      await p.getByLabel('Password again').fill('first-Secret-11');
+      await submit(p, 'Create account');
+      expect(new URL(p.url()).pathname).toBe('/register');
+      expect(await p.getByLabel('Username').getAttribute('aria-invalid')).toBe('true');
+      expect(await p.locator('main').textContent()).toContain('already exists');
+    } finally {
+      await anonymous.close();
+    }
+  });
+
   it('signing up from the device sign-in keeps the code: after registering, the person is back at the approval', async () => {
     const started = await s.api('POST', '/api/auth/device/');
     expect(started.status).toBe(200);

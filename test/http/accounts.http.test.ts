@@ -92,6 +92,10 @@ describe('registration (POST /api/auth/social/)', () => {
     expect([decomposed.status, decomposed.body.user?.username]).toEqual([201, nfd.normalize('NFKC')]);
     expect((await s.api('POST', '/api/auth/login/', { body: { username: nfd, password: 'pw' } })).status).toBe(200);
     expect((await s.api('POST', '/api/auth/login/', { body: { username: nfd.normalize('NFC'), password: 'pw' } })).status).toBe(200);
+    // NFKC comes before case folding at login too: a mathematical bold 𝐀 is A.
+    const ann = `Ann${uniq()}`;
+    expect((await s.api('POST', '/api/auth/social/', { body: { username: ann, email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } })).status).toBe(201);
+    expect((await s.api('POST', '/api/auth/login/', { body: { username: `\u{1D400}${ann.slice(1)}`, password: 'pw' } })).status).toBe(200);
   });
 
   it('accepts form-urlencoded and multipart bodies on the auth endpoints', async () => {
