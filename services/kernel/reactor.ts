@@ -6,8 +6,8 @@
  * - At least once: the checkpoint moves only past events whose job finished (a low-water
  *   mark, {@link reactorJobs}), so a restart resumes every unfinished one; jobs are
  *   idempotent (ids derived from the event's).
- * - Jobs run concurrently, up to `concurrency`; one slow job (a mail a relay keeps deferring)
- *   holds up no other. On a feed that commits positions (Kafka) each event is reported
+ * - Jobs run concurrently, up to `concurrency` at work; a job waiting out a backoff (a mail a
+ *   relay keeps deferring) gives its place up meanwhile, so it holds up no other. On a feed that commits positions (Kafka) each event is reported
  *   settled once its job finished, so the committed offset is the same low-water mark.
  * - A stop ends every wait a job makes at once (`run.sleep`), lets jobs in flight finish for
  *   up to 5 s, and writes the checkpoint as far as finished jobs allow.
@@ -58,17 +58,34 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
   let stopped = false;
   let running = 0;
   let slotWaiters: (() => void)[] = [];
-  const run: JobRun = {
-    get stopped() {
-      return stopped;
-    },
-    sleep: (ms) => jobs.sleep(ms),
-  };
-
   const wakeSlotWaiters = () => {
     const waiters = slotWaiters;
     slotWaiters = [];
     waiters.forEach((w) => w());
+  };
+  /** A place among the `concurrency` jobs at work (at once when stopping: the job then ends). */
+  async function takeSlot(): Promise<void> {
+    while (running >= limit && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
+    running += 1;
+  }
+  function leaveSlot(): void {
+    running -= 1;
+    wakeSlotWaiters();
+  }
+  const run: JobRun = {
+    get stopped() {
+      return stopped;
+    },
+    // A job waiting out a backoff gives its place up meanwhile: jobs a relay keeps deferring
+    // must not stop every other mail (they held all 8 places for the length of their retries).
+    async sleep(ms) {
+      leaveSlot();
+      try {
+        await jobs.sleep(ms);
+      } finally {
+        await takeSlot();
+      }
+    },
   };
 
   async function onEvent(e: RecordedEvent): Promise<Pending> {
@@ -78,8 +95,7 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
       return { settled: held };
     }
     const done = jobs.track(e.position);
-    while (running >= limit && !stopped) await new Promise<void>((resolve) => slotWaiters.push(resolve));
-    running += 1;
+    await takeSlot();
     const settled = spec.job(e, run).then(
       (finished) => {
         done(finished);
@@ -91,12 +107,7 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
         throw err;
       },
     );
-    settled
-      .catch(() => {})
-      .finally(() => {
-        running -= 1;
-        wakeSlotWaiters();
-      });
+    settled.catch(() => {}).finally(leaveSlot);
     return { settled };
   }
 
@@ -105,8 +116,10 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
       stopped = false;
       let after = await reads.getCheckpoint(spec.checkpoint);
       if (after === null && spec.fromHeadOnFirstStart) {
-        after = await events.headPosition();
-        if (after !== null) await reads.commit(spec.checkpoint, after, []);
+        // Written at once, also on an empty log ("0": before every event): a restart before
+        // the first job finished is no first start, and must not skip that job.
+        after = (await events.headPosition()) ?? '0';
+        await reads.commit(spec.checkpoint, after, []);
       }
       subscription = feed.subscribe({ after, group: spec.group, filter: spec.filter }, onEvent);
       subscription.done.catch((err) => log.error({ err }, 'reactor subscription failed'));

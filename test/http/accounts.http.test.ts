@@ -7,6 +7,12 @@ import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 import { freePort } from '../support/spawn.js';
 import { SMTPServer } from 'smtp-server';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { loadConfig } from '../../infra/config.js';
+import { startRuntime } from '../../infra/runtime.js';
 import { simpleParser } from 'mailparser';
 
 let s: TestServer;
@@ -471,6 +477,53 @@ describe('password change, logout and reset', () => {
 });
 
 describe('account mails while the relay is down', () => {
+  it('on a new install, a mail still waiting for the relay at a restart goes out after it (the first start is not repeated)', async () => {
+    let accept = false;
+    const got: string[] = [];
+    const relay = new SMTPServer({
+      authOptional: true,
+      disabledCommands: ['AUTH', 'STARTTLS'],
+      logger: false,
+      onRcptTo(_address, _session, cb) {
+        cb(accept ? undefined : Object.assign(new Error('4.3.0 not yet'), { responseCode: 451 }));
+      },
+      onData(stream, session, cb) {
+        simpleParser(stream).then((m) => {
+          got.push(`${session.envelope.rcptTo.map((r) => r.address).join(',')} ${m.subject ?? ''}`);
+          cb();
+        }, cb);
+      },
+    });
+    const port = await freePort();
+    await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-first-start-'));
+    const config = loadConfig({ PORT: '0', SMTP_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', PASSWORD_HASH_MEMORY_KIB: '19456', SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+    try {
+      // An empty log: the sign-up is the first event there is.
+      const first = await startRuntime(config, { logger: pino({ level: 'silent' }) });
+      const res = await fetch(`${first.url}/api/auth/social/`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ username: 'firstcomer', email: 'firstcomer@example.com', password1: 'pw-Secret-1', password2: 'pw-Secret-1' }),
+      });
+      expect(res.status).toBe(201);
+      await new Promise((r) => setTimeout(r, 500)); // its mail deferred once
+      await first.close();
+      accept = true;
+      const second = await startRuntime(config, { logger: pino({ level: 'silent' }) });
+      try {
+        const deadline = Date.now() + 15_000;
+        while (!got.some((g) => g.startsWith('firstcomer@example.com')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        expect(got).toEqual([expect.stringMatching(/^firstcomer@example\.com Confirm your email address/)]);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await new Promise<void>((resolve) => relay.close(() => resolve()));
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('an address the relay keeps deferring (450) holds up no other account\'s mail', async () => {
     const got: { to: string[]; subject: string }[] = [];
     const relay = new SMTPServer({

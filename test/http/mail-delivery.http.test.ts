@@ -1,0 +1,56 @@
+/**
+ * The delivery reactor's concurrency (services/kernel/reactor.ts): mails a relay keeps
+ * deferring wait out their backoff without holding a place, so they stop no other mail.
+ */
+import { SMTPServer } from 'smtp-server';
+import { simpleParser } from 'mailparser';
+import { startTestServer, type TestServer } from '../support/server.js';
+import { freePort } from '../support/spawn.js';
+
+let s: TestServer;
+let relay: SMTPServer;
+const received: { to: string[]; subject: string }[] = [];
+
+beforeAll(async () => {
+  relay = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['AUTH', 'STARTTLS'],
+    logger: false,
+    onRcptTo(address, _session, cb) {
+      cb(address.address.endsWith('@greylist.example') ? Object.assign(new Error('4.7.1 greylisted, try later'), { responseCode: 451 }) : undefined);
+    },
+    onData(stream, session, cb) {
+      simpleParser(stream).then((m) => {
+        received.push({ to: session.envelope.rcptTo.map((r) => r.address), subject: m.subject ?? '' });
+        cb();
+      }, cb);
+    },
+  });
+  const port = await freePort();
+  await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
+  s = await startTestServer({ SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+});
+afterAll(async () => {
+  await s?.close();
+  await new Promise<void>((resolve) => relay.close(() => resolve()));
+});
+
+it('mails a relay keeps deferring (more than the 8 at work at once) hold up neither external nor internal mail', async () => {
+  const u = await s.signUp();
+  const identity = async (name: string) => (await s.api('POST', '/api/identities/', { token: u.access, body: { name } })).body as { uuid: string; inbox: string };
+  const sender = await identity('Greylisted sender');
+  const reader = await identity('Reader');
+  const compose = (to: string, subject: string) => s.api('POST', '/api/email-messages/compose/', { token: u.access, identity: sender.uuid, body: { to, subject, body: '<p>x</p>' } });
+  for (let i = 0; i < 10; i++) expect((await compose(`g${i}@greylist.example`, `greylisted ${i}`)).status).toBe(201);
+  await new Promise((r) => setTimeout(r, 300)); // every one tried once and waiting out its backoff
+
+  const external = await compose('someone@fine.example', 'fine external');
+  expect(external.status).toBe(201);
+  const internal = await compose(reader.inbox, 'fine internal');
+  expect([internal.status, internal.body.status]).toEqual([201, 'sent']); // answered once delivered (up to 2 s)
+  const deadline = Date.now() + 5_000;
+  while (!received.some((m) => m.subject === 'fine external') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  expect(received.map((m) => m.subject)).toContain('fine external');
+  const inbox = await s.api('GET', '/api/email-inbox/', { token: u.access, identity: reader.uuid });
+  expect(inbox.body.map((t: { subject: string }) => t.subject)).toContain('fine internal');
+}, 30_000);
