@@ -808,20 +808,26 @@ ${fieldErrors(errors, 'new_password2')}
       if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
       await keysPage(ctx, s, { key: a.body.key, label: str(a.body.label), kind }, { kind: 'ok', text: 'Key created.' });
     });
-    r.get('/keys/:kind/:id/revoke', async (ctx) => {
+    /** The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered (sign-in, 404). */
+    const keyTarget = async (ctx: Context) => {
       const s = await requireSession(ctx);
       const id = s && uuidParam(ctx);
-      if (!s || !id) return;
+      if (!s || !id) return null;
       const kind = String(ctx.params.kind);
-      if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
-      await revokePage(ctx, s, kind, id);
+      if (kind !== 'management' && kind !== 'identity') {
+        ctx.status = 404;
+        return null;
+      }
+      return { s, id, kind: kind as 'management' | 'identity' };
+    };
+    r.get('/keys/:kind/:id/revoke', async (ctx) => {
+      const t = await keyTarget(ctx);
+      if (t) await revokePage(ctx, t.s, t.kind, t.id);
     });
     r.post('/keys/:kind/:id/revoke', async (ctx) => {
-      const s = await requireSession(ctx);
-      const id = s && uuidParam(ctx);
-      if (!s || !id) return;
-      const kind = String(ctx.params.kind);
-      if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
+      const t = await keyTarget(ctx);
+      if (!t) return;
+      const { s, id, kind } = t;
       const f = await form(ctx, s);
       if (!f) return;
       const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
