@@ -61,6 +61,8 @@ export class EventHub {
   readonly #byPassword = new Map<string, Set<Listener>>();
   readonly #revokedKeys = new Set<string>();
   readonly #revokedSessions = new Set<string>();
+  /** Per account, the position of the last end of all its sessions the hub saw. */
+  readonly #sessionsEnded = new Map<string, string>();
   readonly #deletedIdentities = new Set<string>();
   #subscription: Subscription | null = null;
 
@@ -114,6 +116,15 @@ export class EventHub {
     if (l.passwordOf !== undefined) removeFrom(this.#byPassword, String(l.passwordOf), l);
   }
 
+  /**
+   * The position of the last end of all `userPk`'s sessions this hub saw (sign-out, password
+   * change or reset), if any: a stream about to open waits for the read models to show it
+   * before it checks its session, and compares it again once registered.
+   */
+  sessionsEndedAt(userPk: number): string | undefined {
+    return this.#sessionsEnded.get(String(userPk));
+  }
+
   /** Every listener (for shutdown). */
   all(): Listener[] {
     return [...this.#byIdentity.values()].flatMap((s) => [...s]);
@@ -143,6 +154,9 @@ export class EventHub {
       case 'UserSessionsRevoked': {
         // Sign-out, password change or reset end every session of the account: their streams too.
         const pk = e.stream.startsWith('user-') ? e.stream.slice('user-'.length) : '';
+        this.#sessionsEnded.delete(pk); // re-inserted last: the map drops its oldest entries first
+        this.#sessionsEnded.set(pk, e.position);
+        if (this.#sessionsEnded.size > REMEMBERED) this.#sessionsEnded.delete(this.#sessionsEnded.keys().next().value!);
         for (const l of [...(this.#bySessionUser.get(pk) ?? [])]) l.revoke('sessions ended');
         return;
       }

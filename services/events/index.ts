@@ -84,7 +84,12 @@ export const eventsContext: ContextFactory = (shared) => {
     const { principal, identityId } = await shared.auth.identity(ctx);
     // An access token is valid until it expires, but a stream outlives requests: it needs its
     // session alive too (a signed-out client would otherwise reconnect with the same token).
-    if (principal.kind === 'jwt' && principal.sessionId && !(await shared.accounts.liveSession(principal.sessionId))) {
+    // An end of the account's sessions the hub saw first is waited for in the read models;
+    // one it sees before the stream registers is caught below.
+    const sessionBound = principal.kind === 'jwt' && principal.sessionId !== undefined;
+    const endedBefore = sessionBound ? hub.sessionsEndedAt(principal.userPk) : undefined;
+    if (endedBefore) await platform.progress.waitFor(endedBefore).catch(() => {});
+    if (sessionBound && !(await shared.accounts.liveSession(principal.sessionId!))) {
       throw tokenExpired('The session of this token has ended (signed out, or the password changed): sign in again.');
     }
     const after = lastEventIdOf(ctx);
@@ -143,8 +148,8 @@ export const eventsContext: ContextFactory = (shared) => {
       },
     });
     open.set(conn, principal.expiresAt ?? Infinity);
-    if (!hub.add(listener)) {
-      conn.end(); // the key or identity went away between the check and now
+    if (!hub.add(listener) || (sessionBound && hub.sessionsEndedAt(principal.userPk) !== endedBefore)) {
+      conn.end(); // the key, identity or session went away between the check and now
       return;
     }
     if (after === null) return; // live only, from now
