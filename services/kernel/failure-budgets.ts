@@ -53,7 +53,11 @@ export function failureBudgets(limiter: RateLimiter): FailureBudgets {
               throw refuse(d.retryAfter);
             }
             if ((inFlight.get(key) ?? 0) < d.remaining) break;
-            await new Promise<void>((resolve) => waiting.set(key, [...(waiting.get(key) ?? []), resolve]));
+            await new Promise<void>((resolve) => {
+              const queue = waiting.get(key);
+              if (queue) queue.push(resolve);
+              else waiting.set(key, [resolve]);
+            });
           }
           inFlight.set(key, (inFlight.get(key) ?? 0) + 1); // taken in the same turn as the check
           held.push(key);

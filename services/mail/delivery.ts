@@ -19,7 +19,7 @@
 import { streamName, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/mailer.js';
-import { eventStoreFeed, type EventFeed } from '../../infra/ports/event-feed.js';
+import type { EventFeed } from '../../infra/ports/event-feed.js';
 import type { Platform } from '../kernel/platform.js';
 import { nowIso } from '../kernel/ids.js';
 import { createReactor, type JobRun } from '../kernel/reactor.js';
@@ -78,9 +78,9 @@ class Rejected extends Error {
   }
 }
 
-export function createDeliveryReactor(platform: Platform, deps: { mail: MailService; blobs: BlobStore; options?: DeliveryOptions; feed?: EventFeed }) {
+export function createDeliveryReactor(platform: Platform, deps: { mail: MailService; blobs: BlobStore; options?: DeliveryOptions; feed: EventFeed }) {
   const { events, reads, config, mailer } = platform;
-  const feed = deps.feed ?? eventStoreFeed(events);
+  const { feed } = deps;
   const log = platform.logger.child({ component: 'mail-delivery' });
   const baseDelay = deps.options?.baseDelayMs ?? 2_000;
   const maxDelay = deps.options?.maxDelayMs ?? 15 * 60_000;

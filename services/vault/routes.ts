@@ -189,8 +189,9 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
         const { identityId } = await deps.auth().identity(ctx);
         const b = v.upsert(await body(ctx));
         const { doc, created: isNew } = await vault.upsertSecret(identityId, b.key, b.value);
-        if (isNew) created(ctx, toSecret(doc), `/api/vault/${toSecret(doc).uuid}/`);
-        else ctx.body = toSecret(doc);
+        const secret = toSecret(doc);
+        if (isNew) created(ctx, secret, `/api/vault/${secret.uuid}/`);
+        else ctx.body = secret;
       });
 
       r.get('/api/vault/:uuid/', async (ctx) => {

@@ -5,7 +5,7 @@
  * identity is deleted when its name is typed as the API compares names (NFC, any case).
  */
 import type { Browser, Page, BrowserContext } from 'playwright-core';
-import { launchBrowser, signIn, submit } from '../support/browser.js';
+import { signedInBrowser, submit } from '../support/browser.js';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 
@@ -32,6 +32,15 @@ async function createIdentity(name: string, token = me.access): Promise<{ uuid: 
   const res = await s.api('POST', '/api/identities/', { token, body: { name } });
   expect(res.status).toBe(201);
   return res.body;
+}
+
+/** A mail to `to` from an identity named `senderName` of another account; that identity. */
+async function mailFromStranger(senderName: string, to: string, subject: string, body: string): Promise<{ uuid: string; inbox: string; name: string }> {
+  const other = await s.signUp();
+  const peer = await createIdentity(senderName, other.access);
+  const sent = await s.api('POST', '/api/email-messages/compose/', { token: other.access, identity: peer.uuid, body: { to, subject, body } });
+  expect(sent.status).toBe(201);
+  return peer;
 }
 
 /** Opens the identity page until its thread list has a row whose subject link is `subject`. */
@@ -77,10 +86,7 @@ const leftToRight = (xy: Array<[number, number]>) =>
 beforeAll(async () => {
   s = await startTestServer({});
   me = await s.signUp();
-  browser = await launchBrowser();
-  context = await browser.newContext();
-  page = await context.newPage();
-  await signIn(page, s.url, { username: me.user.username, password: me.password });
+  ({ browser, context, page } = await signedInBrowser(s.url, { username: me.user.username, password: me.password }));
 });
 afterAll(async () => {
   await browser?.close();
@@ -90,14 +96,7 @@ afterAll(async () => {
 describe('dashboard: user text', () => {
   it("lists a thread's last sender, name and address, as the API gives them", async () => {
     const reader = await createIdentity('Reader');
-    const other = await s.signUp();
-    const peer = await createIdentity('Peer Sender', other.access);
-    const sent = await s.api('POST', '/api/email-messages/compose/', {
-      token: other.access,
-      identity: peer.uuid,
-      body: { to: reader.inbox, subject: 'Quarterly report', body: 'Numbers attached.', cc: '', bcc: '', attachment_uuids: [] },
-    });
-    expect(sent.status).toBe(201);
+    const peer = await mailFromStranger('Peer Sender', reader.inbox, 'Quarterly report', 'Numbers attached.');
 
     let row = await threadRow(reader.uuid, 'Quarterly report', '1');
     expect(await row.locator('td').nth(1).textContent()).toBe(`Peer Sender <${peer.inbox}>`);
@@ -120,14 +119,7 @@ describe('dashboard: user text', () => {
     const key = await s.api('POST', '/api/auth/keys/management/', { token: me.access, body: { label: `label${controls} end` } });
     expect(key.status).toBe(201);
     const ident = await createIdentity('Control reader');
-    const other = await s.signUp();
-    const peer = await createIdentity('Control sender', other.access);
-    const sent = await s.api('POST', '/api/email-messages/compose/', {
-      token: other.access,
-      identity: peer.uuid,
-      body: { to: ident.inbox, subject: 'Controls inside', body: `Body${controls} end`, cc: '', bcc: '', attachment_uuids: [] },
-    });
-    expect(sent.status).toBe(201);
+    await mailFromStranger('Control sender', ident.inbox, 'Controls inside', `Body${controls} end`);
     const thread = await threadRow(ident.uuid, 'Controls inside', '1');
     const threadPath = await thread.getByRole('link').getAttribute('href');
 
@@ -151,15 +143,8 @@ describe('dashboard: user text', () => {
       expect(leftToRight(await positionsOf('label[for=confirm]', ') to confirm'))).toBe(true);
 
       // A mail whose sender is named with an override: the address after the name stays in order.
-      const other = await s.signUp();
-      const peer = await createIdentity(`Sender \u202Eeman`, other.access);
       const subject = `Bidi ${name.length} \u202Ereversed`;
-      const sent = await s.api('POST', '/api/email-messages/compose/', {
-        token: other.access,
-        identity: peer.uuid,
-        body: { to: ident.inbox, subject, body: 'x', cc: '', bcc: '', attachment_uuids: [] },
-      });
-      expect(sent.status).toBe(201);
+      const peer = await mailFromStranger(`Sender \u202Eeman`, ident.inbox, subject, 'x');
       const row = await threadRow(ident.uuid, subject, '1');
       expect(await row.locator('td').nth(1).textContent()).toBe(`Sender \u202Eeman <${peer.inbox}>`);
       expect(leftToRight(await positionsOf('#mail-h + .table-wrap tbody tr td:nth-child(2)', `${peer.inbox}>`))).toBe(true);

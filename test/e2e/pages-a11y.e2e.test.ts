@@ -11,7 +11,7 @@
  */
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
-import { launchBrowser, signIn, submit } from '../support/browser.js';
+import { signedInBrowser, submit } from '../support/browser.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { MAIL_FRAME_CSP } from '../../services/dashboard/html.js';
 
@@ -76,10 +76,7 @@ beforeAll(async () => {
   const idKey = await s.api('POST', '/api/auth/keys/identity/', { token: me.access, body: { label: 'reader agent', identity_uuid: reader.uuid } });
   expect(idKey.status).toBe(201);
 
-  browser = await launchBrowser();
-  context = await browser.newContext();
-  page = await context.newPage();
-  await signIn(page, s.url, { username: me.user.username, password: me.password });
+  ({ browser, context, page } = await signedInBrowser(s.url, { username: me.user.username, password: me.password }));
 });
 afterAll(async () => {
   await browser?.close();

@@ -6,14 +6,12 @@ import { createLocalJWKSet, jwtVerify } from 'jose';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 import { freePort } from '../support/spawn.js';
-import { SMTPServer } from 'smtp-server';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { loadConfig } from '../../infra/config.js';
 import { startRuntime } from '../../infra/runtime.js';
-import { simpleParser } from 'mailparser';
 
 let s: TestServer;
 let sink: SmtpSink;
@@ -479,25 +477,9 @@ describe('password change, logout and reset', () => {
 describe('account mails while the relay is down', () => {
   it('on a new install, a mail still waiting for the relay at a restart goes out after it (the first start is not repeated)', async () => {
     let accept = false;
-    const got: string[] = [];
-    const relay = new SMTPServer({
-      authOptional: true,
-      disabledCommands: ['AUTH', 'STARTTLS'],
-      logger: false,
-      onRcptTo(_address, _session, cb) {
-        cb(accept ? undefined : Object.assign(new Error('4.3.0 not yet'), { responseCode: 451 }));
-      },
-      onData(stream, session, cb) {
-        simpleParser(stream).then((m) => {
-          got.push(`${session.envelope.rcptTo.map((r) => r.address).join(',')} ${m.subject ?? ''}`);
-          cb();
-        }, cb);
-      },
-    });
-    const port = await freePort();
-    await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
+    const relay = await startSmtpSink(0, { refuseRcpt: () => (accept ? null : { code: 451, message: '4.3.0 not yet' }) });
     const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-first-start-'));
-    const config = loadConfig({ PORT: '0', SMTP_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', PASSWORD_HASH_MEMORY_KIB: '19456', SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+    const config = loadConfig({ PORT: '0', SMTP_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', PASSWORD_HASH_MEMORY_KIB: '19456', SMTP_RELAY_URL: relay.url });
     try {
       // An empty log: the sign-up is the first event there is.
       const first = await startRuntime(config, { logger: pino({ level: 'silent' }) });
@@ -512,50 +494,32 @@ describe('account mails while the relay is down', () => {
       accept = true;
       const second = await startRuntime(config, { logger: pino({ level: 'silent' }) });
       try {
-        const deadline = Date.now() + 15_000;
-        while (!got.some((g) => g.startsWith('firstcomer@example.com')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-        expect(got).toEqual([expect.stringMatching(/^firstcomer@example\.com Confirm your email address/)]);
+        await relay.waitFor((m) => m.envelope.to.includes('firstcomer@example.com'), 15_000).catch(() => null);
+        expect(relay.messages.map((m) => [m.envelope.to, m.parsed.subject])).toEqual([[['firstcomer@example.com'], 'Confirm your email address']]);
       } finally {
         await second.close();
       }
     } finally {
-      await new Promise<void>((resolve) => relay.close(() => resolve()));
+      await relay.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
   }, 60_000);
 
   it('an address the relay keeps deferring (450) holds up no other account\'s mail', async () => {
-    const got: { to: string[]; subject: string }[] = [];
-    const relay = new SMTPServer({
-      authOptional: true,
-      disabledCommands: ['AUTH', 'STARTTLS'],
-      logger: false,
-      onRcptTo(address, _session, cb) {
-        cb(address.address.endsWith('@blocked.test') ? Object.assign(new Error('4.1.2 try later'), { responseCode: 450 }) : undefined);
-      },
-      onData(stream, session, cb) {
-        simpleParser(stream).then((m) => {
-          got.push({ to: session.envelope.rcptTo.map((r) => r.address), subject: m.subject ?? '' });
-          cb();
-        }, cb);
-      },
-    });
-    const port = await freePort();
-    await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
-    const svc = await startTestServer({ SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+    const relay = await startSmtpSink(0, { refuseRcpt: (address) => (address.endsWith('@blocked.test') ? { code: 450, message: '4.1.2 try later' } : null) });
+    const svc = await startTestServer({ SMTP_RELAY_URL: relay.url });
     try {
       const stuck = uniq();
       expect((await svc.api('POST', '/api/auth/social/', { body: { username: stuck, email: `${stuck}@blocked.test`, password1: 'pw-Secret-1', password2: 'pw-Secret-1' } })).status).toBe(201);
       const u = await svc.signUp();
       expect((await svc.api('POST', '/api/auth/password/reset/', { body: { email: u.user.email } })).status).toBe(200);
-      const deadline = Date.now() + 10_000;
       // Two jobs of their own (the sign-up's confirmation, the reset): either may land first.
-      const both = () => ['Reset your password', 'Confirm your email address'].every((subject) => got.some((m) => m.to.includes(u.user.email) && m.subject === subject));
-      while (!both() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      expect(got.filter((m) => m.to.includes(u.user.email)).map((m) => m.subject)).toEqual(expect.arrayContaining(['Reset your password', 'Confirm your email address']));
+      for (const subject of ['Reset your password', 'Confirm your email address']) {
+        await relay.waitFor((m) => m.envelope.to.includes(u.user.email) && m.parsed.subject === subject);
+      }
     } finally {
       await svc.close();
-      await new Promise<void>((resolve) => relay.close(() => resolve()));
+      await relay.close();
     }
   }, 60_000);
 

@@ -2,37 +2,19 @@
  * The delivery reactor's concurrency (services/kernel/reactor.ts): mails a relay keeps
  * deferring wait out their backoff without holding a place, so they stop no other mail.
  */
-import { SMTPServer } from 'smtp-server';
-import { simpleParser } from 'mailparser';
 import { startTestServer, type TestServer } from '../support/server.js';
-import { freePort } from '../support/spawn.js';
+import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 
 let s: TestServer;
-let relay: SMTPServer;
-const received: { to: string[]; subject: string }[] = [];
+let relay: SmtpSink;
 
 beforeAll(async () => {
-  relay = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['AUTH', 'STARTTLS'],
-    logger: false,
-    onRcptTo(address, _session, cb) {
-      cb(address.address.endsWith('@greylist.example') ? Object.assign(new Error('4.7.1 greylisted, try later'), { responseCode: 451 }) : undefined);
-    },
-    onData(stream, session, cb) {
-      simpleParser(stream).then((m) => {
-        received.push({ to: session.envelope.rcptTo.map((r) => r.address), subject: m.subject ?? '' });
-        cb();
-      }, cb);
-    },
-  });
-  const port = await freePort();
-  await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', () => resolve()));
-  s = await startTestServer({ SMTP_RELAY_URL: `smtp://127.0.0.1:${port}` });
+  relay = await startSmtpSink(0, { refuseRcpt: (address) => (address.endsWith('@greylist.example') ? { code: 451, message: '4.7.1 greylisted, try later' } : null) });
+  s = await startTestServer({ SMTP_RELAY_URL: relay.url });
 });
 afterAll(async () => {
   await s?.close();
-  await new Promise<void>((resolve) => relay.close(() => resolve()));
+  await relay?.close();
 });
 
 it('mails a relay keeps deferring (more than the 8 at work at once) hold up neither external nor internal mail', async () => {
@@ -48,9 +30,7 @@ it('mails a relay keeps deferring (more than the 8 at work at once) hold up neit
   expect(external.status).toBe(201);
   const internal = await compose(reader.inbox, 'fine internal');
   expect([internal.status, internal.body.status]).toEqual([201, 'sent']); // answered once delivered (up to 2 s)
-  const deadline = Date.now() + 5_000;
-  while (!received.some((m) => m.subject === 'fine external') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  expect(received.map((m) => m.subject)).toContain('fine external');
+  await relay.waitFor((m) => m.parsed.subject === 'fine external', 5_000);
   const inbox = await s.api('GET', '/api/email-inbox/', { token: u.access, identity: reader.uuid });
   expect(inbox.body.map((t: { subject: string }) => t.subject)).toContain('fine internal');
 }, 30_000);

@@ -561,6 +561,7 @@ describe('on the wire: RFC 5322 / MIME conformance of what the relay receives', 
     await outsideSender().sendMail({ from: 'olga@example.com', to: alice.inbox, subject: '=?utf-8?q?line1=0D=0ABcc:_x@evil.test=01?=', text: 'x', messageId: id });
     const original = await eventually(async () => (await api('GET', '/api/email-messages/', alice.uuid)).body.find((m: { message_id: string }) => m.message_id === id));
     const reply = await api('POST', `/api/email-messages/${original.uuid}/reply/`, alice.uuid, { body: 'ok' });
+    expect(reply.headers.get('location')).toBe(`/api/email-messages/${reply.body.uuid}/`);
     expect(reply.body.subject).toBe('Re: line1 Bcc: x@evil.test');
     expect((await relayedOf(reply)).mail.subject).toBe('Re: line1 Bcc: x@evil.test');
   });

@@ -379,6 +379,7 @@ describe('vault secrets', () => {
     expect(a.body).toEqual({ uuid: expect.any(String), key: 'OPENAI_API_KEY', value: ct1, created_dt: expect.any(String), updated_dt: expect.any(String) });
     const b = await srv.api('POST', '/api/vault/', { token: keyA1, body: { key: 'OPENAI_API_KEY', value: ct2 } });
     expect(b.status).toBe(200);
+    expect([a.headers.get('location'), b.headers.get('location')]).toEqual([`/api/vault/${a.body.uuid}/`, null]); // only a creation has one
     expect(b.body).toMatchObject({ uuid: a.body.uuid, value: ct2, created_dt: a.body.created_dt });
 
     const list = await srv.api('GET', '/api/vault/', { token: keyA1 });

@@ -33,6 +33,15 @@ export async function signIn(p: Page, baseUrl: string, user: { username: string;
   if (new URL(p.url()).pathname !== '/') throw new Error(`sign-in of ${user.username} ended on ${p.url()}`);
 }
 
+/** A browser with one page signed in to the dashboard at `baseUrl` as `user`. */
+export async function signedInBrowser(baseUrl: string, user: { username: string; password: string }): Promise<{ browser: Browser; context: BrowserContext; page: Page }> {
+  const browser = await launchBrowser();
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await signIn(page, baseUrl, user);
+  return { browser, context, page };
+}
+
 /** A browser context that stays on this machine (the IdP's dev pages import a web font). */
 export async function localContext(browser: Browser): Promise<BrowserContext> {
   const context = await browser.newContext();

@@ -12,14 +12,23 @@ export interface SmtpSink {
   close(): Promise<void>;
 }
 
+export interface SmtpSinkOptions {
+  /** Answers a recipient with a refusal (`{ code: 451, message: '4.7.1 try later' }`), or null to take it. */
+  refuseRcpt?: (address: string) => { code: number; message: string } | null;
+}
+
 /** A sink on `port` (default: any free port). */
-export async function startSmtpSink(port = 0): Promise<SmtpSink> {
+export async function startSmtpSink(port = 0, options: SmtpSinkOptions = {}): Promise<SmtpSink> {
   const messages: SmtpSink['messages'] = [];
   const waiters: Array<() => void> = [];
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS'],
     logger: false,
+    onRcptTo(address, _session, callback) {
+      const refusal = options.refuseRcpt?.(address.address);
+      callback(refusal ? Object.assign(new Error(refusal.message), { responseCode: refusal.code }) : undefined);
+    },
     onData(stream, session, callback) {
       const chunks: Buffer[] = [];
       stream.on('data', (c: Buffer) => chunks.push(c));
