@@ -23,7 +23,8 @@ import { isUuid } from '../kernel/ids.js';
 import { streamName } from '../../infra/ports/event-store.js';
 import { OUTBOX } from '../mail/events.js';
 import { normalUsername } from '../accounts/service.js';
-import { html, layout, fieldErrors, describedBy, escapeHtml, fmtDate, tableRegion, PAGE_CSP, MAIL_FRAME_CSP, Safe } from './html.js';
+import { html, escapeHtml, Safe } from '../gateway/html.js';
+import { layout, fieldErrors, describedBy, fmtDate, tableRegion, PAGE_CSP, MAIL_FRAME_CSP } from './html.js';
 import { SESSION_COOKIE, resetCurrentSession, safeReturnPath, type WebSession } from '../gateway/web-session.js';
 import { webSignIn, type Flash } from './sign-in.js';
 

@@ -33,7 +33,8 @@ import {
 import { createOidcClient, OidcLoginError, type OidcPending } from '../device/oidc.js';
 import { formatUserCode, normalizeUserCode } from '../device/codes.js';
 import { codeShown } from '../device/html.js';
-import { html, layout, pageCsp, Safe } from './html.js';
+import { html, type Safe } from '../gateway/html.js';
+import { layout, pageCsp } from './html.js';
 
 export const OIDC_CALLBACK_PATH = '/device/oidc/callback';
 const OIDC_COOKIE = 'ais_oidc';
@@ -106,7 +107,7 @@ function createWebSignIn(shared: Shared) {
     const hidden = html`<input type="hidden" name="csrf" value="${token}">${next ? html`<input type="hidden" name="next" value="${next}">` : ''}`;
     const body: Safe = html`${code
       ? html`<p>Check that this code matches the one shown on your device:</p>
-${new Safe(codeShown(code))}
+${codeShown(code)}
 <p class="note">Not the same code? <a href="/device">Enter a different code</a>. If you did not start this, close this page.</p>`
       : ''}
 ${oidc

@@ -1,13 +1,9 @@
 /**
  * Server-rendered HTML of the /device page (no build step, no script: the page works with
- * a strict Content-Security-Policy). Every interpolated value goes through {@link esc}.
+ * a strict Content-Security-Policy). Built with the shared `html` template
+ * (services/gateway/html.ts), which escapes every interpolated value.
  */
-import { escapeHtml } from '../dashboard/html.js';
-
-/** The dashboard's escaping (services/dashboard/html.ts: control characters neutralised too). */
-export function esc(value: unknown): string {
-  return escapeHtml(String(value ?? ''));
-}
+import { html, type Safe } from '../gateway/html.js';
 
 export interface Notice {
   kind: 'error' | 'success';
@@ -17,22 +13,22 @@ export interface Notice {
 /** The id of a page's error alert (at most one), for a field it is about to point at. */
 const ALERT_ID = 'alert';
 
-function notice(n: Notice | undefined): string {
-  if (!n) return '';
+function notice(n: Notice | undefined): Safe {
+  if (!n) return html``;
   return n.kind === 'error'
-    ? `<div class="alert" id="${ALERT_ID}" role="alert">${esc(n.text)}</div>`
-    : `<div class="success" role="status">${esc(n.text)}</div>`;
+    ? html`<div class="alert" id="${ALERT_ID}" role="alert">${n.text}</div>`
+    : html`<div class="success" role="status">${n.text}</div>`;
 }
 
 /** `shown`: the page's notice; an error one prefixes the document title with "Error: " (announced first). */
-export function layout(title: string, body: string, shown?: Notice): string {
-  return `<!doctype html>
+export function layout(title: string, body: Safe, shown?: Notice): Safe {
+  return html`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="robots" content="noindex">
-<title>${shown?.kind === 'error' ? 'Error: ' : ''}${esc(title)} · Agent Identity</title>
+<title>${shown?.kind === 'error' ? 'Error: ' : ''}${title} · Agent Identity</title>
 <link rel="stylesheet" href="/device/device.css">
 </head>
 <body>
@@ -47,25 +43,25 @@ ${body}
  * A user code shown to compare with the device's (RFC 8628 §3.3.1): big on screen, and read
  * out letter by letter, group by group ("Code: W R N R, L K P P"), not as a word.
  */
-export function codeShown(userCode: string): string {
+export function codeShown(userCode: string): Safe {
   const spelled = userCode.split('-').map((group) => group.split('').join(' ')).join(', ');
-  return `<p class="code"><span aria-hidden="true">${esc(userCode)}</span><span class="sr-only">Code: ${esc(spelled)}</span></p>`;
+  return html`<p class="code"><span aria-hidden="true">${userCode}</span><span class="sr-only">Code: ${spelled}</span></p>`;
 }
 
-const hidden = (name: string, value: string) => `<input type="hidden" name="${esc(name)}" value="${esc(value)}">`;
+const hidden = (name: string, value: string) => html`<input type="hidden" name="${name}" value="${value}">`;
 
 /** RFC 8628 §3.3: the human enters the code shown by the device. */
-export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; signedInAs?: string | null; csrf: string }): string {
+export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; signedInAs?: string | null; csrf: string }): Safe {
   // An invalid code is marked as such and described by the alert that says why.
   const invalid = opts.invalid && opts.notice?.kind === 'error';
   return layout(
     'Connect a device',
-    `<h1>Connect a device</h1>
+    html`<h1>Connect a device</h1>
 ${notice(opts.notice)}
 <p>Enter the code shown by the agent or device that asked to sign in.</p>
 <form method="get" action="/device">
   <label for="user_code">Code</label>
-  <input id="user_code" class="code-input" type="text" name="user_code" value="${esc(opts.value ?? '')}" placeholder="XXXX-XXXX" autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="20" required autofocus ${invalid ? `aria-invalid="true" aria-describedby="${ALERT_ID} code-help"` : 'aria-describedby="code-help"'}>
+  <input id="user_code" class="code-input" type="text" name="user_code" value="${opts.value ?? ''}" placeholder="XXXX-XXXX" autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="20" required autofocus ${invalid ? html`aria-invalid="true" aria-describedby="${ALERT_ID} code-help"` : html`aria-describedby="code-help"`}>
   <p id="code-help" class="muted">8 letters; the dash is optional.</p>
   <button type="submit">Continue</button>
 </form>
@@ -75,10 +71,10 @@ ${signedInFooter(opts.signedInAs ?? null, '', opts.csrf)}`,
 }
 
 /** Signed in: approve or deny (RFC 8628 §3.3), with the code shown to compare. */
-export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice }): string {
+export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice }): Safe {
   return layout(
     'Approve device',
-    `<h1>Approve this device?</h1>
+    html`<h1>Approve this device?</h1>
 ${notice(opts.notice)}
 <p>An agent or device is asking for access to your account. Approve only if it shows this code:</p>
 ${codeShown(opts.userCode)}
@@ -98,22 +94,22 @@ ${signedInFooter(opts.signedInAs, opts.userCode, opts.csrf)}`,
   );
 }
 
-export function resultPage(opts: { title: string; notice: Notice; userCode?: string; again?: boolean }): string {
+export function resultPage(opts: { title: string; notice: Notice; userCode?: string; again?: boolean }): Safe {
   return layout(
     opts.title,
-    `<h1>${esc(opts.title)}</h1>
+    html`<h1>${opts.title}</h1>
 ${notice(opts.notice)}
 ${opts.userCode ? codeShown(opts.userCode) : ''}
-${opts.again ? '<p><a href="/device">Enter another code</a></p>' : ''}`,
+${opts.again ? html`<p><a href="/device">Enter another code</a></p>` : ''}`,
     opts.notice,
   );
 }
 
-function signedInFooter(who: string | null, userCode: string, csrf: string): string {
-  if (!who) return '';
-  return `<footer>
+function signedInFooter(who: string | null, userCode: string, csrf: string): Safe {
+  if (!who) return html``;
+  return html`<footer>
   <form method="post" action="/device/logout">
-    Signed in as <strong>${esc(who)}</strong>.
+    Signed in as <strong>${who}</strong>.
     ${hidden('user_code', userCode)}${hidden('csrf', csrf)}
     <button type="submit" class="link">Use another account</button>
   </form>

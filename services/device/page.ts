@@ -23,6 +23,7 @@ import { ApiError } from '../gateway/errors.js';
 import { body } from '../gateway/http.js';
 import type { UserDoc } from '../../projections/users/index.js';
 import { strictCsp, type WebSignIn } from '../dashboard/sign-in.js';
+import type { Safe } from '../gateway/html.js';
 import type { WebSession } from '../gateway/web-session.js';
 import { formatUserCode, normalizeUserCode } from './codes.js';
 import { approvePage, enterCodePage, resultPage, type Notice } from './html.js';
@@ -46,12 +47,12 @@ export function devicePage(deps: DevicePageDeps) {
     return user ? { user, session } : null;
   }
 
-  async function html(ctx: Context, status: number, page: string): Promise<void> {
+  async function send(ctx: Context, status: number, page: Safe): Promise<void> {
     ctx.status = status;
     ctx.type = 'text/html; charset=utf-8';
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Content-Security-Policy', strictCsp());
-    ctx.body = page;
+    ctx.body = page.value;
   }
 
   const displayName = (u: UserDoc) => (u.email ? `${u.username} (${u.email})` : u.username);
@@ -76,7 +77,7 @@ export function devicePage(deps: DevicePageDeps) {
     const userCode = raw ? normalizeUserCode(raw) : null;
     if (!userCode) {
       const bad: Notice | undefined = raw ? { kind: 'error', text: 'That is not a valid code. Codes are 8 letters, like BCDF-GHJK.' } : undefined;
-      return html(ctx, raw ? 400 : status, enterCodePage({ notice: notice ?? bad, value: raw, invalid: Boolean(raw), signedInAs: who ? displayName(who.user) : null, csrf }));
+      return send(ctx, raw ? 400 : status, enterCodePage({ notice: notice ?? bad, value: raw, invalid: Boolean(raw), signedInAs: who ? displayName(who.user) : null, csrf }));
     }
     const shown = formatUserCode(userCode);
     if (!who) {
@@ -87,7 +88,7 @@ export function devicePage(deps: DevicePageDeps) {
         csp: 'strict',
       });
     }
-    return html(ctx, status, approvePage({ userCode: shown, csrf, signedInAs: displayName(who.user), notice }));
+    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs: displayName(who.user), notice }));
   }
 
   async function logout(ctx: Context): Promise<void> {
@@ -113,7 +114,7 @@ export function devicePage(deps: DevicePageDeps) {
     if (!web.csrf.check(ctx, who.session, b.csrf)) return show(ctx, { kind: 'error', text: 'Your form expired. Please try again.' }, 403);
     try {
       const done = await service.decide({ userPk: who.user.pk, userCode: raw, action, via: 'device-page', ip: ctx.ip });
-      return html(
+      return send(
         ctx,
         200,
         action === 'approve'
@@ -124,7 +125,7 @@ export function devicePage(deps: DevicePageDeps) {
       if (!(err instanceof ApiError) || err.status >= 500) throw err;
       for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
       const text = err.fields ? Object.values(err.fields).flat().join(' ') : err.detail;
-      return html(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text }, again: true }));
+      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text }, again: true }));
     }
   }
 
