@@ -138,8 +138,27 @@ export function comparePositions(a: string | null | undefined, b: string | null 
 
 const CATEGORY = /^[a-z][a-z0-9]*$/;
 
-/** Builds `<category>-<id>`; rejects a category with a dash (EventStoreDB splits there). */
+/**
+ * Builds `<category>-<id>`; rejects a category with a dash (EventStoreDB splits there).
+ * The one way stream names are made: each context's events module names its streams with it.
+ */
 export function streamName(category: string, id: string | number): string {
+  return `${streamPrefix(category)}${id}`;
+}
+
+/** `<category>-`: what every stream of the category starts with (subscription filters). */
+export function streamPrefix(category: string): string {
   if (!CATEGORY.test(category)) throw new Error(`invalid stream category: ${category}`);
-  return `${category}-${id}`;
+  return `${category}-`;
+}
+
+/** The category of `<category>-<id>`: what precedes the first dash. */
+export function streamCategory(stream: string): string {
+  const dash = stream.indexOf('-');
+  return dash < 0 ? stream : stream.slice(0, dash);
+}
+
+/** The id of `<category>-<id>`: what follows the first dash (the inverse of streamName). */
+export function streamId(stream: string): string {
+  return stream.slice(stream.indexOf('-') + 1);
 }

@@ -2,13 +2,14 @@
  * Read model `apikeys`: one document per live API key (revoked keys are removed), found
  * by the SHA-256 hash of the secret in O(1) (index on keyHash).
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import type { Projection } from '../projection.js';
+import { ApiKeyMinted, ApiKeyRevoked, ApiKeyUsed, type ApiKeyMintedData, type ApiKeyUsedData, type KeyKind } from '../../services/keys/events.js';
 
 export interface ApiKeyDoc extends Doc {
   id: string;
-  kind: 'management' | 'identity';
+  kind: KeyKind;
   ownerPk: number;
   identityId: string | null;
   label: string;
@@ -23,18 +24,18 @@ export const APIKEYS = 'apikeys';
 export const apiKeysProjection: Projection = {
   name: 'apikeys',
   collections: [{ name: APIKEYS, indexes: [['keyHash'], ['ownerPk', 'kind', 'createdAt'], ['identityId']] }],
-  eventTypes: ['ApiKeyMinted', 'ApiKeyRevoked', 'ApiKeyUsed'],
+  eventTypes: [ApiKeyMinted, ApiKeyRevoked, ApiKeyUsed],
   apply(e: RecordedEvent) {
-    const id = e.stream.slice('apikey-'.length);
-    const d = e.data;
+    const id = streamId(e.stream);
     return [
       {
         collection: APIKEYS,
         id,
         evolve: (doc) => {
           switch (e.type) {
-            case 'ApiKeyMinted':
+            case ApiKeyMinted: {
               if (doc) return doc;
+              const d = e.data as ApiKeyMintedData;
               return {
                 id,
                 kind: d.kind,
@@ -46,11 +47,14 @@ export const apiKeysProjection: Projection = {
                 lastUsedAt: null,
                 createdAt: d.at,
               } satisfies ApiKeyDoc;
-            case 'ApiKeyUsed':
+            }
+            case ApiKeyUsed: {
               // Out-of-order or replayed uses never move the time backwards.
-              if (!doc || (doc.lastUsedAt && String(doc.lastUsedAt) >= d.at)) return doc;
-              return { ...doc, lastUsedAt: d.at };
-            case 'ApiKeyRevoked':
+              const { at } = e.data as ApiKeyUsedData;
+              if (!doc || (doc.lastUsedAt && String(doc.lastUsedAt) >= at)) return doc;
+              return { ...doc, lastUsedAt: at };
+            }
+            case ApiKeyRevoked:
               return null;
             default:
               return doc;

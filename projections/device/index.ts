@@ -4,9 +4,22 @@
  * the account that approved it (an audit trail of who let which agent in).
  * Decisions are never taken on this model alone: the service re-reads the stream.
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import type { Projection } from '../projection.js';
+import {
+  DEVICE_EVENT_TYPES,
+  DeviceAuthorizationApproved,
+  DeviceAuthorizationDenied,
+  DeviceAuthorizationExpired,
+  DeviceAuthorizationIntervalIncreased,
+  DeviceAuthorizationRedeemed,
+  DeviceAuthorizationRequested,
+  type ApprovedData,
+  type DeniedData,
+  type RedeemedData,
+  type RequestedData,
+} from '../../services/device/events.js';
 
 export interface DeviceAuthorizationDoc extends Doc {
   deviceCodeHash: string;
@@ -27,23 +40,16 @@ export const DEVICE_AUTHORIZATIONS = 'device_authorizations';
 export const deviceProjection: Projection = {
   name: 'device',
   collections: [{ name: DEVICE_AUTHORIZATIONS, indexes: [['deviceCodeHash'], ['userCodeHash'], ['userPk', 'createdAt']] }],
-  eventTypes: [
-    'DeviceAuthorizationRequested',
-    'DeviceAuthorizationIntervalIncreased',
-    'DeviceAuthorizationApproved',
-    'DeviceAuthorizationDenied',
-    'DeviceAuthorizationExpired',
-    'DeviceAuthorizationRedeemed',
-  ],
+  eventTypes: DEVICE_EVENT_TYPES,
   apply(e: RecordedEvent) {
-    const id = e.stream.slice('deviceauth-'.length);
+    const id = streamId(e.stream);
     return [
       {
         collection: DEVICE_AUTHORIZATIONS,
         id,
         evolve: (doc) => {
-          const d = e.data;
-          if (e.type === 'DeviceAuthorizationRequested') {
+          if (e.type === DeviceAuthorizationRequested) {
+            const d = e.data as RequestedData;
             return {
               id,
               deviceCodeHash: d.deviceCodeHash,
@@ -61,16 +67,19 @@ export const deviceProjection: Projection = {
           }
           if (!doc) return doc;
           switch (e.type) {
-            case 'DeviceAuthorizationIntervalIncreased':
-              return { ...doc, interval: d.interval };
-            case 'DeviceAuthorizationApproved':
-              return { ...doc, status: 'approved', userPk: d.userPk, decidedAt: d.at };
-            case 'DeviceAuthorizationDenied':
-              return { ...doc, status: 'denied', userPk: d.userPk, decidedAt: d.at };
-            case 'DeviceAuthorizationExpired':
+            case DeviceAuthorizationIntervalIncreased:
+              return { ...doc, interval: (e.data as { interval: number }).interval };
+            case DeviceAuthorizationApproved:
+            case DeviceAuthorizationDenied: {
+              const d = e.data as ApprovedData | DeniedData;
+              return { ...doc, status: e.type === DeviceAuthorizationApproved ? 'approved' : 'denied', userPk: d.userPk, decidedAt: d.at };
+            }
+            case DeviceAuthorizationExpired:
               return { ...doc, status: 'expired' };
-            case 'DeviceAuthorizationRedeemed':
+            case DeviceAuthorizationRedeemed: {
+              const d = e.data as RedeemedData;
               return { ...doc, status: 'redeemed', keyId: d.keyId, redeemedAt: d.at };
+            }
             default:
               return doc;
           }

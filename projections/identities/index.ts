@@ -3,9 +3,20 @@
  * identity; a deleted identity's document is removed (its history stays in the log).
  * Other contexts find an identity by uuid (`get`), by inbox address or by phone number.
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import type { Projection } from '../projection.js';
+import {
+  IdentityCreated,
+  IdentityDeleted,
+  IdentityUpdated,
+  PhoneProvisioned,
+  PhoneReleased,
+  type IdentityCreatedData,
+  type IdentityUpdatedData,
+  type PhoneProvisionedData,
+  type PhoneReleasedData,
+} from '../../services/identities/events.js';
 
 export interface IdentityDoc extends Doc {
   id: string;
@@ -25,18 +36,18 @@ export const IDENTITIES = 'identities';
 export const identitiesProjection: Projection = {
   name: 'identities',
   collections: [{ name: IDENTITIES, indexes: [['ownerPk', 'createdAt'], ['inbox'], ['phone']] }],
-  eventTypes: ['IdentityCreated', 'IdentityUpdated', 'IdentityDeleted', 'PhoneProvisioned', 'PhoneReleased'],
+  eventTypes: [IdentityCreated, IdentityUpdated, IdentityDeleted, PhoneProvisioned, PhoneReleased],
   apply(e: RecordedEvent) {
-    const id = e.stream.slice('identity-'.length);
-    const d = e.data;
+    const id = streamId(e.stream);
     return [
       {
         collection: IDENTITIES,
         id,
         evolve: (doc) => {
           switch (e.type) {
-            case 'IdentityCreated':
+            case IdentityCreated: {
               if (doc) return doc; // replay of the same event
+              const d = e.data as IdentityCreatedData;
               return {
                 id,
                 ownerPk: d.ownerPk,
@@ -46,14 +57,17 @@ export const identitiesProjection: Projection = {
                 phone: d.phone ?? null,
                 createdAt: d.at,
               } satisfies IdentityDoc;
-            case 'IdentityUpdated':
-              if (!doc || d.name === undefined) return doc;
-              return { ...doc, name: d.name, nameKey: String(d.name).toLowerCase() };
-            case 'PhoneProvisioned':
-              return doc ? { ...doc, phone: d.phone } : doc;
-            case 'PhoneReleased':
-              return doc && doc.phone === d.phone ? { ...doc, phone: null } : doc;
-            case 'IdentityDeleted':
+            }
+            case IdentityUpdated: {
+              const { name } = e.data as IdentityUpdatedData;
+              if (!doc || name === undefined) return doc;
+              return { ...doc, name, nameKey: String(name).toLowerCase() };
+            }
+            case PhoneProvisioned:
+              return doc ? { ...doc, phone: (e.data as PhoneProvisionedData).phone } : doc;
+            case PhoneReleased:
+              return doc && doc.phone === (e.data as PhoneReleasedData).phone ? { ...doc, phone: null } : doc;
+            case IdentityDeleted:
               return null;
             default:
               return doc;

@@ -1,7 +1,8 @@
 /** Read model `sessions`: refresh-token families and dashboard sessions, for cheap checks. */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import type { Projection } from '../projection.js';
+import { SessionRefreshed, SessionRevoked, SessionStarted, type SessionRefreshedData, type SessionStartedData } from '../../services/accounts/events.js';
 
 export interface SessionDoc extends Doc {
   userPk: number;
@@ -18,21 +19,24 @@ export const SESSIONS = 'sessions';
 export const sessionsProjection: Projection = {
   name: 'sessions',
   collections: [{ name: SESSIONS, indexes: [['userPk']] }],
-  eventTypes: ['SessionStarted', 'SessionRefreshed', 'SessionRevoked'],
+  eventTypes: [SessionStarted, SessionRefreshed, SessionRevoked],
   apply(e: RecordedEvent) {
-    const id = e.stream.slice('session-'.length);
+    const id = streamId(e.stream);
     return [
       {
         collection: SESSIONS,
         id,
         evolve: (doc) => {
-          const d = e.data;
-          if (e.type === 'SessionStarted') {
+          if (e.type === SessionStarted) {
+            const d = e.data as SessionStartedData;
             return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token' } satisfies SessionDoc;
           }
           if (!doc) return doc;
-          if (e.type === 'SessionRefreshed') return { ...doc, tokenId: d.tokenId, expiresAt: d.expiresAt };
-          if (e.type === 'SessionRevoked') return { ...doc, revoked: true };
+          if (e.type === SessionRefreshed) {
+            const d = e.data as SessionRefreshedData;
+            return { ...doc, tokenId: d.tokenId, expiresAt: d.expiresAt };
+          }
+          if (e.type === SessionRevoked) return { ...doc, revoked: true };
           return doc;
         },
       },

@@ -5,10 +5,20 @@
  *   messages, so a read marking is exact even when two readers mark the same messages.
  * - `sms_phones`: the numbers of each identity (one document per identity).
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
-import { comparePositions } from '../../infra/ports/event-store.js';
+import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import type { DocUpdate, Projection } from '../projection.js';
+import { SmsRead, SmsReceived, type SmsReadData, type SmsReceivedData } from '../../services/sms/events.js';
+import {
+  IdentityCreated,
+  IdentityDeleted,
+  PhoneProvisioned,
+  PhoneReleased,
+  type IdentityCreatedData,
+  type IdentityDeletedData,
+  type PhoneProvisionedData,
+  type PhoneReleasedData,
+} from '../../services/identities/events.js';
 
 export const SMS_MESSAGES = 'sms_messages';
 export const SMS_CONVERSATIONS = 'sms_conversations';
@@ -58,11 +68,11 @@ export const smsProjection: Projection = {
     { name: SMS_CONVERSATIONS, indexes: [['identityId', 'lastSeq'], ['identityId', 'unread', 'lastSeq']] },
     { name: SMS_PHONES },
   ],
-  eventTypes: ['SmsReceived', 'SmsRead', 'IdentityCreated', 'PhoneProvisioned', 'PhoneReleased', 'IdentityDeleted'],
+  eventTypes: [SmsReceived, SmsRead, IdentityCreated, PhoneProvisioned, PhoneReleased, IdentityDeleted],
   apply(e: RecordedEvent): DocUpdate[] {
-    const d = e.data;
     switch (e.type) {
-      case 'SmsReceived':
+      case SmsReceived: {
+        const d = e.data as SmsReceivedData;
         return [
           {
             collection: SMS_MESSAGES,
@@ -110,7 +120,9 @@ export const smsProjection: Projection = {
             },
           },
         ];
-      case 'SmsRead': {
+      }
+      case SmsRead: {
+        const d = e.data as SmsReadData;
         const ids = new Set<string>(d.messageIds);
         return [
           {
@@ -132,11 +144,17 @@ export const smsProjection: Projection = {
           ),
         ];
       }
-      case 'IdentityCreated':
+      case IdentityCreated: {
+        // Identities created with a number (older events) name no provider: local.
+        const d = e.data as IdentityCreatedData & { provider?: string };
         return d.phone ? [addNumber(d.identityId, d.phone, d.provider ?? 'local', d.at)] : [];
-      case 'PhoneProvisioned':
+      }
+      case PhoneProvisioned: {
+        const d = e.data as PhoneProvisionedData;
         return [addNumber(d.identityId, d.phone, d.provider ?? 'local', d.at)];
-      case 'PhoneReleased':
+      }
+      case PhoneReleased: {
+        const d = e.data as PhoneReleasedData;
         return [
           {
             collection: SMS_PHONES,
@@ -149,8 +167,9 @@ export const smsProjection: Projection = {
             },
           },
         ];
-      case 'IdentityDeleted':
-        return [{ collection: SMS_PHONES, id: d.identityId, evolve: () => null }];
+      }
+      case IdentityDeleted:
+        return [{ collection: SMS_PHONES, id: (e.data as IdentityDeletedData).identityId, evolve: () => null }];
       default:
         return [];
     }

@@ -5,15 +5,16 @@
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Projection } from '../projection.js';
 import { SUBSCRIPTIONS, type SubscriptionDoc } from '../../services/billing/plans.js';
+import { SubscriptionChanged, type SubscriptionChangedData } from '../../services/billing/events.js';
 
 export { SUBSCRIPTIONS, type SubscriptionDoc };
 
 export const subscriptionsProjection: Projection = {
   name: 'subscriptions',
   collections: [{ name: SUBSCRIPTIONS, indexes: [['plan']] }],
-  eventTypes: ['SubscriptionChanged'],
+  eventTypes: [SubscriptionChanged],
   apply(e: RecordedEvent) {
-    const d = e.data;
+    const d = e.data as SubscriptionChangedData;
     const id = String(d.pk);
     return [
       {

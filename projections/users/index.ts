@@ -1,7 +1,17 @@
 /** Read model `users`: one document per account, found by pk, username, email or external subject. */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import type { Projection } from '../projection.js';
+import {
+  UserEmailVerified,
+  UserPasswordChanged,
+  UserProfileUpdated,
+  UserRegistered,
+  UserSessionsRevoked,
+  type UserPasswordChangedData,
+  type UserProfileUpdatedData,
+  type UserRegisteredData,
+} from '../../services/accounts/events.js';
 
 export interface UserDoc extends Doc {
   pk: number;
@@ -26,17 +36,17 @@ export const externalKeyOf = (issuer: string, subject: string) => `${issuer}#${s
 export const usersProjection: Projection = {
   name: 'users',
   collections: [{ name: USERS, indexes: [['usernameKey'], ['emailKey'], ['externalKey']] }],
-  eventTypes: ['UserRegistered', 'UserProfileUpdated', 'UserPasswordChanged', 'UserSessionsRevoked', 'UserEmailVerified'],
+  eventTypes: [UserRegistered, UserProfileUpdated, UserPasswordChanged, UserSessionsRevoked, UserEmailVerified],
   apply(e: RecordedEvent) {
-    const pk = Number(e.stream.slice('user-'.length));
+    const pk = Number(streamId(e.stream));
     const id = userDocId(pk);
     return [
       {
         collection: USERS,
         id,
         evolve: (doc) => {
-          const d = e.data;
-          if (e.type === 'UserRegistered') {
+          if (e.type === UserRegistered) {
+            const d = e.data as UserRegisteredData;
             return {
               id,
               pk: d.pk,
@@ -56,13 +66,15 @@ export const usersProjection: Projection = {
           }
           if (!doc) return doc;
           switch (e.type) {
-            case 'UserProfileUpdated':
-              return { ...doc, ...d, ...(d.username ? { usernameKey: d.username.toLowerCase() } : {}), at: undefined };
-            case 'UserPasswordChanged':
-              return { ...doc, passwordHash: d.passwordHash };
-            case 'UserSessionsRevoked':
+            case UserProfileUpdated: {
+              const { at, ...changes } = e.data as UserProfileUpdatedData;
+              return { ...doc, ...changes, ...(changes.username ? { usernameKey: changes.username.toLowerCase() } : {}) };
+            }
+            case UserPasswordChanged:
+              return { ...doc, passwordHash: (e.data as UserPasswordChangedData).passwordHash };
+            case UserSessionsRevoked:
               return { ...doc, sessionGeneration: (doc.sessionGeneration as number) + 1 };
-            case 'UserEmailVerified':
+            case UserEmailVerified:
               return { ...doc, emailVerified: true };
             default:
               return doc;

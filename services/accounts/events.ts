@@ -3,7 +3,7 @@
  * `session-<uuid>` (one refresh-token family or dashboard session).
  * No event carries a secret: passwords appear only as argon2id hashes, tokens not at all.
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamName, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Evolver } from '../kernel/command.js';
 
 export const UserRegistered = 'UserRegistered';
@@ -28,6 +28,11 @@ export interface AccountMailRequestedData {
 }
 export const UserNumberAllocated = 'UserNumberAllocated';
 
+export const USER = 'user';
+export const SESSION = 'session';
+export const userStream = (pk: number) => streamName(USER, pk);
+export const sessionStream = (id: string) => streamName(SESSION, id);
+
 export const SessionStarted = 'SessionStarted';
 export const SessionRefreshed = 'SessionRefreshed';
 export const SessionRevoked = 'SessionRevoked';
@@ -45,6 +50,42 @@ export interface UserRegisteredData {
   encryptionSalt: string;
   /** External identity (issuer + subject) for accounts created by OIDC sign-in. */
   external?: { issuer: string; subject: string } | null;
+  at: string;
+}
+
+export interface UserProfileUpdatedData {
+  username?: string;
+  firstName?: string;
+  lastName?: string;
+  at: string;
+}
+
+export interface UserPasswordChangedData {
+  /** argon2id hash. */
+  passwordHash: string;
+  reason: string;
+  at: string;
+}
+
+export interface SessionStartedData {
+  userPk: number;
+  /** The identity a device-flow session is bound to, if any. */
+  identity: string | null;
+  /** The account's session generation when it started: a later UserSessionsRevoked ends it. */
+  generation: number;
+  /** The current refresh token's id (jti); never the token. */
+  tokenId: string;
+  expiresAt: string;
+  via?: string;
+  /** Absent in events written before dashboard sessions existed: `token`. */
+  kind?: 'token' | 'cookie';
+  at: string;
+}
+
+export interface SessionRefreshedData {
+  tokenId: string;
+  previousTokenId: string;
+  expiresAt: string;
   at: string;
 }
 
@@ -80,9 +121,9 @@ export const userEvolver: Evolver<UserState> = {
         return { ...s, exists: true, pk: d.pk, username: d.username, email: d.email, firstName: d.firstName, lastName: d.lastName, passwordHash: d.passwordHash, emailVerified: d.emailVerified };
       }
       case UserProfileUpdated:
-        return { ...s, ...(e.data as Partial<Pick<UserState, 'username' | 'firstName' | 'lastName'>>) };
+        return { ...s, ...(e.data as Pick<UserProfileUpdatedData, 'username' | 'firstName' | 'lastName'>) };
       case UserPasswordChanged:
-        return { ...s, passwordHash: (e.data as { passwordHash: string }).passwordHash };
+        return { ...s, passwordHash: (e.data as UserPasswordChangedData).passwordHash };
       case UserSessionsRevoked:
         return { ...s, sessionGeneration: s.sessionGeneration + 1 };
       case UserEmailVerified:
@@ -109,11 +150,11 @@ export const sessionEvolver: Evolver<SessionState> = {
   evolve: (s, e) => {
     switch (e.type) {
       case SessionStarted: {
-        const d = e.data as { userPk: number; identity: string | null; generation: number; tokenId: string; expiresAt: string; kind?: 'token' | 'cookie' };
+        const d = e.data as SessionStartedData;
         return { ...s, exists: true, userPk: d.userPk, identity: d.identity, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, kind: d.kind ?? 'token' };
       }
       case SessionRefreshed: {
-        const d = e.data as { tokenId: string; expiresAt: string };
+        const d = e.data as SessionRefreshedData;
         return { ...s, tokenId: d.tokenId, expiresAt: d.expiresAt };
       }
       case SessionRevoked:

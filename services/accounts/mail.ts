@@ -12,10 +12,10 @@
  * logged and not retried. The checkpoint waits for unfinished jobs (services/kernel/
  * reactor.ts). Like outbound delivery, it runs in one process: the embedded one, or the worker.
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamPrefix, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { ContextFactory } from '../../infra/runtime.js';
 import { createReactor, type JobRun } from '../kernel/reactor.js';
-import { AccountMailRequested, UserRegistered } from './events.js';
+import { AccountMailRequested, USER, UserRegistered } from './events.js';
 import { accountMailRequestOf, type AccountMail } from './service.js';
 
 export const CHECKPOINT = 'reactor:account-mail';
@@ -67,7 +67,7 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
   // asked from then on, not every unverified sign-up of the log's past.
   const reactor = createReactor(
     { events, reads, feed, log },
-    { checkpoint: CHECKPOINT, group: GROUP, filter: { eventTypes: [UserRegistered, AccountMailRequested], streamPrefixes: ['user-'] }, fromHeadOnFirstStart: true, job: send },
+    { checkpoint: CHECKPOINT, group: GROUP, filter: { eventTypes: [UserRegistered, AccountMailRequested], streamPrefixes: [streamPrefix(USER)] }, fromHeadOnFirstStart: true, job: send },
   );
 
   return {

@@ -6,7 +6,7 @@
 import argon2 from 'argon2';
 import { randomBytes } from 'node:crypto';
 import { macOf, sameSecret } from '../kernel/secrets.js';
-import { streamName, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, streamName, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { OutboundMail } from '../../infra/ports/mailer.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
@@ -29,7 +29,9 @@ import {
   UserRegistered,
   UserSessionsRevoked,
   sessionEvolver,
+  sessionStream,
   userEvolver,
+  userStream,
   type AccountMailRequestedData,
   type UserRegisteredData,
 } from './events.js';
@@ -77,8 +79,6 @@ export function accountMailRequestOf(e: RecordedEvent): AccountMailRequestedData
   return d.emailVerified || !d.email ? null : { kind: 'verify-email', exp: Math.floor(Date.parse(d.at) / 1000) + VERIFY_LINK_TTL_S, at: d.at };
 }
 
-const userStream = (pk: number) => streamName('user', pk);
-const sessionStream = (id: string) => streamName('session', id);
 
 /**
  * A username as it is checked and kept: NFKC-normalised (Django's `normalize_username`), so
@@ -112,7 +112,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       let s = userEvolver.initial();
       let namedAt: string | null = null;
       let external: UserRegisteredData['external'] = null;
-      for (const e of await store.readStream(userStream(Number(holder.slice('user-'.length))))) {
+      for (const e of await store.readStream(userStream(Number(streamId(holder))))) {
         s = userEvolver.evolve(s, e);
         if (e.type === UserRegistered) external = (e.data as UserRegisteredData).external;
         if (e.type === UserRegistered || (e.type === UserProfileUpdated && (e.data as { username?: string }).username !== undefined)) namedAt = e.position;
@@ -197,7 +197,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const started = Date.now();
     const passwordHash = input.password === null ? Promise.resolve(null) : hashPassword(input.password);
     const pk = await allocatePk();
-    const owner = `user-${pk}`;
+    const owner = userStream(pk);
     const usernameKey = input.username.toLowerCase();
     const emailKey = input.email.toLowerCase();
     if (await crossTaken('username', usernameKey, owner)) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
@@ -361,7 +361,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     // The user as the log has it (the read model may lag a rename just made).
     const { state: start } = await loadStream(store, userStream(pk), userEvolver);
     if (!start.exists) throw tokenNotValid('User not found.');
-    const owner = `user-${pk}`;
+    const owner = userStream(pk);
     const emailKey = start.email.toLowerCase();
     const oldKey = start.username.toLowerCase();
     const newKey = patch.username?.toLowerCase();

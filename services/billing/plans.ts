@@ -4,6 +4,7 @@
  */
 import type { Collection, Doc, ReadStore } from '../../infra/ports/read-store.js';
 import type { EventStore } from '../../infra/ports/event-store.js';
+import { subscriptionStream } from './events.js';
 
 export const PLANS = {
   free: { phoneLimit: 0 },
@@ -27,7 +28,6 @@ export interface SubscriptionDoc extends Doc {
 }
 
 export const SUBSCRIPTIONS = 'subscriptions';
-export const subscriptionStream = (pk: number) => `subscription-${pk}`;
 
 /** A new account (no subscription stream yet) is on `free`, `active`. */
 export const DEFAULT_SUBSCRIPTION = { plan: 'free' as PlanName, status: 'active' as SubscriptionStatus };

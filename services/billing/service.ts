@@ -4,8 +4,8 @@ import type { Platform } from '../kernel/platform.js';
 import { event, execute, type Evolver } from '../kernel/command.js';
 import { nowIso } from '../kernel/ids.js';
 import { phonesUsed } from '../identities/service.js';
-import { DEFAULT_SUBSCRIPTION, PLANS, currentSubscription, phoneAllowance, subscriptionStream, type PlanName, type SubscriptionStatus } from './plans.js';
-import { SubscriptionChanged, type SubscriptionChangedData } from './events.js';
+import { DEFAULT_SUBSCRIPTION, PLANS, currentSubscription, phoneAllowance, type PlanName, type SubscriptionStatus } from './plans.js';
+import { SubscriptionChanged, subscriptionStream, type SubscriptionChangedData } from './events.js';
 
 const subEvolver: Evolver<{ plan: PlanName; status: SubscriptionStatus }> = {
   initial: () => ({ ...DEFAULT_SUBSCRIPTION }),

@@ -10,8 +10,13 @@
  */
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
-import type { EventStore, RecordedEvent, Subscription } from '../../infra/ports/event-store.js';
+import { streamCategory, streamId, type EventStore, type RecordedEvent, type Subscription } from '../../infra/ports/event-store.js';
 import type { EventFeed } from '../../infra/ports/event-feed.js';
+import { SESSION, SessionRevoked, USER, UserPasswordChanged, UserSessionsRevoked } from '../accounts/events.js';
+import { IdentityDeleted } from '../identities/events.js';
+import { ApiKeyRevoked } from '../keys/events.js';
+import { EMAIL_RECEIVED, MAILBOX } from '../mail/events.js';
+import { SMSBOX, SmsReceived } from '../sms/events.js';
 
 /** A consumer group of this process alone: each gateway must see every event. */
 export function hubGroup(): string {
@@ -19,19 +24,19 @@ export function hubGroup(): string {
 }
 
 /** Inbound messages, by the stream category that names their identity. */
-export const MESSAGE_TYPES = ['EmailReceived', 'SmsReceived'] as const;
+export const MESSAGE_TYPES = [EMAIL_RECEIVED, SmsReceived];
 /** Events that end streams: the credential or the identity went away. */
-const CLOSING_TYPES = ['ApiKeyRevoked', 'IdentityDeleted', 'SessionRevoked', 'UserSessionsRevoked', 'UserPasswordChanged'] as const;
-
-export const mailboxStream = (identityId: string) => `mailbox-${identityId}`;
-export const smsboxStream = (identityId: string) => `smsbox-${identityId}`;
+const CLOSING_TYPES = [ApiKeyRevoked, IdentityDeleted, SessionRevoked, UserSessionsRevoked, UserPasswordChanged];
 
 /** The identity an inbound-message event belongs to: the id part of its stream. */
 export function identityOfMessage(e: RecordedEvent): string | null {
-  if (e.type === 'EmailReceived' && e.stream.startsWith('mailbox-')) return e.stream.slice('mailbox-'.length);
-  if (e.type === 'SmsReceived' && e.stream.startsWith('smsbox-')) return e.stream.slice('smsbox-'.length);
+  const category = streamCategory(e.stream);
+  if ((e.type === EMAIL_RECEIVED && category === MAILBOX) || (e.type === SmsReceived && category === SMSBOX)) return streamId(e.stream);
   return null;
 }
+
+/** The id of a stream of `category` (an account's pk, a session's uuid), or '' for another. */
+const idIn = (stream: string, category: string) => (streamCategory(stream) === category ? streamId(stream) : '');
 
 export interface Listener {
   identityId: string;
@@ -132,37 +137,37 @@ export class EventHub {
 
   #dispatch(e: RecordedEvent): void {
     switch (e.type) {
-      case 'ApiKeyRevoked': {
+      case ApiKeyRevoked: {
         const keyId = String(e.data?.keyId ?? '');
         remember(this.#revokedKeys, keyId);
         for (const l of [...(this.#byKey.get(keyId) ?? [])]) l.revoke('key revoked');
         return;
       }
-      case 'IdentityDeleted': {
+      case IdentityDeleted: {
         const identityId = String(e.data?.identityId ?? '');
         remember(this.#deletedIdentities, identityId);
         for (const l of [...(this.#byIdentity.get(identityId) ?? [])]) l.revoke('identity deleted');
         return;
       }
-      case 'SessionRevoked': {
+      case SessionRevoked: {
         // One session family revoked (a reused refresh token): its streams end with it.
-        const sessionId = e.stream.startsWith('session-') ? e.stream.slice('session-'.length) : '';
+        const sessionId = idIn(e.stream, SESSION);
         remember(this.#revokedSessions, sessionId);
         for (const l of [...(this.#bySession.get(sessionId) ?? [])]) l.revoke('session ended');
         return;
       }
-      case 'UserSessionsRevoked': {
+      case UserSessionsRevoked: {
         // Sign-out, password change or reset end every session of the account: their streams too.
-        const pk = e.stream.startsWith('user-') ? e.stream.slice('user-'.length) : '';
+        const pk = idIn(e.stream, USER);
         this.#sessionsEnded.delete(pk); // re-inserted last: the map drops its oldest entries first
         this.#sessionsEnded.set(pk, e.position);
         if (this.#sessionsEnded.size > REMEMBERED) this.#sessionsEnded.delete(this.#sessionsEnded.keys().next().value!);
         for (const l of [...(this.#bySessionUser.get(pk) ?? [])]) l.revoke('sessions ended');
         return;
       }
-      case 'UserPasswordChanged': {
+      case UserPasswordChanged: {
         // Streams authorized by the old password itself (HTTP basic).
-        const pk = e.stream.startsWith('user-') ? e.stream.slice('user-'.length) : '';
+        const pk = idIn(e.stream, USER);
         for (const l of [...(this.#byPassword.get(pk) ?? [])]) l.revoke('password changed');
         return;
       }

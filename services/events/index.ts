@@ -15,7 +15,9 @@ import type { ContextFactory } from '../../infra/runtime.js';
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import { ApiError, tokenExpired } from '../gateway/errors.js';
 import { SseConnection } from '../gateway/sse.js';
-import { EventHub, MESSAGE_TYPES, mailboxStream, smsboxStream, type Listener } from './hub.js';
+import { EventHub, MESSAGE_TYPES, type Listener } from './hub.js';
+import { EMAIL_RECEIVED, mailboxStream } from '../mail/events.js';
+import { SmsReceived, smsboxStream } from '../sms/events.js';
 
 /** Reconnection delay announced to clients (`retry:`). */
 export const RETRY_MS = 3000;
@@ -51,11 +53,11 @@ export function lastEventIdOf(ctx: Context): string | null {
 export function frameOf(e: RecordedEvent): { event: string; data: Record<string, string> } | null {
   const d = e.data ?? {};
   const s = (v: unknown) => (v === undefined || v === null ? '' : String(v));
-  if (e.type === 'EmailReceived') {
+  if (e.type === EMAIL_RECEIVED) {
     const from = d.from && typeof d.from === 'object' ? d.from.address : d.from;
     return { event: 'email', data: { thread_id: s(d.threadId), message_id: s(d.messageId), from_email: s(from), subject: s(d.subject), preview: s(d.preview) } };
   }
-  if (e.type === 'SmsReceived') {
+  if (e.type === SmsReceived) {
     return { event: 'sms', data: { conversation_id: s(d.conversationId), message_id: s(d.messageId), from_number: s(d.from), preview: s(d.preview) } };
   }
   return null;

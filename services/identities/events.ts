@@ -3,6 +3,8 @@
  * account's phone slots). Shared names: other contexts react to them (common brief).
  * No secret ever goes into an event.
  */
+import { streamName } from '../../infra/ports/event-store.js';
+
 export const IdentityCreated = 'IdentityCreated';
 export const IdentityUpdated = 'IdentityUpdated';
 export const IdentityDeleted = 'IdentityDeleted';
@@ -54,5 +56,6 @@ export interface PhoneSlotData {
   at: string;
 }
 
-export const identityStream = (id: string) => `identity-${id}`;
-export const phonesStream = (pk: number) => `phones-${pk}`;
+export const IDENTITY = 'identity';
+export const identityStream = (id: string) => streamName(IDENTITY, id);
+export const phonesStream = (pk: number) => streamName('phones', pk);

@@ -9,7 +9,7 @@
  * - phone slots of the plan: stream `phones-<pk>`, appended at the revision read, so two
  *   concurrent provisionings cannot both take the last slot.
  */
-import { type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Collection, Page } from '../../infra/ports/read-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../../infra/ports/phone-provider.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
@@ -132,7 +132,6 @@ export interface CreateIdentityInput {
 
 /** Names collide case-insensitively and by Unicode equivalence (NFC: "é" and "e\u0301" are one name). */
 const nameKeyOf = (ownerPk: number, name: string) => `${ownerPk}:${name.normalize('NFC').toLowerCase()}`;
-const ownerOf = (id: string) => `identity-${id}`;
 
 function cleanName(raw: string): string {
   const name = raw.trim();
@@ -146,13 +145,12 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
   const serial = keyedSerial();
-  const idOf = (owner: string) => owner.slice('identity-'.length);
 
   /** A name reservation is free again once its identity is deleted or was renamed after it. */
   const names: Reclaim = {
     settledBefore: platform.settledBefore,
     async check(holder, value, reservation) {
-      const { state, namedAt } = await identityHistory(store, idOf(holder));
+      const { state, namedAt } = await identityHistory(store, streamId(holder));
       if (!state.exists) return 'unknown';
       if (state.deleted) return 'gone';
       if (nameKeyOf(state.ownerPk, state.name) === value) return 'holds';
@@ -163,7 +161,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const inboxes: Reclaim = {
     settledBefore: platform.settledBefore,
     async check(holder, value) {
-      const { state } = await identityHistory(store, idOf(holder));
+      const { state } = await identityHistory(store, streamId(holder));
       return !state.exists ? 'unknown' : state.inbox === value ? 'holds' : 'gone';
     },
   };
@@ -243,14 +241,14 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       const local = normalizeLocalPart(emailIdentifier);
       if ('error' in local) throw badRequest({ email_identifier: [local.error] });
       const inbox = `${local.value}@${domain}`;
-      if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true, inboxes))) {
+      if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes))) {
         throw conflict('This email address is already taken.');
       }
       return inbox;
     }
     for (let attempt = 0; attempt < GENERATE_ATTEMPTS; attempt++) {
       const inbox = `${generateLocalPart(name, attempt < 4 ? 4 : 8)}@${domain}`;
-      if (await reserve(store, INBOX_KIND, inbox, ownerOf(identityId), true, inboxes)) return inbox;
+      if (await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes)) return inbox;
     }
     throw conflict('Could not generate a free email address; pass email_identifier.');
   }
@@ -258,7 +256,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   async function create(ownerPk: number, input: CreateIdentityInput): Promise<IdentityDoc> {
     const name = cleanName(input.name);
     const id = newId();
-    const owner = ownerOf(id);
+    const owner = identityStream(id);
     const started = Date.now();
     if (input.provisionPhone) await precheckPhone(ownerPk);
     const nameKey = nameKeyOf(ownerPk, name);
@@ -309,7 +307,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   async function updateNow(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
     const started = Date.now();
     const { state } = await load(id);
-    const owner = ownerOf(id);
+    const owner = identityStream(id);
     const name = input.name !== undefined ? cleanName(input.name) : state.name;
     const renaming = name !== state.name;
     const oldKey = nameKeyOf(state.ownerPk, state.name);
@@ -374,7 +372,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       return { events: evs, result: s };
     });
     if (append) await progress.waitFor(append.position);
-    await release(store, NAME_KIND, nameKeyOf(state.ownerPk, state.name), ownerOf(id));
+    await release(store, NAME_KIND, nameKeyOf(state.ownerPk, state.name), identityStream(id));
     if (state.phone) {
       await phones.release(id, state.phone).catch((err) => logger.warn({ err, identityId: id }, 'phone release failed; the number stays reserved'));
       await freeSlot(state.ownerPk, id);

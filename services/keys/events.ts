@@ -1,4 +1,6 @@
 /** Events of the keys context (stream `apikey-<uuid>`). Only the key's SHA-256 hash is recorded, never the key. */
+import { streamName } from '../../infra/ports/event-store.js';
+
 export const ApiKeyMinted = 'ApiKeyMinted';
 export const ApiKeyRevoked = 'ApiKeyRevoked';
 /** Throttled: at most one per key per minute (last_used_at). */
@@ -32,4 +34,5 @@ export interface ApiKeyUsedData {
   at: string;
 }
 
-export const apiKeyStream = (id: string) => `apikey-${id}`;
+export const APIKEY = 'apikey';
+export const apiKeyStream = (id: string) => streamName(APIKEY, id);

@@ -9,6 +9,7 @@ import type { ContextFactory } from '../../infra/runtime.js';
 import { createReactor } from '../kernel/reactor.js';
 import { apiKeysProjection } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
+import { IdentityDeleted, type IdentityDeletedData } from '../identities/events.js';
 import { createKeys } from './service.js';
 import { keyRoutes } from './routes.js';
 
@@ -30,10 +31,10 @@ export const keysContext: ContextFactory = (shared) => {
     {
       checkpoint: REVOCATION_CHECKPOINT,
       group: 'ais-key-revocation',
-      filter: { eventTypes: ['IdentityDeleted'] },
+      filter: { eventTypes: [IdentityDeleted] },
       concurrency: 1,
       async job(e, run) {
-        const identityId = (e.data as { identityId: string }).identityId;
+        const { identityId } = e.data as IdentityDeletedData;
         for (let attempt = 0; !run.stopped; attempt++) {
           try {
             await keys.revokeForIdentity(identityId);

@@ -7,6 +7,8 @@
  * - `attachment-<uuid>`: AttachmentPresigned, AttachmentUploaded.
  * No event carries a secret; bodies are the identity's own mail.
  */
+import { streamName } from '../../infra/ports/event-store.js';
+
 export const EMAIL_RECEIVED = 'EmailReceived';
 export const EMAIL_QUEUED = 'EmailQueued';
 export const EMAIL_SENT = 'EmailSent';
@@ -21,6 +23,7 @@ export const MAILBOX = 'mailbox';
 export const OUTBOX = 'outbox';
 export const DELIVERY = 'delivery';
 export const ATTACHMENT = 'attachment';
+export const mailboxStream = (identityId: string) => streamName(MAILBOX, identityId);
 
 export interface EmailAddress {
   address: string;

@@ -24,7 +24,7 @@ import {
   EMAIL_RECEIVED,
   EMAIL_SENT,
   INLINE_BODY_LIMIT,
-  MAILBOX,
+  mailboxStream,
   OUTBOX,
   type AttachmentPresignedData,
   type AttachmentRef,
@@ -195,7 +195,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
           at,
         };
         try {
-          const append = await events.append(streamName(MAILBOX, identity.id), [{ id: derivedId(eventKey, identity.id), type: EMAIL_RECEIVED, data }], {
+          const append = await events.append(mailboxStream(identity.id), [{ id: derivedId(eventKey, identity.id), type: EMAIL_RECEIVED, data }], {
             expectedRevision: 'any',
           });
           await settle(append.position);
@@ -383,7 +383,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     const changed = docs.filter((m) => m.identityId === identityId && m.direction === 'inbound' && m.read !== read);
     if (!changed.length) return;
     const data: EmailMarkedData = { identityId, messages: changed.map((m) => ({ messageId: m.id, threadId: m.threadId })), at: now };
-    const append = await events.append(streamName(MAILBOX, identityId), [event(read ? EMAIL_MARKED_READ : EMAIL_MARKED_UNREAD, data)]);
+    const append = await events.append(mailboxStream(identityId), [event(read ? EMAIL_MARKED_READ : EMAIL_MARKED_UNREAD, data)]);
     await settle(append.position);
   }
 

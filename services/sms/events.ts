@@ -34,7 +34,8 @@ export interface SmsReadData {
   at: string;
 }
 
-export const smsboxStream = (identityId: string) => streamName('smsbox', identityId);
+export const SMSBOX = 'smsbox';
+export const smsboxStream = (identityId: string) => streamName(SMSBOX, identityId);
 
 // Fixed namespace of this service's name-based (v5) ids; never change it (ids would move).
 const NAMESPACE = '6f1d3a52-8c1e-4f7b-9a4e-2b3c5d7e9f10';

@@ -7,6 +7,7 @@
  * (password entries and secrets of one identity; appends at the revision read make
  * entry uuids and secret names unique per identity).
  */
+import { streamName } from '../../infra/ports/event-store.js';
 
 export const EncryptionKeysUploaded = 'EncryptionKeysUploaded';
 export const EncryptionKeysRewrapped = 'EncryptionKeysRewrapped';
@@ -89,3 +90,6 @@ export interface VaultSecretDeletedData {
   key: string;
   at: string;
 }
+
+export const encryptionStream = (userPk: number) => streamName('encryption', userPk);
+export const vaultStream = (identityId: string) => streamName('vault', identityId);

@@ -2,7 +2,7 @@
  * Commands and queries of the vault context. The server validates the ciphertext format
  * and nothing else: it never holds a key (docs/SECURITY.md).
  */
-import { WrongExpectedRevisionError, streamName, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { WrongExpectedRevisionError, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Page } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, type Evolver } from '../kernel/command.js';
@@ -32,6 +32,8 @@ import {
   type PasswordEntryCreatedData,
   type PasswordEntryUpdatedData,
   type VaultSecretWrittenData,
+  encryptionStream,
+  vaultStream,
 } from './events.js';
 
 export interface EncryptionUploadInput {
@@ -57,8 +59,6 @@ export interface PasswordFields {
   notes?: string | null;
 }
 
-const encryptionStream = (userPk: number) => streamName('encryption', userPk);
-const vaultStream = (identityId: string) => streamName('vault', identityId);
 
 /** What a write to an identity's vault needs to know: which entry uuids were used, which names are held. */
 interface VaultState {
