@@ -5,7 +5,7 @@
  * as its SHA-256, the user_code only as an HMAC (it is short enough to brute-force a plain
  * hash), and the minted key only by its id.
  */
-import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamName, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Evolver } from '../kernel/command.js';
 
 export const DeviceAuthorizationRequested = 'DeviceAuthorizationRequested';
@@ -28,6 +28,7 @@ export const DEVICE_EVENT_TYPES = [
 export const SETTLING_EVENT_TYPES = [DeviceAuthorizationApproved, DeviceAuthorizationDenied, DeviceAuthorizationExpired];
 
 export const DEVICE_CATEGORY = 'deviceauth';
+export const deviceStream = (id: string) => streamName(DEVICE_CATEGORY, id);
 
 export interface RequestedData {
   deviceAuthId: string;

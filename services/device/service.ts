@@ -9,7 +9,7 @@
  * leaves `pending` (approved, denied, expired), wherever that happened, so many waiting
  * agents cost no polling work.
  */
-import { streamName, type Subscription } from '../../infra/ports/event-store.js';
+import { streamId, type Subscription } from '../../infra/ports/event-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
@@ -19,7 +19,7 @@ import { ApiError, fieldError, notFound, throttled } from '../gateway/errors.js'
 import { toPublicUser, type Accounts } from '../accounts/service.js';
 import { DEVICE_AUTHORIZATIONS, type DeviceAuthorizationDoc } from '../../projections/device/index.js';
 import {
-  DEVICE_CATEGORY,
+  deviceStream,
   DeviceAuthorizationApproved,
   DeviceAuthorizationDenied,
   DeviceAuthorizationExpired,
@@ -83,7 +83,6 @@ export interface PendingView {
   clientId: string | null;
 }
 
-const deviceStream = (id: string) => streamName(DEVICE_CATEGORY, id);
 
 export function createDeviceService(deps: DeviceServiceDeps) {
   const { platform, accounts, hmacKey } = deps;
@@ -390,7 +389,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
     stopped = false;
     const head = await store.headPosition();
     subscription = store.subscribeAll({ after: head, filter: { eventTypes: SETTLING_EVENT_TYPES } }, (e) => {
-      wake(e.stream.slice(DEVICE_CATEGORY.length + 1));
+      wake(streamId(e.stream));
     });
     subscription.done.catch((error) => logger.error({ err: error }, 'device authorization subscription failed'));
     sweeper = setInterval(() => {

@@ -47,7 +47,9 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   const app = new Koa({ proxy: (deps.trustProxy ?? 0) > 0, maxIpsCount: deps.trustProxy ?? 0 });
   const log = deps.logger;
 
-  const router = new IndexedRouter();
+  // Case-sensitive, as Django's URLs are: the gateway's checks of `/api/` (CSRF, API headers,
+  // trailing-slash folding) must see the path the route answers (`/API/...` once bypassed them).
+  const router = new IndexedRouter({ sensitive: true });
   for (const m of deps.modules) m.routes(router);
   // 405 with Allow, and OPTIONS answers, only matter for requests no route answered: run
   // there, after the routes (the router has recorded the paths that matched).

@@ -137,9 +137,10 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
     return null;
   }
 
-  /** The identities the request names, lower-cased ('' when absent); `?identity=` twice is a 400. */
+  /** The identities the request names, lower-cased ('' when absent); two by header or by query is a 400. */
   function namedIdentities(ctx: Context): { header: string; query: string } {
     const header = ctx.get('x-service-identity').trim().toLowerCase();
+    if (header.includes(',')) throw badRequest({ identity: ['Give one identity.'] }); // the header twice (Node joins them)
     if (!ctx.querystring) return { header, query: '' };
     const q = ctx.query.identity;
     if (Array.isArray(q)) throw badRequest({ identity: ['Give one identity.'] });

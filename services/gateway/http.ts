@@ -75,7 +75,11 @@ export function pageOfList<T>(items: readonly T[], keyOf: (item: T) => string, p
 /** Answers a page as a JSON array, with an RFC 8288 `Link: <...>; rel="next"` when more remain. */
 export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R, publicUrl: string): void {
   if (page.next) {
-    const url = new URL(ctx.originalUrl, publicUrl);
+    // PUBLIC_URL with the request's path and query only: a request line in absolute form
+    // (`GET http://elsewhere/api/...`) must not name the host of the link.
+    const url = new URL(publicUrl);
+    url.pathname = ctx.path;
+    url.search = ctx.querystring;
     url.searchParams.set('cursor', page.next);
     ctx.set('Link', `<${url.toString()}>; rel="next"`);
   }

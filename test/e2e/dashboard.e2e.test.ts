@@ -105,6 +105,27 @@ describe('dashboard', () => {
     expect(await list.json()).toEqual([]);
   });
 
+  it('refuses a cross-origin cookie write to the API, whatever the case of its path', async () => {
+    const cookie = (await context.cookies()).find((c) => c.name === 'ais_session')!;
+    const forged = (path: string) =>
+      fetch(`${s.url}${path}`, {
+        method: 'POST',
+        headers: { cookie: `ais_session=${cookie.value}`, origin: 'http://evil.example', 'content-type': 'text/plain' },
+        body: JSON.stringify({ name: 'csrf' }),
+      });
+    const lower = await forged('/api/identities/');
+    expect(lower.status).toBe(403);
+    expect(((await lower.json()) as { code: string }).code).toBe('csrf_failed');
+    // Paths are case-sensitive (as Django's are): another spelling is no route at all, so it
+    // cannot slip past the checks made on `/api/` (it once reached the route without them).
+    for (const path of ['/API/identities/', '/Api/identities/', '/api/IDENTITIES/']) {
+      const res = await forged(path);
+      expect(res.status).toBe(404);
+    }
+    const list = await fetch(`${s.url}/api/identities/`, { headers: { cookie: `ais_session=${cookie.value}` } });
+    expect(await list.json()).toEqual([]);
+  });
+
   it('creates an identity; a phone beyond the plan shows the plan message', async () => {
     await page.getByLabel('Name', { exact: true }).fill('Research agent');
     await page.getByLabel(/Email identifier/).fill(`research${Date.now() % 100000}`);

@@ -1,4 +1,5 @@
 /** Identities over HTTP (SPEC "Identities", "Authentication" 5 and 8; DECISIONS "Auth"). */
+import http from 'node:http';
 import net from 'node:net';
 import { startTestServer, type TestServer } from '../support/server.js';
 
@@ -207,6 +208,17 @@ describe('read and update', () => {
     expect(second.body.map((i: { name: string }) => i.name)).toEqual(['p2']);
     expect(second.headers.get('link')).toBeNull();
     expect((await s.api('GET', '/api/identities/?limit=0', { token: fresh.access })).status).toBe(400);
+    // A request line in absolute form names another host: the link still names the service.
+    const absolute = await new Promise<string>((resolve, reject) => {
+      const { hostname, port } = new URL(s.url);
+      http
+        .get({ hostname, port, path: 'http://evil.example/api/identities/?limit=2', headers: { authorization: `Bearer ${fresh.access}` } }, (res) => {
+          res.resume();
+          resolve(String(res.headers.link));
+        })
+        .on('error', reject);
+    });
+    expect(new URL(/<([^>]+)>/.exec(absolute)![1]).origin).toBe(next.origin); // PUBLIC_URL's
   });
 
   it('a list read again after each write shows that write (cached answers never go stale)', async () => {

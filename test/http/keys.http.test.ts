@@ -215,6 +215,12 @@ describe('identity keys', () => {
     expect((await s.api('GET', '/api/vault/', { token: k.key, identity })).status).toBe(200);
     const twice = await s.api('GET', `/api/passwords/?identity=${identity}&identity=${identity}`, { token: m.key });
     expect([twice.status, twice.body]).toEqual([400, { identity: ['Give one identity.'] }]);
+    // The header twice reaches the server as one joined value: the same answer.
+    const headers = new Headers({ authorization: `Bearer ${m.key}` });
+    headers.append('X-Service-Identity', identity);
+    headers.append('X-Service-Identity', identity);
+    const headerTwice = await fetch(`${s.url}/api/passwords/`, { headers });
+    expect([headerTwice.status, await headerTwice.json()]).toEqual([400, { identity: ['Give one identity.'] }]);
   });
 
   it('revocation makes the identity key fail with 401 immediately; the management path does not revoke it', async () => {
