@@ -53,7 +53,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { constants as fsConstants, createReadStream } from 'node:fs';
 import { mkdir, open, readdir, rename, rmdir, stat, readFile, unlink, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { Readable } from 'node:stream';
+import { Readable, Transform, pipeline } from 'node:stream';
 import { BLOB_KEY, type BlobRef, type BlobStore } from '../ports/blob-store.js';
 
 /** Blobs up to this size go into packs; bigger ones are fsynced in a file of their own. */
@@ -84,6 +84,50 @@ async function fsyncPath(target: string): Promise<void> {
   } finally {
     await handle.close();
   }
+}
+
+/**
+ * Writes `content` to `tmp`, fsynced, then renames it to `target` (the caller fsyncs the
+ * directory). A failure removes `tmp`: a disk that filled up keeps no partial copies, which
+ * would otherwise hold on to the space a retry needs.
+ */
+async function writeDurably(tmp: string, content: Uint8Array, target: string): Promise<void> {
+  try {
+    const handle = await open(tmp, 'w', 0o600);
+    try {
+      await handle.writeFile(content);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, target);
+  } catch (err) {
+    await unlink(tmp).catch(() => {});
+    throw err;
+  }
+}
+
+/**
+ * A blob's key is the SHA-256 of its content: bytes read back are checked against it, so a
+ * damaged file (a flipped bit, a truncation) is an error, never other bytes served as the blob.
+ */
+function verified(key: string, content: Buffer): Buffer {
+  if (sha256(content).toString('hex') !== key) throw new Error(`blob ${key} is damaged: its content no longer matches its key`);
+  return content;
+}
+
+/** The same check for a streamed blob: the stream fails at its end instead of ending normally. */
+function verifying(key: string): Transform {
+  const hash = createHash('sha256');
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      hash.update(chunk);
+      done(null, chunk);
+    },
+    flush(done) {
+      done(hash.digest('hex') === key ? null : new Error(`blob ${key} is damaged: its content no longer matches its key`));
+    },
+  });
 }
 
 const isErrno = (err: unknown, code: string) => (err as NodeJS.ErrnoException).code === code;
@@ -297,20 +341,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
   }
 
   async function writeIndex(n: number, index: PackIndex): Promise<void> {
-    const tmp = path.join(tmpDir, `${idxName(n)}.${randomUUID()}`);
-    const handle = await open(tmp, 'w', 0o600);
-    try {
-      await handle.writeFile(index.buf);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    try {
-      await rename(tmp, path.join(packsDir, idxName(n)));
-    } catch (err) {
-      await unlink(tmp).catch(() => {});
-      throw err;
-    }
+    await writeDurably(path.join(tmpDir, `${idxName(n)}.${randomUUID()}`), index.buf, path.join(packsDir, idxName(n)));
     await fsyncPath(packsDir);
   }
 
@@ -502,6 +533,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       .map((m) => Number(m[1]))
       .sort((a, b) => a - b);
     for (const n of numbers) {
+      if (packs.has(n)) continue; // loaded by an earlier attempt that failed further on
       const pack = await loadPack(n);
       if (!pack.index || pack.tail.size) {
         // Seal it: one sorted index instead of a Map, and no rescan at the next start. Not
@@ -516,7 +548,8 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
         }
         pack.index = encodeIndex(entries, pack.size, false);
         pack.tail = new Map();
-        await writeIndex(n, pack.index);
+        // Saves the next start a rescan, nothing more: a disk too full for it must not stop the store.
+        await writeIndex(n, pack.index).catch(() => {});
       }
       addPack(pack);
     }
@@ -524,8 +557,23 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     // (empty packs cannot be deleted later: on a shared volume one may be another
     // process's active pack).
   }
-  const ready = recover();
-  ready.catch(() => {}); // surfaced by the first call that awaits it
+  /**
+   * The store is usable once recovered. A failed recovery (a storage fault at start) is
+   * surfaced by the calls that wait for it, and the next call tries again: the store comes
+   * back by itself once the fault clears, without a restart.
+   */
+  let recovered: Promise<void> | null = null;
+  function ready(): Promise<void> {
+    if (!recovered) {
+      const attempt = recover();
+      recovered = attempt;
+      attempt.catch(() => {
+        if (recovered === attempt) recovered = null;
+      });
+    }
+    return recovered;
+  }
+  void ready().catch(() => {}); // start now; a failure is surfaced by the first call that needs the store
 
   /** Seals `seg`: index in memory now, idx file in the background; the next flush uses a new pack. */
   function seal(seg: Pack): void {
@@ -593,15 +641,23 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
           locs.push({ offset: offset + HEADER, length: p.content.length });
           offset += HEADER + p.content.length;
         }
+        const bytes = Buffer.concat(parts);
+        let written = 0;
         try {
-          const bytes = Buffer.concat(parts);
-          await seg.handle!.write(bytes, 0, bytes.length);
+          // A write may take only part of the bytes (a disk filling up: the rest then fails
+          // with ENOSPC), so it is repeated until all are in; only then are they durable.
+          while (written < bytes.length) {
+            const { bytesWritten } = await seg.handle!.write(bytes, written, bytes.length - written);
+            if (bytesWritten === 0) throw Object.assign(new Error('blob pack write made no progress'), { code: 'EIO' });
+            written += bytesWritten;
+          }
           await seg.handle!.datasync();
         } catch (err) {
           fail(batch, err);
-          // The pack may now end in a torn record that a scan would stop at: later records
-          // go to a new pack; the acknowledged ones stay where they are.
-          seal(seg);
+          // Some bytes reached the pack: it may end in a torn record, which a scan stops at,
+          // so later records go to a new pack (the acknowledged ones stay where they are).
+          // None did (the disk was already full): the pack goes on as it is.
+          if (written > 0 || !(await endsAt(seg, seg.size))) seal(seg);
           continue;
         }
         seg.size = offset;
@@ -614,6 +670,15 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       }
     } finally {
       flushing = false;
+    }
+  }
+
+  /** Whether the pack's file ends at `size` (nothing was appended past what is known). */
+  async function endsAt(pack: Pack, size: number): Promise<boolean> {
+    try {
+      return (await pack.handle!.stat()).size === size;
+    } catch {
+      return false;
     }
   }
 
@@ -634,24 +699,11 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     if ((await sizeOf(file)) === content.byteLength) return;
     const dir = path.dirname(file);
     await ensureDir(dir);
-    const tmp = path.join(tmpDir, `${key}.${randomUUID()}`);
-    const handle = await open(tmp, 'w', 0o600);
-    try {
-      await handle.writeFile(content);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    try {
-      await rename(tmp, file);
-    } catch (err) {
-      await unlink(tmp).catch(() => {});
-      throw err;
-    }
+    await writeDurably(path.join(tmpDir, `${key}.${randomUUID()}`), content, file);
     await fsyncPath(dir);
   }
 
-  async function readPacked({ pack, loc }: { pack: Pack; loc: Loc }): Promise<Buffer> {
+  async function readPacked(key: string, { pack, loc }: { pack: Pack; loc: Loc }): Promise<Buffer> {
     const data = Buffer.allocUnsafe(loc.length);
     await withPackHandle(pack, async (handle) => {
       let got = 0;
@@ -661,7 +713,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
         got += bytesRead;
       }
     });
-    return data;
+    return verified(key, data);
   }
 
   /**
@@ -669,7 +721,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
    * processes wrote since) a pack again. Waits for a put of the key in flight.
    */
   async function find(key: string): Promise<{ packed: { pack: Pack; loc: Loc } } | { file: string; size: number } | null> {
-    await ready;
+    await ready();
     const inFlight = pending.get(key);
     if (inFlight) await inFlight.durable.catch(() => {});
     const packed = locate(key);
@@ -684,7 +736,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
 
   return {
     async put(content) {
-      await ready;
+      await ready();
       const key = createHash('sha256').update(content).digest('hex');
       if (content.byteLength <= PACK_MAX_BLOB) await packPut(key, content);
       else await directPut(key, content);
@@ -695,9 +747,9 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       if (!BLOB_KEY.test(key)) return null;
       const found = await find(key);
       if (!found) return null;
-      if ('packed' in found) return readPacked(found.packed);
+      if ('packed' in found) return readPacked(key, found.packed);
       try {
-        return await readFile(found.file);
+        return verified(key, await readFile(found.file));
       } catch (err) {
         if (isErrno(err, 'ENOENT')) return null;
         throw err;
@@ -708,8 +760,8 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       if (!BLOB_KEY.test(key)) return null;
       const found = await find(key);
       if (!found) return null;
-      if ('packed' in found) return { size: found.packed.loc.length, stream: Readable.from([await readPacked(found.packed)]) };
-      return { size: found.size, stream: createReadStream(found.file) };
+      if ('packed' in found) return { size: found.packed.loc.length, stream: Readable.from([await readPacked(key, found.packed)]) };
+      return { size: found.size, stream: pipeline(createReadStream(found.file), verifying(key), () => {}) }; // an error ends the returned stream with it
     },
 
     async has(key) {

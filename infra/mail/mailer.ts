@@ -4,7 +4,7 @@
  */
 import nodemailer from 'nodemailer';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
-import { chmod, mkdir, readdir, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
@@ -164,6 +164,40 @@ async function removeAbandonedWrites(outboxDir: string): Promise<void> {
   }
 }
 
+/**
+ * Files `raw` as `file` in the outbox: written to a temporary name (a reader never sees a
+ * half-written message), fsynced, renamed, the directory fsynced, so a message recorded as
+ * sent survives a power loss. A failure leaves no temporary file behind.
+ */
+async function fileDurably(outboxDir: string, file: string, raw: Buffer): Promise<void> {
+  // The outbox is the operator's mailbox when no relay is set (DECISIONS), and its mails
+  // carry password reset and verification links: private to the service's user whatever
+  // the umask or the mode of a DATA_DIR made beforehand (0644 let a local user take over
+  // an account).
+  await mkdir(outboxDir, { recursive: true, mode: 0o700 });
+  await chmod(outboxDir, 0o700);
+  const tmp = `${file}.tmp`;
+  try {
+    const handle = await open(tmp, 'wx', 0o600);
+    try {
+      await handle.writeFile(raw);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+  } catch (err) {
+    await unlink(tmp).catch(() => {});
+    throw err;
+  }
+  const dir = await open(outboxDir, 'r');
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+}
+
 export function createMailer(options: MailerOptions): Mailer {
   const transport = options.relayUrl
     ? nodemailer.createTransport(
@@ -199,19 +233,16 @@ export function createMailer(options: MailerOptions): Mailer {
         throw new TemporaryMailError(`relay failed: ${(err as Error).message}`, { cause: err });
       }
     }
-    // The outbox is the operator's mailbox when no relay is set (DECISIONS), and its mails
-    // carry password reset and verification links: private to the service's user whatever
-    // the umask or the mode of a DATA_DIR made beforehand (0644 let a local user take over
-    // an account).
-    await mkdir(options.outboxDir, { recursive: true, mode: 0o700 });
-    await chmod(options.outboxDir, 0o700);
     const raw = (await fileTransport.sendMail(message)).message as Buffer;
     const name = `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID()}.eml`;
     const file = path.join(options.outboxDir, name);
-    // Write then rename: a reader never sees a half-written message.
-    await writeFile(`${file}.tmp`, raw);
-    await chmod(`${file}.tmp`, 0o600);
-    await rename(`${file}.tmp`, file);
+    try {
+      await fileDurably(options.outboxDir, file, raw);
+    } catch (err) {
+      // Our own disk (full, read-only, a permission) is at fault, never the recipient: the
+      // delivery is retried later. The reason names the error code, not a server path.
+      throw new TemporaryMailError(`the outbox could not file the message (${(err as NodeJS.ErrnoException).code ?? 'error'})`, { cause: err });
+    }
     return { messageId: message.messageId, via: 'outbox', location: file, refused: [] };
   }
 

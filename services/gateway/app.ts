@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ApiError, notFound } from './errors.js';
 import { IndexedRouter } from './router.js';
+import { isStorageFault } from '../kernel/faults.js';
 import { WrongExpectedRevisionError, EventStoreUnavailableError } from '../../infra/ports/event-store.js';
 
 export interface HttpModule {
@@ -126,6 +127,9 @@ export function toApiError(raw: unknown): ApiError {
   }
   if (raw instanceof EventStoreUnavailableError) {
     return new ApiError(503, 'service_unavailable', 'The service is temporarily unavailable; retry shortly.', undefined, { 'Retry-After': '1' });
+  }
+  if (isStorageFault(raw)) {
+    return new ApiError(503, 'service_unavailable', 'The service cannot store data right now; retry shortly.', undefined, { 'Retry-After': '1' });
   }
   const e = raw as { status?: number; statusCode?: number; expose?: boolean; message?: string; code?: string };
   if (e?.code === 'projection_lag') {

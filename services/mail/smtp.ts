@@ -95,9 +95,12 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
     }),
   );
   const internetMessageId = messageIds(parsed.messageId)[0] ?? null;
-  // mailparser turns an unparsable Date into "now": that is no more the sender's date than a missing one.
+  // mailparser turns an unparsable Date into "now": that is no more the sender's date than a
+  // missing one. Nor is a year RFC 3339 cannot write in four digits (`Date: 1 Jan 10000`
+  // would become "+010000-01-01T..."), which no client parses as a date-time.
   const dateLine = parsed.headerLines?.find((l) => l.key === 'date')?.line.replace(/^date\s*:/i, '').replace(/\s+/g, ' ').trim();
-  const date = dateLine && !Number.isNaN(Date.parse(dateLine)) && parsed.date ? parsed.date.toISOString() : null;
+  const year = parsed.date?.getUTCFullYear() ?? NaN;
+  const date = dateLine && !Number.isNaN(Date.parse(dateLine)) && parsed.date && year >= 0 && year <= 9999 ? parsed.date.toISOString() : null;
   return {
     internetMessageId,
     inReplyTo: messageIds(parsed.inReplyTo)[0] ?? null,

@@ -365,6 +365,43 @@ describe('durability', () => {
     }
   }, 60_000);
 
+  it('a write the disk cannot hold is a temporary refusal (503 with Retry-After, SMTP 4xx), and the service goes on with what fits', async () => {
+    // Files of at most 2 MiB (`ulimit -f`): the 3 MiB blobs below are cut short and fail
+    // (EFBIG), as writes do on a full disk; the small databases of this test stay under it.
+    const smtpPort = await freePort();
+    const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' }, undefined, { fileSizeLimitKiB: 2048 });
+    try {
+      expect((await post(`${svc.url}/api/auth/social/`, { username: 'full', email: 'full@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+      const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'full', password: 'pw' })).json()) as { access: string };
+      const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
+      const identity = (await (await fetch(`${svc.url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: 'Full', email_identifier: 'full' }) })).json()) as { uuid: string; inbox: string };
+      const upload = async (size: number) => {
+        const presign = await fetch(`${svc.url}/api/email-attachments/presign/`, {
+          method: 'POST',
+          headers: { ...auth, 'x-service-identity': identity.uuid },
+          body: JSON.stringify({ filename: 'data.bin', content_type: 'application/octet-stream', size }),
+        });
+        const target = new URL(((await presign.json()) as { upload_url: string }).upload_url);
+        return fetch(`${svc.url}${target.pathname}${target.search}`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(size, 7) });
+      };
+      const refused = await upload(3 * 1024 * 1024);
+      expect([refused.status, refused.headers.get('retry-after'), ((await refused.json()) as { code: string }).code]).toEqual([503, '1', 'service_unavailable']);
+      expect((await upload(100 * 1024)).status).toBe(200);
+
+      const smtp = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
+      const big = await smtp
+        .sendMail({ from: 'big@example.com', to: identity.inbox, subject: 'too big for the disk', text: 'x', attachments: [{ filename: 'big.bin', content: Buffer.alloc(3 * 1024 * 1024, 1) }] })
+        .then(() => 250, (err: { responseCode?: number }) => err.responseCode);
+      expect(String(big)).toMatch(/^4\d\d$/); // temporary: the sender retries later
+      await smtp.sendMail({ from: 'small@example.com', to: identity.inbox, subject: 'fits', text: 'y' });
+      const list = (await (await fetch(`${svc.url}/api/email-messages/`, { headers: { ...auth, 'x-service-identity': identity.uuid } })).json()) as { subject: string }[];
+      expect(list.map((m) => m.subject)).toEqual(['fits']);
+    } finally {
+      svc.child.kill('SIGTERM');
+    }
+    expect(await svc.exited).toBe(0);
+  }, 90_000);
+
   it('rebuilding every read model from position 0 gives the same documents as the live ones', async () => {
     const config = loadConfig({ DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0' });
     const logger = pino({ level: 'silent' });

@@ -279,6 +279,16 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect(byType['text/calendar']).toMatchObject({ filename: 'attachment.ics' });
   });
 
+  test('sent_at is the Date header in UTC, or null when RFC 3339 cannot write it (a year past 9999)', async () => {
+    const dated = async (date: string) => {
+      const subject = `Dated ${date} ${suffix}`;
+      await outsideSender().sendMail({ envelope: { from: 'a@example.org', to: [alice.inbox] }, raw: `From: a@example.org\r\nTo: ${alice.inbox}\r\nDate: ${date}\r\nSubject: ${subject}\r\n\r\nx\r\n` });
+      return (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === subject).sent_at;
+    };
+    expect(await dated('Mon, 1 Jan 2024 10:00:00 +0530')).toBe('2024-01-01T04:30:00.000Z');
+    expect(await dated('Fri, 1 Jan 10000 10:00:00 +0000')).toBeNull();
+  });
+
   test('a list post (an HTML part, then a plain footer, in multipart/mixed) keeps both in its text; an alternative keeps its plain part', async () => {
     const post = (subject: string, type: string, parts: string[][]) =>
       outsideSender().sendMail({

@@ -28,10 +28,13 @@ export interface ServiceProcess {
 /**
  * Starts `script` with the same flags as `npm start` (package.json), or, with `viaNpm`,
  * `npm start` itself (then `child` is npm, as for a user who runs it in a terminal).
+ * `fileSizeLimitKiB` runs it under `ulimit -f`: a write that would grow a file past the limit
+ * is cut short and then fails with EFBIG, as writes do on a disk that fills up.
  */
-export async function spawnService(env: Record<string, string>, script = 'services/main.ts', options: { viaNpm?: boolean } = {}): Promise<ServiceProcess> {
+export async function spawnService(env: Record<string, string>, script = 'services/main.ts', options: { viaNpm?: boolean; fileSizeLimitKiB?: number } = {}): Promise<ServiceProcess> {
   const port = env.PORT ?? String(await freePort());
-  const [command, args] = options.viaNpm ? ['npm', ['start', '--silent']] : [process.execPath, ['--require', './infra/boot.cjs', '--import', 'tsx', script]];
+  let [command, args] = options.viaNpm ? ['npm', ['start', '--silent']] : [process.execPath, ['--require', './infra/boot.cjs', '--import', 'tsx', script]];
+  if (options.fileSizeLimitKiB !== undefined) [command, args] = ['bash', ['-c', `ulimit -f ${options.fileSizeLimitKiB} && exec "$@"`, 'service', command, ...args]];
   const child = spawn(command, args, {
     detached: options.viaNpm, // its own process group, so a test can always clean up what npm started
     cwd: ROOT,

@@ -3,10 +3,12 @@
  * instance on the same directory, the first never closed), torn tails, sealing and idx
  * files, dedupe, the older layouts (journal segments, per-blob files). Real files, no mocks.
  */
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { createFsBlobStore, PACK_MAX_BLOB } from '../../infra/blobs/fs-blob-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
@@ -296,5 +298,81 @@ describe('fs blob store packs', () => {
       expect(await blobs.has(key)).toBe(false);
       expect(await blobs.open(key)).toBeNull();
     }
+  });
+});
+
+describe('fs blob store under storage faults', () => {
+  const dirs: string[] = [];
+  const tmp = () => {
+    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobf-'));
+    dirs.push(d);
+    return d;
+  };
+  afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  const KB = 1024;
+
+  it('a put the disk takes only part of fails; the blobs before and after it stay readable (a short write once counted as durable)', async () => {
+    const dir = tmp();
+    // Files of at most 2 MiB (`ulimit -f`): the third 700 KB blob crosses the limit in the
+    // middle of its record (a short write, then EFBIG), as on a disk that fills up.
+    const sizes = [700 * KB, 700 * KB, 700 * KB, 10 * KB];
+    const child = spawnSync('bash', ['-c', 'ulimit -f 2048 && exec node --import tsx test/support/blob-puts.ts "$@"', 'blob-puts', dir, ...sizes.map(String)], { cwd: root, encoding: 'utf8' });
+    expect(child.stderr).toBe('');
+    const results = JSON.parse(child.stdout) as { ok: boolean; code?: string }[];
+    expect(results).toEqual([{ size: sizes[0], ok: true }, { size: sizes[1], ok: true }, { size: sizes[2], ok: false, code: 'EFBIG' }, { size: sizes[3], ok: true }]);
+
+    const blobs = createFsBlobStore({ dir }); // a restart, without the limit
+    for (const i of [0, 1, 3]) await expectStored(blobs, Buffer.alloc(sizes[i], i + 1));
+    const refused = Buffer.alloc(sizes[2], 3);
+    expect(await blobs.has(sha(refused))).toBe(false);
+    await blobs.put(refused); // a retry once there is room: stored in full, not "already there"
+    await expectStored(blobs, refused);
+  });
+
+  it('a store that could not start (its directory unusable) starts by itself once the fault is gone', async () => {
+    const parent = tmp();
+    const dir = path.join(parent, 'blobs');
+    fs.writeFileSync(dir, 'a file where the directory should be');
+    const blobs = createFsBlobStore({ dir });
+    await expect(blobs.put(Buffer.from('first'))).rejects.toMatchObject({ code: expect.stringMatching(/^E/) });
+    fs.rmSync(dir);
+    await blobs.put(Buffer.from('second'));
+    await expectStored(blobs, Buffer.from('second'));
+  });
+
+  it('a large put that fails leaves no temporary file behind (it held the space a retry needs)', async () => {
+    const dir = tmp();
+    const big = 3 * 1024 * KB; // over PACK_MAX_BLOB: a file of its own, over the 2 MiB limit
+    const child = spawnSync('bash', ['-c', 'ulimit -f 2048 && exec node --import tsx test/support/blob-puts.ts "$@"', 'blob-puts', dir, String(big)], { cwd: root, encoding: 'utf8' });
+    expect(JSON.parse(child.stdout)).toEqual([{ size: big, ok: false, code: 'EFBIG' }]);
+    expect(fs.readdirSync(path.join(dir, 'tmp'))).toEqual([]);
+  });
+});
+
+describe('fs blob store reads', () => {
+  const dirs: string[] = [];
+  afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
+  it('a damaged blob (a flipped byte in a pack, a truncated large file) is an error, never other bytes served as the blob', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobr-'));
+    dirs.push(dir);
+    const small = Buffer.from('a small blob that lives in a pack');
+    const large = Buffer.alloc(PACK_MAX_BLOB + 1024, 9);
+    const blobs = createFsBlobStore({ dir });
+    await blobs.put(small);
+    await blobs.put(large);
+    expect(await createFsBlobStore({ dir }).has(sha(small))).toBe(true); // a restart indexes the pack (idx file)
+    const pack = path.join(dir, 'packs', packsOf(dir)[0]);
+    const bytes = fs.readFileSync(pack);
+    bytes[bytes.indexOf(small) + 3] ^= 0xff;
+    fs.writeFileSync(pack, bytes);
+    fs.truncateSync(fileOf(dir, sha(large)), 1000);
+
+    const reopened = createFsBlobStore({ dir }); // trusts the idx: the damage shows on reading
+    await expect(reopened.get(sha(small))).rejects.toThrow(/damaged/);
+    await expect(reopened.get(sha(large))).rejects.toThrow(/damaged/);
+    const opened = await reopened.open(sha(large));
+    await expect(drain(opened!.stream)).rejects.toThrow(/damaged/);
   });
 });

@@ -1,0 +1,13 @@
+/**
+ * Local storage faults: the disk is full or over quota, a file hit its size limit, the
+ * filesystem went read-only, descriptors ran out. None is the caller's fault and each may
+ * clear by itself (space freed, a remount), so they are answered as temporary: 503 with
+ * Retry-After over HTTP, 451 over SMTP, a deferred delivery for mail. An I/O error (EIO) is
+ * not among them: it is a broken disk, logged as a server error.
+ */
+const STORAGE_FAULTS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG', 'EROFS', 'EMFILE', 'ENFILE']);
+
+export function isStorageFault(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && STORAGE_FAULTS.has(code);
+}
