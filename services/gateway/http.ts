@@ -97,11 +97,13 @@ export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R,
 
 /**
  * `?unread=true` style booleans, spelled as a body's boolean fields are (DRF's texts:
- * true/t/yes/y/on/1, false/f/no/n/off/0) or absent; anything else is a 400.
+ * true/t/yes/y/on/1, false/f/no/n/off/0) or absent; anything else, or the flag given twice
+ * (`?unread=true&unread=false`: either would be a guess), is a 400.
  */
 export function queryFlag(ctx: Context, name: string): boolean {
   const v = ctx.query[name];
-  const s = (Array.isArray(v) ? v[0] : v)?.trim().toLowerCase();
+  if (Array.isArray(v)) throw badRequest({ [name]: [`Give ${name} once.`] });
+  const s = v?.trim().toLowerCase();
   if (s === undefined || s === '' || FALSE_TEXTS.has(s)) return false;
   if (TRUE_TEXTS.has(s)) return true;
   throw badRequest({ [name]: ['Must be a valid boolean (true or false).'] });

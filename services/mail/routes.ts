@@ -365,6 +365,16 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const id = String(ctx.params.uuid).toLowerCase();
         const doc: AttachmentDoc | null = isUuid(id) ? await attachments().get(id) : null;
         if (!doc || doc.identityId !== identityId || !doc.blob) throw notFound('Attachment not found.');
+        // The ETag is the content's SHA-256 (its bytes never change): a client that has them
+        // (If-None-Match) gets 304 without the body (RFC 9110 §13.1.2; evaluated whatever the
+        // request's Cache-Control says, which is for caches, not for the origin).
+        const etag = `"${doc.blob}"`;
+        ctx.set('ETag', etag);
+        const known = ctx.get('if-none-match');
+        if (known && (known.trim() === '*' || known.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag))) {
+          ctx.status = 304;
+          return;
+        }
         const blob = await blobs.open(doc.blob);
         if (!blob) throw notFound('Attachment content is missing.');
         const type = MEDIA_TYPE.test(doc.contentType) ? doc.contentType : 'application/octet-stream';
@@ -372,7 +382,6 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         ctx.set('Content-Type', type);
         ctx.set('Content-Length', String(blob.size));
         ctx.set('Content-Disposition', `attachment; filename="${name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(name)}`);
-        ctx.set('ETag', `"${doc.blob}"`);
         ctx.body = blob.stream;
       });
     },

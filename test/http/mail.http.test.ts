@@ -138,6 +138,13 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const dl = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid } });
     expect(dl.status).toBe(200);
     expect(await dl.text()).toBe('step 1\nstep 2\n');
+    // Its ETag names the bytes: a client that has them gets 304 and no body.
+    const etag = dl.headers.get('etag')!;
+    expect(etag).toMatch(/^"[0-9a-f]{64}"$/);
+    const again = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid, 'if-none-match': etag } });
+    expect([again.status, await again.text(), again.headers.get('etag')]).toEqual([304, '', etag]);
+    const other = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid, 'if-none-match': '"0000"' } });
+    expect([other.status, await other.text()]).toEqual([200, 'step 1\nstep 2\n']);
     const foreign = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': bob.uuid } });
     expect(foreign.status).toBe(404);
 
@@ -816,6 +823,8 @@ describe('lists', () => {
     const bad = await api('GET', '/api/email-inbox/?unread=garbage', alice.uuid);
     expect([bad.status, bad.body]).toEqual([400, { unread: ['Must be a valid boolean (true or false).'] }]);
     expect((await api('GET', '/api/email-messages/?unread=maybe', alice.uuid)).status).toBe(400);
+    const twice = await api('GET', '/api/email-inbox/?unread=true&unread=false', alice.uuid);
+    expect([twice.status, twice.body]).toEqual([400, { unread: ['Give unread once.'] }]);
   });
 
   test('a fixed path with the wrong method is 405 with Allow, never read as an id', async () => {
