@@ -4,6 +4,7 @@ import type { Page } from '../../infra/ports/read-store.js';
 import { readBody } from './body.js';
 import { badRequest } from './errors.js';
 import { FALSE_TEXTS, TRUE_TEXTS } from './validate.js';
+import { isTemporaryFault } from '../kernel/faults.js';
 
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
@@ -107,4 +108,21 @@ export function queryFlag(ctx: Context, name: string): boolean {
   if (s === undefined || s === '' || FALSE_TEXTS.has(s)) return false;
   if (TRUE_TEXTS.has(s)) return true;
   throw badRequest({ [name]: ['Must be a valid boolean (true or false).'] });
+}
+
+/**
+ * The write that opening something makes (DECISIONS: opening a message or a conversation
+ * marks it read): only on GET, since HEAD is safe (RFC 9110 §9.2.1); and a store that cannot
+ * take it right now (a full disk) does not fail the read: the content is shown unmarked, and
+ * the next opening marks it. True when it was marked.
+ */
+export async function markOnOpen(ctx: Context, mark: () => Promise<void>): Promise<boolean> {
+  if (ctx.method !== 'GET') return false;
+  try {
+    await mark();
+    return true;
+  } catch (err) {
+    if (isTemporaryFault(err)) return false;
+    throw err;
+  }
 }

@@ -5,9 +5,16 @@
  * Retry-After over HTTP, 451 over SMTP, a deferred delivery for mail. An I/O error (EIO) is
  * not among them: it is a broken disk, logged as a server error.
  */
+import { EventStoreUnavailableError } from '../../infra/ports/event-store.js';
+
 const STORAGE_FAULTS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG', 'EROFS', 'EMFILE', 'ENFILE']);
 
 export function isStorageFault(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && STORAGE_FAULTS.has(code);
+}
+
+/** A write that cannot be made right now but may be later: the event store or the disk refuses it. */
+export function isTemporaryFault(err: unknown): boolean {
+  return err instanceof EventStoreUnavailableError || isStorageFault(err);
 }

@@ -4,7 +4,7 @@ import type { Context } from 'koa';
 import getRawBody from 'raw-body';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
-import { body, created, pageParams, queryFlag, sendPage } from '../gateway/http.js';
+import { body, created, markOnOpen, pageParams, queryFlag, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
@@ -262,9 +262,8 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         if (!thread || thread.identityId !== identityId) throw notFound('Thread not found.');
         let list = await threadMessages(thread.id);
         const unread = list.filter((m) => !m.read);
-        if (unread.length && ctx.method === 'GET') { // HEAD is safe (RFC 9110 §9.2.1): it marks nothing
-          // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events").
-          await mail.markRead(identityId, unread, true);
+        // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events").
+        if (unread.length && (await markOnOpen(ctx, () => mail.markRead(identityId, unread, true)))) {
           thread = (await threads().get(thread.id)) ?? thread;
           list = await threadMessages(thread.id);
         }
@@ -301,10 +300,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       r.get('/api/email-messages/:id/', async (ctx) => {
         const identityId = await identityOf(ctx);
         let m = await ownMessage(identityId, ctx.params.id);
-        if (!m.read && ctx.method === 'GET') { // HEAD marks nothing
-          await mail.markRead(identityId, [m], true);
-          m = (await messages().get(m.id)) ?? m;
-        }
+        if (!m.read && (await markOnOpen(ctx, () => mail.markRead(identityId, [m], true)))) m = (await messages().get(m.id)) ?? m;
         ctx.body = messageOut(baseUrl(ctx), await mail.bodiesOf(m))(m);
       });
 

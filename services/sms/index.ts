@@ -7,7 +7,7 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { body, pageOfList, pageParams, queryFlag, sendPage } from '../gateway/http.js';
+import { body, markOnOpen, pageOfList, pageParams, queryFlag, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid, newId, nowIso } from '../kernel/ids.js';
@@ -130,10 +130,7 @@ export const smsContext: ContextFactory = (shared) => {
     r.get('/api/sms-inbox/:conversation_id/', async (ctx) => {
       const identityId = await identityOf(ctx);
       let c = await conversationOf(identityId, ctx.params.conversation_id);
-      if (c.unreadIds.length) {
-        await markRead(identityId, c.id, c.unreadIds);
-        c = await conversationOf(identityId, c.id);
-      }
+      if (c.unreadIds.length && (await markOnOpen(ctx, () => markRead(identityId, c.id, c.unreadIds)))) c = await conversationOf(identityId, c.id);
       const page = await reads
         .collection<SmsMessageDoc>(SMS_MESSAGES)
         .find({ where: { identityId, conversationId: c.id }, orderBy: { field: 'seq', direction: 'desc' }, limit: CONVERSATION_MESSAGES });
@@ -157,13 +154,10 @@ export const smsContext: ContextFactory = (shared) => {
     r.get('/api/messages/:id/', async (ctx) => {
       const identityId = await identityOf(ctx);
       const id = ctx.params.id.toLowerCase();
-      let m = isUuid(id) ? await reads.collection<SmsMessageDoc>(SMS_MESSAGES).get(id) : null;
+      const m = isUuid(id) ? await reads.collection<SmsMessageDoc>(SMS_MESSAGES).get(id) : null;
       if (!m || m.identityId !== identityId) throw notFound('Message not found.');
-      if (!m.read) {
-        await markRead(identityId, m.conversationId, [m.id]);
-        m = { ...m, read: true };
-      }
-      ctx.body = toMessage(m);
+      const marked = !m.read && (await markOnOpen(ctx, () => markRead(identityId, m.conversationId, [m.id])));
+      ctx.body = toMessage(marked ? { ...m, read: true } : m);
     });
 
     r.get('/api/phone/', async (ctx) => {

@@ -120,8 +120,13 @@ describe('conversations and messages', () => {
     expect(new Date(res.body[1].last_message_at).toISOString()).toBe(res.body[1].last_message_at);
   });
 
-  it('opening a conversation returns its messages in order and marks them read', async () => {
+  it('opening a conversation returns its messages in order and marks them read (HEAD marks nothing)', async () => {
     const conv = (await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === peer);
+    const head = (path: string) => fetch(`${s.url}${path}`, { method: 'HEAD', headers: { authorization: `Bearer ${owner.access}`, 'x-service-identity': idB } });
+    expect((await head(`/api/sms-inbox/${conv.conversation_id}/`)).status).toBe(200);
+    const firstMessage = (await get(`/api/messages/?conversation_id=${conv.conversation_id}`, idB)).body.at(-1);
+    expect((await head(`/api/messages/${firstMessage.uuid}/`)).status).toBe(200);
+    expect((await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === peer).unread_count).toBe(3);
     const detail = await get(`/api/sms-inbox/${conv.conversation_id}/`, idB);
     expect(detail.status).toBe(200);
     expect(detail.body.messages.map((m: { body: string }) => m.body)).toEqual(['first', 'second', 'third']);
