@@ -1,0 +1,191 @@
+/**
+ * The person's account: GET /account (details, profile, password change, resend
+ * verification), the emailed links (verify email, reset password) and /forgot-password.
+ */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import { validator } from '../gateway/validate.js';
+import { normalUsername } from '../accounts/service.js';
+import { html } from '../gateway/html.js';
+import { fieldErrors, describedBy } from './html.js';
+import { resetCurrentSession } from '../gateway/web-session.js';
+import { fieldsOf, redirect, str, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+
+const v = {
+  passwordChange: validator<{ new_password1: string; new_password2: string }>('accounts.json#PasswordChange'),
+  resetConfirm: validator<{ new_password1: string; new_password2: string; uid: string; token: string }>('accounts.json#PasswordResetConfirm'),
+  emailOnly: validator<{ email: string }>('accounts.json#EmailOnly'),
+  profile: validator<{ username: string; first_name: string; last_name: string }>('accounts.json#UserPut'),
+};
+
+export function accountRoutes(r: Router, kit: PageKit): void {
+  const { accounts, send, hidden, session, requireSession, form, loginPage, signIn } = kit;
+
+  /** `errors` are those of the form `of` (the profile or the password form), shown in that form only. */
+  const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
+    const u = ctx.state.dashboardUser;
+    const profileErrors = of === 'profile' ? errors : null;
+    const pwErrors = of === 'password' ? errors : null;
+    const val = (k: string, fallback: unknown) => (values ? values[k] ?? '' : str(fallback));
+    send(
+      ctx,
+      'Account',
+      html`<dl class="kv"><dt>Username</dt><dd>${u.username}</dd><dt>Name</dt><dd>${[u.firstName, u.lastName].filter(Boolean).join(' ') || '—'}</dd><dt>Email</dt><dd>${u.email} ${u.emailVerified ? '(verified)' : '(not verified)'}</dd><dt>Account number</dt><dd>${String(u.pk)}</dd></dl>
+${u.emailVerified
+? ''
+: html`<section aria-labelledby="verify-h"><h2 id="verify-h">Verify your email address</h2>
+<form method="post" action="/account/resend-verification" class="card">${hidden(ctx, s)}
+<p>We mailed a verification link to <strong>${u.email}</strong>. Not received?</p>
+<button type="submit">Resend verification email</button></form></section>`}
+<section aria-labelledby="profile-h"><h2 id="profile-h">Profile</h2>
+<form method="post" action="/account/profile" class="card" novalidate>${hidden(ctx, s)}
+${fieldErrors(profileErrors, 'non_field_errors')}
+<label for="username">Username</label><input id="username" name="username" autocomplete="username" required maxlength="150" value="${val('username', u.username)}"${describedBy(profileErrors, 'username')}>
+${fieldErrors(profileErrors, 'username')}
+<label for="first_name">First name</label><input id="first_name" name="first_name" autocomplete="given-name" maxlength="150" value="${val('first_name', u.firstName)}"${describedBy(profileErrors, 'first_name')}>
+${fieldErrors(profileErrors, 'first_name')}
+<label for="last_name">Last name</label><input id="last_name" name="last_name" autocomplete="family-name" maxlength="150" value="${val('last_name', u.lastName)}"${describedBy(profileErrors, 'last_name')}>
+${fieldErrors(profileErrors, 'last_name')}
+<button type="submit">Save profile</button></form></section>
+<section aria-labelledby="pw-h"><h2 id="pw-h">Change password</h2>
+<form method="post" action="/account/password" class="card">${hidden(ctx, s)}
+${fieldErrors(pwErrors, 'non_field_errors')}
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required${describedBy(pwErrors, 'new_password1')}>
+${fieldErrors(pwErrors, 'new_password1')}
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(pwErrors, 'new_password2')}>
+${fieldErrors(pwErrors, 'new_password2')}
+<p class="note">Changing the password signs out every other session and invalidates refresh tokens.</p>
+<button type="submit">Change password</button></form></section>`,
+      s,
+      flash,
+      errors ? 400 : 200,
+      '/account',
+    );
+  };
+  const refused: Flash = { kind: 'error', text: 'Please correct the errors below.' };
+  r.get('/account', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    const q = ctx.query;
+    accountPage(ctx, s, q.changed ? { kind: 'ok', text: 'Your password was changed.' } : q.saved ? { kind: 'ok', text: 'Profile saved.' } : q.sent ? { kind: 'ok', text: 'A new verification link is on its way.' } : null);
+  });
+  r.post('/account/profile', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    const values = { username: (f.username ?? '').trim(), first_name: (f.first_name ?? '').trim(), last_name: (f.last_name ?? '').trim() };
+    try {
+      const b = v.profile({ ...values, username: normalUsername(values.username) });
+      await accounts.updateProfile(s.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name });
+    } catch (err) {
+      return accountPage(ctx, s, refused, fieldsOf(err), values);
+    }
+    redirect(ctx, '/account?saved=1');
+  });
+  r.post('/account/resend-verification', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    // Same rules as POST /api/auth/social/resend-email/ (no-op once verified; throttled per account).
+    await accounts.resendVerification(str(ctx.state.dashboardUser.email));
+    redirect(ctx, '/account?sent=1');
+  });
+  r.post('/account/password', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    try {
+      const b = v.passwordChange({ new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
+      if (b.new_password1 !== b.new_password2) return accountPage(ctx, s, refused, { new_password2: ["The two password fields didn't match."] }, null, 'password');
+      await accounts.setPassword(s.userPk, b.new_password1, 'change');
+    } catch (err) {
+      return accountPage(ctx, s, refused, fieldsOf(err), null, 'password');
+    }
+    // The change revoked every session, this one included: start a fresh one.
+    const user = await accounts.getUser(s.userPk);
+    await signIn(ctx, user);
+    resetCurrentSession(ctx);
+    redirect(ctx, '/account?changed=1');
+  });
+
+  const forgotPage = (ctx: Context, flash: Flash = null, status = 200) =>
+    send(
+      ctx,
+      'Reset your password',
+      html`<form method="post" action="/forgot-password" class="card">${hidden(ctx, null)}
+<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required>
+<button type="submit">Send a reset link</button></form>`,
+      null,
+      flash,
+      status,
+    );
+  r.get('/forgot-password', async (ctx) => forgotPage(ctx));
+  r.post('/forgot-password', async (ctx) => {
+    const f = await form(ctx, null);
+    if (!f) return;
+    try {
+      const b = v.emailOnly({ email: (f.email ?? '').trim() });
+      await accounts.requestPasswordReset(b.email);
+    } catch (err) {
+      return forgotPage(ctx, { kind: 'error', text: Object.values(fieldsOf(err)).flat().join(' ') }, 400);
+    }
+    // Same answer whether or not the address is known (no account enumeration).
+    forgotPage(ctx, { kind: 'ok', text: 'If an account uses this address, a reset link is on its way.' });
+  });
+
+  /** A reset link that can never work (no token, wrong or expired): say so, and where to get a new one. */
+  const deadResetLink = (ctx: Context) =>
+    send(
+      ctx,
+      'This reset link cannot be used',
+      html`<p>Reset links work once, for a limited time. <a href="/forgot-password">Ask for a new reset link</a>.</p>`,
+      null,
+      { kind: 'error', text: 'This reset link is invalid or has expired.' },
+      400,
+    );
+  const resetPage = (ctx: Context, uid: string, tok: string, errors: Errors | null = null) => {
+    if (!uid || !tok || errors?.uid || errors?.token) return deadResetLink(ctx);
+    send(
+      ctx,
+      'Choose a new password',
+      html`<form method="post" action="/reset-password" class="card">${hidden(ctx, null)}
+<input type="hidden" name="uid" value="${uid}"><input type="hidden" name="token" value="${tok}">
+${fieldErrors(errors, 'non_field_errors')}
+<label for="new_password1">New password</label><input id="new_password1" name="new_password1" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password1')}>
+${fieldErrors(errors, 'new_password1')}
+<label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(errors, 'new_password2')}>
+${fieldErrors(errors, 'new_password2')}
+<button type="submit">Set password</button></form>`,
+      null,
+      errors ? { kind: 'error', text: 'Please correct the errors below.' } : null,
+      errors ? 400 : 200,
+    );
+  };
+  r.get('/reset-password', async (ctx) => resetPage(ctx, str(ctx.query.uid), str(ctx.query.token)));
+  r.post('/reset-password', async (ctx) => {
+    const f = await form(ctx, null);
+    if (!f) return;
+    try {
+      const b = v.resetConfirm({ uid: f.uid ?? '', token: f.token ?? '', new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
+      if (b.new_password1 !== b.new_password2) return resetPage(ctx, b.uid, b.token, { new_password2: ["The two password fields didn't match."] });
+      await accounts.confirmPasswordReset(b.uid, b.token, b.new_password1);
+    } catch (err) {
+      return resetPage(ctx, f.uid ?? '', f.token ?? '', fieldsOf(err));
+    }
+    await loginPage(ctx, '', { kind: 'ok', text: 'Your password was reset. Sign in with the new one.' });
+  });
+
+  r.get('/verify-email', async (ctx) => {
+    const s = await session(ctx);
+    try {
+      await accounts.verifyEmail(str(ctx.query.key));
+    } catch (err) {
+      fieldsOf(err);
+      return send(ctx, 'Email verification', html`<p>This verification link is invalid or has expired.</p>`, s, { kind: 'error', text: 'Not verified.' }, 400);
+    }
+    send(ctx, 'Email verification', html`<p><a href="/">Continue</a></p>`, s, { kind: 'ok', text: 'Your email address is verified.' });
+  });
+}

@@ -1,0 +1,210 @@
+/**
+ * Identities: the home page (subscription and usage, identities list, create form) and an
+ * identity's page (details, email usage, its mail threads and SMS conversations, rename,
+ * delete). The thread and conversation pages are mail.ts and sms.ts.
+ */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import { streamName } from '../../infra/ports/event-store.js';
+import { OUTBOX } from '../mail/events.js';
+import { html, Safe } from '../gateway/html.js';
+import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
+import { addr } from './mail.js';
+import { api, apiErrors, errorText, redirect, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+
+/**
+ * At the end of the link of an unread thread or conversation: its bold row says nothing to a
+ * screen reader. (Last in the link: a pointer aims at the link's first box, its visible text.)
+ */
+const UNREAD = html`<span class="sr-only"> (unread)</span>`;
+
+export function identityRoutes(r: Router, kit: PageKit): void {
+  const { platform, send, hidden, requireSession, form } = kit;
+
+  async function homePage(ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> = {}, status = errors ? 400 : 200) {
+    const [ids, sub] = await Promise.all([api(ctx, s, 'GET', '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
+    const list: any[] = Array.isArray(ids.body) ? ids.body : [];
+    const user = ctx.state.dashboardUser;
+    send(
+      ctx,
+      'Identities',
+      html`${user && !user.emailVerified ? html`<p class="note">Your email address ${user.email} is not verified yet: open the link we mailed you.</p>` : ''}
+<section aria-labelledby="sub-h"><h2 id="sub-h">Subscription and usage</h2>${subscription(sub)}</section>
+<section aria-labelledby="ids-h">
+<h2 id="ids-h">Your identities</h2>
+${ids.status !== 200
+  ? html`<p class="flash error" role="alert">${errorText(ids)}</p>`
+  : list.length === 0
+    ? html`<p>No identity yet. Create one below.</p>`
+    : tableRegion('Your identities', html`<table>
+<thead><tr><th scope="col">Name</th><th scope="col">Email</th><th scope="col">Phone</th><th scope="col">Created</th></tr></thead>
+<tbody>${list.map((i) => html`<tr><td><a href="/identities/${str(i.uuid)}">${str(i.name)}</a></td><td>${str(i.inbox)}</td><td>${str(i.phone) || '—'}</td><td>${fmtDate(i.created_dt)}</td></tr>`)}</tbody>
+</table>`)}
+</section>
+<section aria-labelledby="new-h">
+<h2 id="new-h">Create an identity</h2>
+<form method="post" action="/identities" class="card">
+  ${hidden(ctx, s)}
+  ${fieldErrors(errors, 'non_field_errors')}
+  <label for="name">Name</label>
+  <input id="name" name="name" required maxlength="100" value="${values.name ?? ''}"${describedBy(errors, 'name')}>
+  ${fieldErrors(errors, 'name')}
+  <label for="email_identifier">Email identifier (optional: the part before @${platform.config.mailDomain})</label>
+  <input id="email_identifier" name="email_identifier" value="${values.email_identifier ?? ''}"${describedBy(errors, 'email_identifier')}>
+  ${fieldErrors(errors, 'email_identifier')}
+  <label class="check"><input type="checkbox" name="provision_phone" value="true"${values.provision_phone ? new Safe(' checked') : ''}> Provision a phone number (depends on your plan)</label>
+  ${fieldErrors(errors, 'provision_phone')}
+  <button type="submit">Create identity</button>
+</form>
+</section>`,
+      s,
+      flash,
+      status,
+      '/',
+    );
+  }
+
+  /** GET /api/subscription/ (services/billing): plan, status, phones used of the plan's limit, mail limits. */
+  function subscription(sub: ApiAnswer): Safe {
+    if (sub.status !== 200 || !sub.body || typeof sub.body !== 'object') return html`<p>Subscription details are not available (${errorText(sub)}).</p>`;
+    const b = sub.body as Record<string, unknown>;
+    const n = (x: unknown) => (typeof x === 'number' ? x : 0);
+    const limit = (x: unknown, per: string) => (n(x) > 0 ? `${n(x)} per ${per}` : 'no limit');
+    return html`<dl class="kv">
+<dt>Plan</dt><dd>${str(b.plan)}</dd>
+<dt>Status</dt><dd>${str(b.status)}</dd>
+<dt>Phone numbers</dt><dd>${String(n(b.phones_used))} of ${String(n(b.phone_limit))} used <meter min="0" max="${String(Math.max(1, n(b.phone_limit)))}" value="${String(n(b.phones_used))}" aria-label="Phone numbers used">${String(n(b.phones_used))}</meter> · ${String(n(b.phones_available))} available</dd>
+<dt>Outgoing email</dt><dd>${limit(b.email_limit_hour, 'hour')}, ${limit(b.email_limit_day, 'day')}, per identity</dd>
+</dl>`;
+  }
+
+  /** Emails an identity queued in the last hour and day (its outbox stream, newest first; counted up to a cap). */
+  async function emailUsage(identityId: string): Promise<{ hour: number; day: number; capped: boolean }> {
+    const CAP = 1000;
+    const recent = await platform.events.readStream(streamName(OUTBOX, identityId), { direction: 'backwards', maxCount: CAP }).catch(() => []);
+    const now = Date.now();
+    const ages = recent.map((e) => now - Date.parse(String((e.data as { at?: string }).at ?? '')));
+    return { hour: ages.filter((a) => a < 3_600_000).length, day: ages.filter((a) => a < 86_400_000).length, capped: recent.length >= CAP };
+  }
+
+  async function identityPage(ctx: Context, s: DashboardSession, id: string, flash: Flash = null, errors: Errors | null = null) {
+    const ident = await api(ctx, s, 'GET', `/api/identities/${id}/`);
+    if (ident.status !== 200) return send(ctx, 'Identity', html``, s, { kind: 'error', text: errorText(ident) }, ident.status === 404 ? 404 : 400);
+    const i = ident.body;
+    const [threads, convs, usage] = await Promise.all([
+      api(ctx, s, 'GET', '/api/email-inbox/?limit=50', { identity: id }),
+      api(ctx, s, 'GET', '/api/sms-inbox/?limit=50', { identity: id }),
+      emailUsage(id),
+    ]);
+    const { emailLimitHour, emailLimitDay } = platform.config;
+    const of = (used: number, limit: number) => `${used}${usage.capped ? '+' : ''}${limit > 0 ? ` of ${limit}` : ''}`;
+    const threadList: any[] = Array.isArray(threads.body) ? threads.body : [];
+    const convList: any[] = Array.isArray(convs.body) ? convs.body : [];
+    send(
+      ctx,
+      `Identity ${str(i.name)}`,
+      html`<dl class="kv"><dt>Email</dt><dd>${str(i.inbox)}</dd><dt>Phone</dt><dd>${str(i.phone) || '—'}</dd><dt>Id</dt><dd><code>${str(i.uuid)}</code></dd><dt>Created</dt><dd>${fmtDate(i.created_dt)}</dd>
+<dt>Emails sent</dt><dd id="email-usage">${of(usage.hour, emailLimitHour)} in the last hour, ${of(usage.day, emailLimitDay)} in the last day</dd></dl>
+<section aria-labelledby="mail-h"><h2 id="mail-h">Email threads</h2>
+${threads.status !== 200
+  ? html`<p>Mail is not available (${errorText(threads)}).</p>`
+  : threadList.length === 0
+    ? html`<p>No mail yet.</p>`
+    : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
+</tbody></table>`)}
+</section>
+<section aria-labelledby="sms-h"><h2 id="sms-h">SMS conversations</h2>
+${convs.status !== 200
+  ? html`<p>SMS is not available (${errorText(convs)}).</p>`
+  : convList.length === 0
+    ? html`<p>No SMS yet.</p>`
+    : tableRegion('SMS conversations', html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
+${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}${Number(c.unread_count) > 0 ? UNREAD : ''}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
+</tbody></table>`)}
+</section>
+<section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
+<form method="post" action="/identities/${id}/rename" class="card">
+  ${hidden(ctx, s)}
+  ${fieldErrors(errors, 'non_field_errors')}
+  <label for="name">New name</label>
+  <input id="name" name="name" required maxlength="100" value="${str(i.name)}"${describedBy(errors, 'name')}>
+  ${fieldErrors(errors, 'name')}
+  <button type="submit">Rename</button>
+</form></section>
+<section aria-labelledby="delete-h"><h2 id="delete-h">Delete</h2>
+<form method="post" action="/identities/${id}/delete" class="card danger">
+  ${hidden(ctx, s)}
+  <p>Deleting the identity releases its address and phone number and revokes its keys. This cannot be undone.</p>
+  <label for="confirm">Type the identity's name (<strong>${str(i.name)}</strong>) to confirm</label>
+  <input id="confirm" name="confirm" required autocomplete="off"${describedBy(errors, 'confirm')}>
+  ${fieldErrors(errors, 'confirm')}
+  <button type="submit" class="danger">Delete identity</button>
+</form></section>`,
+      s,
+      flash,
+      errors ? 400 : 200,
+    );
+  }
+
+  r.get('/', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (s) await homePage(ctx, s);
+  });
+
+  r.post('/identities', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    const values = { name: (f.name ?? '').trim(), email_identifier: (f.email_identifier ?? '').trim(), provision_phone: f.provision_phone === 'true' ? 'true' : '' };
+    const payload: Record<string, unknown> = { name: values.name };
+    if (values.email_identifier) payload.email_identifier = values.email_identifier;
+    if (values.provision_phone) payload.provision_phone = true;
+    const a = await api(ctx, s, 'POST', '/api/identities/', { body: payload });
+    if (a.status === 201) return redirect(ctx, `/identities/${str(a.body.uuid)}?created=1`);
+    if (a.status === 402) return homePage(ctx, s, { kind: 'error', text: `Your plan does not allow this: ${errorText(a)}` }, null, values);
+    // Each error once: next to its field (the flash says so), or, about no field, in the flash alone.
+    const errors = apiErrors(a, ['name', 'email_identifier', 'provision_phone']);
+    return homePage(ctx, s, { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) }, errors, values, a.status >= 400 && a.status < 500 ? a.status : 400);
+  });
+
+  r.get('/identities/:id', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    await identityPage(ctx, s, id, ctx.query.created ? { kind: 'ok', text: 'Identity created.' } : ctx.query.renamed ? { kind: 'ok', text: 'Identity renamed.' } : null);
+  });
+  r.post('/identities/:id/rename', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name: (f.name ?? '').trim() } });
+    if (a.status === 200) return redirect(ctx, `/identities/${id}?renamed=1`);
+    const errors = apiErrors(a, ['name']);
+    await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors);
+  });
+  r.post('/identities/:id/delete', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
+    if (current.status !== 200) return redirect(ctx, '/');
+    if (nameKey(f.confirm ?? '') !== nameKey(str(current.body.name))) {
+      return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the name of the identity to confirm.'] });
+    }
+    const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
+    if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
+    await homePage(ctx, s, { kind: 'ok', text: html`Identity “${str(current.body.name)}” deleted.` });
+  });
+}
+
+/**
+ * Identity names as the API compares them for uniqueness (services/identities/service.ts,
+ * nameKeyOf: NFC, lower-cased; the API trims names before it keeps them).
+ */
+const nameKey = (name: string): string => name.trim().normalize('NFC').toLowerCase();

@@ -1,0 +1,129 @@
+/**
+ * API keys: GET /keys (management and identity keys, listed masked; a new key shown once),
+ * minting, and revocation behind a confirmation page.
+ */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import { html } from '../gateway/html.js';
+import { fmtDate, tableRegion } from './html.js';
+import { api, errorText, redirect, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
+
+export function keyRoutes(r: Router, kit: PageKit): void {
+  const { send, hidden, requireSession, form } = kit;
+
+  async function keysPage(ctx: Context, s: DashboardSession, minted: { key: string; label: string; kind: string } | null = null, flash: Flash = null, status = 200) {
+    const [mgmt, idk, ids] = await Promise.all([
+      api(ctx, s, 'GET', '/api/auth/keys/management/?limit=200'),
+      api(ctx, s, 'GET', '/api/auth/keys/identity/?limit=200'),
+      api(ctx, s, 'GET', '/api/identities/?limit=200'),
+    ]);
+    const identities: any[] = Array.isArray(ids.body) ? ids.body : [];
+    const names = new Map(identities.map((i) => [str(i.uuid), str(i.name)]));
+    const table = (answer: ApiAnswer, kind: 'management' | 'identity') => {
+      if (answer.status !== 200) return html`<p class="flash error" role="alert">${errorText(answer)}</p>`;
+      const rows: any[] = Array.isArray(answer.body) ? answer.body : [];
+      if (!rows.length) return html`<p>No ${kind} key.</p>`;
+      return tableRegion(kind === 'management' ? 'Management keys' : 'Identity keys', html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)}</code></td>${kind === 'identity' ? html`<td>${names.get(str(k.identity ?? k.identity_uuid)) ?? str(k.identity ?? k.identity_uuid)}</td>` : ''}<td>${fmtDate(k.last_used_at)}</td><td>${fmtDate(k.created_dt)}</td>
+<td><form method="get" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline"><button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
+</tbody></table>`);
+    };
+    send(
+      ctx,
+      'API keys',
+      html`${minted
+  ? html`<section class="minted" aria-labelledby="minted-h"><h2 id="minted-h">Your new ${minted.kind} key “${minted.label}”</h2>
+<p class="warning"><strong>Copy it now: it is shown only once.</strong> Only a hash is stored; if you lose it, revoke it and mint another.</p>
+<p><label for="new-key">Key</label><input id="new-key" class="secret" readonly value="${minted.key}" autocomplete="off" spellcheck="false">
+<button type="button" data-copy="new-key" hidden>Copy</button> <span class="copy-status" role="status" aria-live="polite"></span></p></section>`
+  : ''}
+<section aria-labelledby="mk-h"><h2 id="mk-h">Management keys</h2>
+<p>A management key (<code>svc_mgmt_…</code>) acts for the whole account: it creates identities and mints identity keys.</p>
+${table(mgmt, 'management')}
+<form method="post" action="/keys/management" class="card">${hidden(ctx, s)}
+<label for="mlabel">Label of the new management key</label><input id="mlabel" name="label" required maxlength="100">
+<button type="submit">Create management key</button></form></section>
+<section aria-labelledby="ik-h"><h2 id="ik-h">Identity keys</h2>
+<p>An identity key (<code>svc_id_…</code>) gives an agent access to exactly one identity.</p>
+${table(idk, 'identity')}
+${identities.length
+  ? html`<form method="post" action="/keys/identity" class="card">${hidden(ctx, s)}
+<label for="ilabel">Label of the new identity key</label><input id="ilabel" name="label" required maxlength="100">
+<label for="identity">Identity</label><select id="identity" name="identity">${identities.map((i) => html`<option value="${str(i.uuid)}">${str(i.name)} (${str(i.inbox)})</option>`)}</select>
+<button type="submit">Create identity key</button></form>`
+  : html`<p>Create an identity first to mint identity keys.</p>`}</section>`,
+      s,
+      flash,
+      status,
+      '/keys',
+    );
+  }
+
+  /**
+   * GET /keys/{kind}/{uuid}/revoke: the confirmation of a revocation (WCAG 3.3.4), no script
+   * needed. The list's Revoke button leads here (a GET form: nothing changes yet); this page's
+   * Revoke button posts (CSRF) to the same path. A key no longer listed: 404, back to the list.
+   */
+  async function revokePage(ctx: Context, s: DashboardSession, kind: 'management' | 'identity', id: string) {
+    const list = await api(ctx, s, 'GET', `/api/auth/keys/${kind}/?limit=200`);
+    const k = Array.isArray(list.body) ? (list.body as any[]).find((x) => str(x?.uuid).toLowerCase() === id) : undefined;
+    if (list.status !== 200 || !k) {
+      const text = list.status !== 200 ? errorText(list) : 'This key does not exist or was already revoked.';
+      return send(ctx, 'Revoke a key', html`<p><a href="/keys">Back to the API keys</a></p>`, s, { kind: 'error', text }, list.status === 200 ? 404 : 400);
+    }
+    send(
+      ctx,
+      `Revoke ${kind} key ${str(k.label)}?`,
+      html`<form method="post" action="/keys/${kind}/${id}/revoke" class="card danger">${hidden(ctx, s)}
+<dl class="kv"><dt>Label</dt><dd>${str(k.label)}</dd><dt>Key</dt><dd><code>${str(k.masked_key)}</code></dd><dt>Last used</dt><dd>${fmtDate(k.last_used_at)}</dd></dl>
+<p>Agents using it lose access at once. This cannot be undone.</p>
+<p class="actions"><button type="submit" class="danger">Revoke</button> <a href="/keys">Cancel</a></p>
+</form>`,
+      s,
+    );
+  }
+
+  r.get('/keys', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (s) await keysPage(ctx, s, null, ctx.query.revoked ? { kind: 'ok', text: 'Key revoked. It no longer works.' } : null);
+  });
+  r.post('/keys/:kind', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    const kind = String(ctx.params.kind);
+    if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
+    const f = await form(ctx, s);
+    if (!f) return;
+    const payload: Record<string, unknown> = { label: (f.label ?? '').trim() };
+    if (kind === 'identity') payload.identity_uuid = (f.identity ?? '').trim();
+    const a = await api(ctx, s, 'POST', `/api/auth/keys/${kind}/`, { body: payload });
+    if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
+    await keysPage(ctx, s, { key: a.body.key, label: str(a.body.label), kind }, { kind: 'ok', text: 'Key created.' });
+  });
+  /** The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered (sign-in, 404). */
+  const keyTarget = async (ctx: Context) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return null;
+    const kind = String(ctx.params.kind);
+    if (kind !== 'management' && kind !== 'identity') {
+      ctx.status = 404;
+      return null;
+    }
+    return { s, id, kind: kind as 'management' | 'identity' };
+  };
+  r.get('/keys/:kind/:id/revoke', async (ctx) => {
+    const t = await keyTarget(ctx);
+    if (t) await revokePage(ctx, t.s, t.kind, t.id);
+  });
+  r.post('/keys/:kind/:id/revoke', async (ctx) => {
+    const t = await keyTarget(ctx);
+    if (!t) return;
+    const { s, id, kind } = t;
+    const f = await form(ctx, s);
+    if (!f) return;
+    const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
+    if (a.status !== 204) return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, 400);
+    redirect(ctx, '/keys?revoked=1');
+  });
+}

@@ -1,0 +1,97 @@
+/**
+ * Mail: an email thread page and the document that shows one mail's HTML in the thread's
+ * sandboxed frame (GET /identities/{id}/mail-body/{message}).
+ */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import { html, Safe } from '../gateway/html.js';
+import { fmtDate, MAIL_FRAME_CSP } from './html.js';
+import { api, errorText, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
+
+export function mailRoutes(r: Router, kit: PageKit): void {
+  const { send, requireSession } = kit;
+
+  const htmlOf = (m: any): string => str(m.html ?? m.body_html ?? (typeof m.body === 'string' && /<[a-z]/i.test(m.body) ? m.body : ''));
+
+  function messageBody(m: any, identity: string): Safe {
+    const text = str(m.text ?? m.body_text ?? m.body ?? m.preview);
+    if (htmlOf(m)) {
+      // The sender's HTML never runs: a sandboxed frame (no allow-scripts, no allow-same-origin)
+      // showing a document of its own, whose CSP loads nothing but lets the mail's own styles
+      // apply (a srcdoc frame would inherit this page's `style-src 'self'` and lose them).
+      // The frame takes no keyboard focus when the mail has no link, so a long mail could not be
+      // scrolled without a mouse: the same document opens on its own too (its CSP sandboxes it there as well).
+      const src = `/identities/${identity}/mail-body/${str(m.uuid)}`;
+      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" src="${src}"></iframe>
+<p><a href="${src}">Open this message on its own</a></p>
+<details><summary>Plain text</summary><pre class="mail-text">${text}</pre></details>`;
+    }
+    return html`<pre class="mail-text">${text}</pre>`;
+  }
+
+  async function threadPage(ctx: Context, s: DashboardSession, id: string, thread: string) {
+    const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
+    if (t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
+    const messages: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
+    send(
+      ctx,
+      str(t.body.subject) || '(no subject)',
+      html`<p><a href="/identities/${id}">← Back to the identity</a></p>
+${messages.map((m) => html`<article class="message card">
+<header><h2 class="message-h">${sender(m)}, ${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</h2>
+<dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
+${messageBody(m, id)}
+${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<span class="tag">${str(a.filename)} (${String(a.size ?? '')} B)</span> `)}</p>` : ''}
+</article>`)}`,
+      s,
+    );
+  }
+
+  r.get('/identities/:id/mail/:thread', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    await threadPage(ctx, s, id, String(ctx.params.thread));
+  });
+  // The HTML of one mail, framed by the thread page and opened on its own from there (see messageBody).
+  r.get('/identities/:id/mail-body/:message', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    const m = await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id });
+    ctx.set('Cache-Control', 'no-store');
+    if (m.status !== 200) {
+      ctx.status = m.status === 404 ? 404 : 400;
+      ctx.type = 'text/plain; charset=utf-8';
+      ctx.body = errorText(m);
+      return;
+    }
+    ctx.set('Content-Security-Policy', MAIL_FRAME_CSP);
+    ctx.set('X-Frame-Options', 'SAMEORIGIN');
+    ctx.type = 'text/html; charset=utf-8';
+    // The mail's own HTML is the one value not escaped: the sandbox and the CSP contain it.
+    ctx.body = html`<!doctype html><html><head><meta charset="utf-8"><title>${str(m.body.subject) || '(no subject)'}</title><base target="_blank"></head><body>${new Safe(htmlOf(m.body))}</body></html>`.value;
+  });
+}
+
+/** Who sent a message, for its heading: the sender's name, else the address. */
+function sender(m: { from_name?: unknown; from?: unknown }): string {
+  return str(m.from_name) || str(m.from) || 'Unknown sender';
+}
+
+/**
+ * Addresses from the API's shapes: "a@b", a list of them, or {name, address} (a thread's
+ * `from_name`/`from_email`, a message's `from_name`/`from`). Name and address are separate
+ * values, each isolated (html), so a name cannot reorder the address shown after it.
+ */
+export function addr(x: unknown): Safe {
+  if (Array.isArray(x)) {
+    const parts = x.map(addr).filter((p) => p.value);
+    return html`${parts.map((p, i) => (i ? html`, ${p}` : p))}`;
+  }
+  if (x && typeof x === 'object') {
+    const a = x as { address?: unknown; name?: unknown };
+    return str(a.name) ? html`${str(a.name)} &lt;${str(a.address)}&gt;` : html`${str(a.address)}`;
+  }
+  return html`${str(x)}`;
+}

@@ -1,0 +1,170 @@
+/**
+ * What every dashboard page module uses: sending a page, the session, CSRF-checked forms,
+ * the loopback API and its errors. `pageKit` closes over the runtime's web sign-in; the
+ * rest needs no state. Page modules get the kit from index.ts and never import index.ts
+ * (it imports them).
+ */
+import type { Context } from 'koa';
+import type { Shared } from '../../infra/runtime.js';
+import { ApiError } from '../gateway/errors.js';
+import { body as readForm } from '../gateway/http.js';
+import { isUuid } from '../kernel/ids.js';
+import { html, type Safe } from '../gateway/html.js';
+import { layout, PAGE_CSP } from './html.js';
+import { SESSION_COOKIE, type WebSession } from '../gateway/web-session.js';
+import type { Flash, WebSignIn } from './sign-in.js';
+
+export type { Flash } from './sign-in.js';
+export type DashboardSession = WebSession;
+
+export type Errors = Record<string, string[]>;
+export interface ApiAnswer {
+  status: number;
+  body: any;
+}
+
+export const str = (x: unknown): string => (typeof x === 'string' ? x : '');
+
+/**
+ * 409s of the identities API about one field of the dashboard's forms (services/identities/
+ * service.ts: `nameTaken`, a taken address): the message goes next to that field.
+ */
+const CONFLICT_FIELDS: [field: string, about: RegExp][] = [
+  ['name', /with this name already exists/i],
+  ['email_identifier', /email address is already taken/i],
+];
+
+/**
+ * A human sentence from an API error body (`{detail}` or `{field: [msgs]}`): the messages
+ * only, never the API's field keys (`name: …` means nothing to a person; a form shows a
+ * field's message next to that field, see apiErrors).
+ */
+export function errorText(answer: ApiAnswer): string {
+  const b = answer.body;
+  if (b && typeof b === 'object' && !Array.isArray(b)) {
+    if (typeof b.detail === 'string') return b.detail;
+    const parts = Object.values(b).flatMap((msgs) => (Array.isArray(msgs) ? [msgs.join(' ')] : []));
+    if (parts.length) return parts.join(' ');
+  }
+  return `The request failed (HTTP ${answer.status}).`;
+}
+
+export function redirect(ctx: Context, to: string): void {
+  ctx.status = 303;
+  ctx.redirect(to);
+}
+
+/** Calls the gateway's own API over loopback with the session cookie as the credential. */
+export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string } = {}): Promise<ApiAnswer> {
+  const sock = ctx.req.socket;
+  let host = (sock.localAddress ?? '127.0.0.1').replace(/^::ffff:/, '');
+  if (host.includes(':')) host = `[${host}]`;
+  const headers: Record<string, string> = { cookie: `${SESSION_COOKIE}=${s.cookie}`, accept: 'application/json' };
+  if (opts.identity) headers['x-service-identity'] = opts.identity;
+  if (opts.body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`http://${host}:${sock.localPort}${path}`, { method, headers, body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+  const text = await res.text();
+  let parsed: unknown = null;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    parsed = text;
+  }
+  return { status: res.status, body: parsed };
+}
+
+/**
+ * The field errors of a refused API call, for the form's `fields`: a 400's `{field: [msgs]}`,
+ * or a 409 (`{detail}`) about one of them, e.g. an identity name already in use (see
+ * CONFLICT_FIELDS). Null when the refusal is about no field (shown as the flash alone).
+ */
+export const apiErrors = (a: ApiAnswer, fields: string[]): Errors | null => {
+  if (!a.body || typeof a.body !== 'object' || Array.isArray(a.body)) return null;
+  if (a.status === 400 && !('detail' in a.body)) {
+    // A message about anything but the form's fields is the form's own (non_field_errors).
+    const out: Errors = {};
+    for (const [k, msgs] of Object.entries(a.body as Record<string, unknown>)) {
+      if (!Array.isArray(msgs)) continue;
+      const key = fields.includes(k) ? k : 'non_field_errors';
+      out[key] = [...(out[key] ?? []), ...msgs.map(String)];
+    }
+    return Object.keys(out).length ? out : null;
+  }
+  if (a.status === 409 && typeof a.body.detail === 'string') {
+    const field = CONFLICT_FIELDS.find(([, about]) => about.test(a.body.detail))?.[0];
+    if (field && fields.includes(field)) return { [field]: [a.body.detail] };
+  }
+  return null;
+};
+
+export function fieldsOf(err: unknown): Errors {
+  if (err instanceof ApiError) return err.fields ?? { non_field_errors: [err.detail] };
+  throw err;
+}
+
+/** The `:id` route parameter as a uuid; null after setting 404 when it is not one. */
+export const uuidParam = (ctx: Context): string | null => {
+  const id = String(ctx.params.id ?? '').toLowerCase();
+  if (isUuid(id)) return id;
+  ctx.status = 404;
+  return null;
+};
+
+/** The helpers that need the runtime: its web sign-in (CSRF, session) and accounts. */
+export function pageKit(shared: Shared, web: WebSignIn) {
+  const { platform, accounts } = shared;
+  const csrf = web.csrf;
+
+  /** Sends a page; `here` is the page's own path (its menu link is marked current), the request's by default. */
+  function send(ctx: Context, title: string, content: Safe, nav: DashboardSession | null, flash: Flash = null, status = 200, here: string = ctx.path): void {
+    ctx.status = status;
+    ctx.set('Content-Security-Policy', PAGE_CSP);
+    ctx.set('Cache-Control', 'no-store');
+    ctx.type = 'text/html; charset=utf-8';
+    const username = nav ? (ctx.state.dashboardUser?.username as string) ?? '' : '';
+    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav) } : null, flash, { path: here });
+  }
+
+  const token = (ctx: Context, s: DashboardSession | null) => csrf.token(ctx, s);
+  const hidden = (ctx: Context, s: DashboardSession | null) => html`<input type="hidden" name="csrf" value="${token(ctx, s)}">`;
+
+  async function session(ctx: Context): Promise<DashboardSession | null> {
+    const s = await web.session(ctx);
+    if (s && !ctx.state.dashboardUser) {
+      const user = await accounts.findUser(s.userPk);
+      if (!user) return null;
+      ctx.state.dashboardUser = user;
+    }
+    return s;
+  }
+
+  /** The signed-in session, or a redirect to the sign-in page (null: already answered). */
+  async function requireSession(ctx: Context): Promise<DashboardSession | null> {
+    const s = await session(ctx);
+    if (!s) redirect(ctx, ctx.method === 'GET' && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
+    return s;
+  }
+
+  /** Parsed form + CSRF check; null when refused (403 page already sent). */
+  async function form(ctx: Context, s: DashboardSession | null): Promise<Record<string, string> | null> {
+    let raw: Record<string, unknown>;
+    try {
+      raw = await readForm(ctx);
+    } catch {
+      raw = {};
+    }
+    if (!csrf.check(ctx, s, raw.csrf)) {
+      send(ctx, 'Request refused', html`<p>The form expired or did not come from this site. <a href="/">Go back</a> and try again.</p>`, s, null, 403);
+      return null;
+    }
+    return Object.fromEntries(Object.entries(raw).map(([k, x]) => [k, typeof x === 'string' ? x : ''])) as Record<string, string>;
+  }
+
+  const loginPage = (ctx: Context, login = '', flash: Flash = null, status = 200, next: string | null = null) => web.renderSignIn(ctx, { login, flash, status, next });
+
+  const signIn = (ctx: Context, user: Awaited<ReturnType<typeof accounts.getUser>>) => web.startSession(ctx, user, 'dashboard');
+
+  return { platform, accounts, web, send, hidden, session, requireSession, form, loginPage, signIn };
+}
+
+export type PageKit = ReturnType<typeof pageKit>;
