@@ -212,7 +212,14 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
    * {@link storeBody} put them; a blob that is missing reads as null.
    */
   async function bodiesOf(m: { text: string | null; html: string | null; textBlob?: string | null; htmlBlob?: string | null }): Promise<{ text: string | null; html: string | null }> {
-    const load = async (inline: string | null, blob: string | null | undefined) => (blob ? ((await blobs.get(blob))?.toString('utf8') ?? null) : inline);
+    const load = async (inline: string | null, blob: string | null | undefined) => {
+      if (!blob) return inline;
+      const content = await blobs.get(blob);
+      // Lost from the blob store (deleted or damaged files): the rest of the message is still
+      // worth showing, but the loss must not pass unnoticed.
+      if (!content) platform.logger.error({ blob }, 'mail body missing from the blob store');
+      return content?.toString('utf8') ?? null;
+    };
     const [text, html] = await Promise.all([load(m.text, m.textBlob), load(m.html, m.htmlBlob)]);
     return { text, html };
   }
