@@ -1,0 +1,81 @@
+// `ais login`, `logout`, `whoami`: the stored credential.
+import QRCode from 'qrcode';
+import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
+import { configFile, updateConfig, type CliConfig } from '../config.js';
+import { client, type Command, type Ctx } from '../context.js';
+import { readSecret } from '../input.js';
+import { formatDuration, kv, show } from '../output.js';
+
+async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: CliConfig['user']; management_key?: string }) {
+  ctx.config = await updateConfig(ctx.env, (stored) => ({
+    ...stored,
+    base_url: ctx.baseUrl,
+    access: t.access,
+    refresh: t.refresh,
+    user: t.user,
+    ...(t.management_key ? { management_key: t.management_key } : {}),
+  }));
+}
+
+export const authCommands: Record<string, Command> = {
+  login: {
+    usage: 'ais login [--username U | --email E] [--no-wait] [--qr | --no-qr]',
+    summary: 'Sign in with the device flow (default), or with a local password (AIS_PASSWORD or stdin).',
+    options: {
+      username: { type: 'string' },
+      email: { type: 'string' },
+      'no-wait': { type: 'boolean' },
+      qr: { type: 'boolean' },
+      'no-qr': { type: 'boolean' },
+    },
+    env: { AIS_PASSWORD: 'the password, with --username/--email (else the next stdin line, else a prompt)' },
+    async run(ctx, _p, v) {
+      const c = createClient({ baseUrl: ctx.baseUrl });
+      if (v.username || v.email) {
+        const password = await readSecret(ctx, 'AIS_PASSWORD', 'Password');
+        const pair = await c.auth.login({ password, ...(v.username ? { username: v.username } : { email: v.email }) });
+        await saveLogin(ctx, pair);
+        return show(ctx, { user: pair.user, config: configFile(ctx.env) }, () => `Logged in as ${pair.user.username} (${pair.user.email}).`);
+      }
+      const auth: DeviceAuthorization = await c.auth.deviceStart();
+      // The code goes to stderr so --json stdout stays one document; agents read both.
+      const lines = [
+        `To sign in, open ${auth.verification_uri} and enter the code: ${auth.user_code}`,
+        ...(auth.verification_uri_complete ? [`Or open directly: ${auth.verification_uri_complete}`] : []),
+      ];
+      if (ctx.json) ctx.err(JSON.stringify({ verification_uri: auth.verification_uri, user_code: auth.user_code, verification_uri_complete: auth.verification_uri_complete, expires_in: auth.expires_in }));
+      else ctx.err(lines.join('\n'));
+      // A QR code of the complete URI for a phone: on a terminal, or when asked for.
+      const qr = v.qr || (!v['no-qr'] && !ctx.json && (ctx.errTTY || ctx.outTTY));
+      if (qr && auth.verification_uri_complete) {
+        ctx.err(`${ctx.json ? '' : 'Or scan:\n'}${await QRCode.toString(auth.verification_uri_complete, { type: 'terminal', small: true })}`);
+      }
+      if (!ctx.json) ctx.err(`Waiting for approval (the code expires in ${formatDuration(auth.expires_in)})...`);
+      const t = await c.auth.deviceWait(auth, { wait: !v['no-wait'] });
+      await saveLogin(ctx, t);
+      show(ctx, { user: t.user, management_key_saved: true, config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
+    },
+  },
+  logout: {
+    usage: 'ais logout [--keep-key]',
+    summary: 'End the session on the server and forget the tokens (and the management key unless --keep-key).',
+    options: { 'keep-key': { type: 'boolean' } },
+    async run(ctx, _p, v) {
+      // An expired session needs no ending; a service out of reach does: said, not hidden.
+      const unreached = (err: unknown) => err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
+      const ended = ctx.config.access ? await client(ctx).auth.logout().then(() => true, (err: unknown) => !unreached(err)) : true;
+      ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => (v['keep-key'] && management_key ? { ...rest, management_key } : rest));
+      if (!ended) ctx.err('warning: the service could not be reached (or failed), so the session was not ended there (its refresh token stays valid until it expires).');
+      show(ctx, { logged_out: true, session_ended: ended }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
+    },
+  },
+  whoami: {
+    usage: 'ais whoami',
+    summary: 'Who the stored credential is (kind, user, identity, key).',
+    async run(ctx) {
+      const w = await client(ctx).whoami();
+      const out = { ...w, default_identity: ctx.config.identity ?? null };
+      show(ctx, out, () => kv(out as Record<string, unknown>));
+    },
+  },
+};

@@ -1,0 +1,47 @@
+// `ais identities list|create|delete|use`.
+import { client, resolveIdentity, type Command } from '../context.js';
+import { updateConfig } from '../config.js';
+import { usage } from '../errors.js';
+import { kv, show, table } from '../output.js';
+
+export const identitiesCommands: Record<string, Command> = {
+  'identities list': {
+    usage: 'ais identities list',
+    summary: 'List the identities of the account.',
+    async run(ctx) {
+      const list = await client(ctx).identities.list();
+      show(ctx, list, () => table(list.map((i) => ({ ...i, default: i.uuid === ctx.config.identity ? '*' : '' })) as any, ['default', 'uuid', 'name', 'inbox', 'phone', 'created_dt']));
+    },
+  },
+  'identities create': {
+    usage: 'ais identities create <name> [--email-identifier LOCAL] [--phone] [--use]',
+    summary: 'Create an identity (with an inbox); --use makes it the default.',
+    options: { 'email-identifier': { type: 'string' }, phone: { type: 'boolean' }, use: { type: 'boolean' } },
+    async run(ctx, p, v) {
+      if (!p[0]) throw usage('ais identities create <name>');
+      const i = await client(ctx).identities.create({ name: p[0], ...(v['email-identifier'] ? { email_identifier: v['email-identifier'] } : {}), ...(v.phone ? { provision_phone: true } : {}) });
+      if (v.use || !ctx.config.identity) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: i.uuid }));
+      show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']) + (ctx.config.identity === i.uuid ? '\n(default identity)' : ''));
+    },
+  },
+  'identities delete': {
+    usage: 'ais identities delete <uuid|name>',
+    summary: 'Delete an identity.',
+    async run(ctx, p) {
+      const c = client(ctx);
+      const id = await resolveIdentity(c, p[0]);
+      await c.identities.delete(id);
+      show(ctx, { deleted: id }, () => `Deleted identity ${id}.`);
+    },
+  },
+  'identities use': {
+    usage: 'ais identities use <uuid|name>',
+    summary: 'Make an identity the default for identity-scoped commands.',
+    async run(ctx, p) {
+      const c = client(ctx);
+      const id = await resolveIdentity(c, p[0]);
+      ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: id }));
+      show(ctx, { identity: id }, () => `Default identity: ${id}.`);
+    },
+  },
+};

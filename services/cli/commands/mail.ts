@@ -1,0 +1,97 @@
+// `ais inbox list|show|watch`, `send`, `reply`, `reply-all`: email.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Attachment } from '../../sdk/client.js';
+import { client, type Command } from '../context.js';
+import { CliError, EXIT, usage } from '../errors.js';
+import { formatBytes, kv, progressReporter, show, table } from '../output.js';
+import { watch } from '../watch.js';
+
+export const mailCommands: Record<string, Command> = {
+  'inbox list': {
+    usage: 'ais inbox list [--unread]',
+    summary: 'Email threads of the identity, newest first.',
+    options: { unread: { type: 'boolean' } },
+    async run(ctx, _p, v) {
+      const list = await client(ctx, { identity: true }).email.inbox({ unread: !!v.unread });
+      show(ctx, list, () => table(list as any, ['thread_id', 'from_email', 'subject', 'unread_count', 'last_message_at']));
+    },
+  },
+  'inbox show': {
+    usage: 'ais inbox show <thread_id>',
+    summary: 'One thread with its messages (marks them read).',
+    async run(ctx, p) {
+      if (!p[0]) throw usage('ais inbox show <thread_id>');
+      const t = await client(ctx, { identity: true }).email.thread(p[0]);
+      const message = (m: any) =>
+        [
+          `\n--- ${m.id}  ${m.created_dt ?? ''}`,
+          `From: ${m.from_email ?? m.from ?? ''}`,
+          `To: ${[].concat(m.to ?? []).join(', ')}`,
+          ...(m.cc?.length ? [`Cc: ${m.cc.join(', ')}`] : []),
+          ...(m.attachments ?? []).map((a: any) => `Attachment: ${a.filename} (${a.content_type}, ${formatBytes(a.size)})`),
+          '',
+          m.text ?? m.preview ?? '',
+        ].join('\n');
+      show(ctx, t, () => [kv(t as any, ['thread_id', 'subject']), ...(t.messages ?? []).map(message)].join('\n'));
+    },
+  },
+  'inbox watch': {
+    usage: 'ais inbox watch [--count N] [--since ID]',
+    summary: 'Print new mail as it arrives (event stream; resumes after disconnects).',
+    options: { count: { type: 'string' }, since: { type: 'string' } },
+    run: (ctx, _p, v) => watch(ctx, 'email', v, (d) => `${d.from_email}  ${d.subject}  ${d.preview} [${d.thread_id}]`),
+  },
+  send: {
+    usage: 'ais send --to ADDR --subject S (--body TEXT | --body-file F) [--cc A] [--bcc A] [--attach FILE...]',
+    summary: 'Compose and send an email, with attachments.',
+    options: { to: { type: 'string' }, subject: { type: 'string' }, body: { type: 'string' }, 'body-file': { type: 'string' }, cc: { type: 'string' }, bcc: { type: 'string' }, attach: { type: 'string', multiple: true } },
+    async run(ctx, _p, v) {
+      if (!v.to) throw usage('ais send --to ADDR --subject S --body TEXT');
+      const c = client(ctx, { identity: true });
+      const m = await c.email.sendWithAttachments({ to: v.to, subject: v.subject ?? '', body: bodyOf(v), cc: v.cc ?? '', bcc: v.bcc ?? '' }, files(v.attach), progressReporter(ctx));
+      show(ctx, m, () => `Sent (${m.status ?? 'queued'}): ${m.id}`);
+    },
+  },
+  reply: replyCommand(false),
+  'reply-all': replyCommand(true),
+};
+
+function replyCommand(all: boolean): Command {
+  return {
+    usage: `ais ${all ? 'reply-all' : 'reply'} <message_id> (--body TEXT | --body-file F) [--cc A] [--bcc A] [--attach FILE...]`,
+    summary: all ? 'Reply to every recipient of a message.' : 'Reply to the sender of a message.',
+    options: { body: { type: 'string' }, 'body-file': { type: 'string' }, cc: { type: 'string' }, bcc: { type: 'string' }, attach: { type: 'string', multiple: true } },
+    async run(ctx, p, v) {
+      if (!p[0]) throw usage(this.usage);
+      const c = client(ctx, { identity: true });
+      const m = await c.email.sendWithAttachments({ replyTo: p[0], all, body: bodyOf(v), ...(v.cc ? { cc: v.cc } : {}), ...(v.bcc ? { bcc: v.bcc } : {}) }, files(v.attach), progressReporter(ctx));
+      show(ctx, m, () => `Sent (${m.status ?? 'queued'}): ${m.id}`);
+    },
+  };
+}
+
+function bodyOf(v: Record<string, any>): string {
+  if (v['body-file']) {
+    try {
+      return readFileSync(v['body-file'], 'utf8');
+    } catch (err) {
+      throw new CliError('usage', `Cannot read the body file ${v['body-file']}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+    }
+  }
+  if (v.body === undefined) throw usage('--body TEXT or --body-file FILE is required');
+  return v.body;
+}
+
+const TYPES: Record<string, string> = { '.txt': 'text/plain', '.pdf': 'application/pdf', '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.json': 'application/json', '.csv': 'text/csv', '.html': 'text/html', '.zip': 'application/zip' };
+function files(paths: string[] | undefined): Attachment[] {
+  return (paths ?? []).map((p) => {
+    let data: Buffer;
+    try {
+      data = readFileSync(p);
+    } catch (err) {
+      throw new CliError('usage', `Cannot read attachment ${p}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+    }
+    return { filename: path.basename(p), content_type: TYPES[path.extname(p).toLowerCase()] ?? 'application/octet-stream', data };
+  });
+}

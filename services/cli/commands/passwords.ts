@@ -1,0 +1,70 @@
+// `ais passwords list|add|get|rm|generate`: entries encrypted on this machine.
+import type { PlainPassword } from '../../sdk/unlocked.js';
+import { client, isUuid, type Command } from '../context.js';
+import { CliError, EXIT, usage } from '../errors.js';
+import { readSecret } from '../input.js';
+import { kv, show, table } from '../output.js';
+import { unlocked } from '../vault.js';
+
+export const passwordsCommands: Record<string, Command> = {
+  'passwords list': {
+    usage: 'ais passwords list',
+    summary: 'Password entries, decrypted locally (needs the PIN).',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
+    async run(ctx) {
+      const v = await unlocked(ctx);
+      const { entries: list, failed } = await v.listPasswordsReport();
+      for (const f of failed) ctx.err(`warning: entry ${f.uuid} (${f.domain}) does not decrypt (${f.error}): written by another client, or changed without this PIN's key; left out.`);
+      show(ctx, list, () => table(list.map((e) => ({ ...e, password: '********' })) as any, ['uuid', 'domain', 'username', 'password', 'notes']));
+    },
+  },
+  'passwords add': {
+    usage: 'ais passwords add <domain> --username U [--password P | --generate] [--notes N]',
+    summary: 'Store a password entry, encrypted on this machine.',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_ENTRY_PASSWORD: 'the password to store, when neither --password nor --generate' },
+    options: { username: { type: 'string' }, password: { type: 'string' }, generate: { type: 'boolean' }, notes: { type: 'string' } },
+    async run(ctx, p, o) {
+      if (!p[0] || !o.username) throw usage('ais passwords add <domain> --username U --password P');
+      const v = await unlocked(ctx);
+      const password = o.generate ? (await v.client.passwords.generate()).password : (o.password ?? (await readSecret(ctx, 'AIS_ENTRY_PASSWORD', 'Password to store', { value: true })));
+      const e = await v.addPassword({ domain: p[0], username: o.username, password, notes: o.notes ?? '' });
+      show(ctx, e, () => `Stored ${e.domain} (${e.uuid}).`);
+    },
+  },
+  'passwords get': {
+    usage: 'ais passwords get <uuid|domain>',
+    summary: 'Show one entry, decrypted.',
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
+    async run(ctx, p) {
+      if (!p[0]) throw usage('ais passwords get <uuid|domain>');
+      const v = await unlocked(ctx);
+      let e: PlainPassword | undefined;
+      if (isUuid(p[0])) e = await v.getPassword(p[0]);
+      else {
+        const { entries, failed } = await v.listPasswordsReport();
+        e = entries.find((x) => x.domain === p[0]);
+        const bad = failed.find((x) => x.domain === p[0]);
+        if (!e && bad) throw new CliError(bad.error, `The entry for ${p[0]} (${bad.uuid}) does not decrypt: written by another client, or changed without this PIN's key.`, EXIT.api_error);
+      }
+      if (!e) throw new CliError('not_found', `No password entry for ${p[0]}.`, EXIT.api_error);
+      show(ctx, e, () => kv(e as any));
+    },
+  },
+  'passwords rm': {
+    usage: 'ais passwords rm <uuid>',
+    summary: 'Delete an entry.',
+    async run(ctx, p) {
+      if (!p[0]) throw usage('ais passwords rm <uuid>');
+      await client(ctx, { identity: true }).passwords.delete(p[0]);
+      show(ctx, { deleted: p[0] }, () => `Deleted ${p[0]}.`);
+    },
+  },
+  'passwords generate': {
+    usage: 'ais passwords generate',
+    summary: 'A random password from the server generator.',
+    async run(ctx) {
+      const g = await client(ctx, { identity: true }).passwords.generate();
+      show(ctx, g, () => g.password);
+    },
+  },
+};

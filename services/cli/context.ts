@@ -1,0 +1,150 @@
+// What every command runs with: the run's context, the API client built from the stored
+// credentials, and the translation of SDK errors into the CLI's conditions.
+import type { ParseArgsConfig } from 'node:util';
+import { ApiRequestError, createClient, NetworkError, type AisClient } from '../sdk/client.js';
+import { CryptoError } from '../sdk/crypto.js';
+import { loadConfig, saveConfig, withConfigLock, type CliConfig } from './config.js';
+import { CliError, EXIT, usage } from './errors.js';
+
+export interface Ctx {
+  json: boolean;
+  env: NodeJS.ProcessEnv;
+  config: CliConfig;
+  baseUrl: string;
+  identityFlag?: string;
+  outTTY: boolean;
+  /** Never prompt (--no-input or AIS_NO_INPUT=1): a missing secret is a usage error. */
+  noInput: boolean;
+  out: (s: string) => void;
+  err: (s: string) => void;
+  /** Whether stderr is a terminal (live progress, QR code). */
+  errTTY: boolean;
+  /** Raw stderr write, no newline (progress line redraws). */
+  errWrite: (s: string) => void;
+}
+
+export interface Command {
+  usage: string;
+  summary: string;
+  options?: NonNullable<ParseArgsConfig['options']>;
+  /** Environment variables the command reads instead of prompting (shown by --help). */
+  env?: Record<string, string>;
+  run: (ctx: Ctx, positionals: string[], values: Record<string, any>) => Promise<void>;
+}
+
+export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
+  const c = ctx.config;
+  const envKey = ctx.env.AIS_API_KEY;
+  const token = ctx.env.AIS_TOKEN ?? (envKey ? undefined : c.access);
+  const managementKey = envKey?.startsWith('svc_mgmt_') ? envKey : envKey ? undefined : c.management_key;
+  const identityKey = envKey?.startsWith('svc_id_') ? envKey : undefined;
+  if (envKey && !managementKey && !identityKey) {
+    throw new CliError('usage', 'AIS_API_KEY is not a key of this service: keys start with svc_mgmt_ or svc_id_.', EXIT.usage);
+  }
+  if (!token && !managementKey && !identityKey) {
+    throw new CliError('not_authenticated', 'Not logged in: run `ais login` (or set AIS_API_KEY).');
+  }
+  const identity = opts.identity ? requireIdentity(ctx, !!identityKey) : undefined;
+  return createClient({
+    baseUrl: ctx.baseUrl,
+    token,
+    refreshToken: ctx.env.AIS_TOKEN ? undefined : c.refresh,
+    managementKey,
+    identityKey,
+    identity,
+    userAgent: 'ais-cli/1.0',
+    onTokens: (t) => {
+      if (ctx.env.AIS_TOKEN) return;
+      ctx.config = { ...loadConfig(ctx.env), access: t.access, refresh: t.refresh };
+      saveConfig(ctx.config, ctx.env);
+    },
+    // Other ais processes share this config: refresh one at a time, adopting what they stored.
+    sharedTokens: ctx.env.AIS_TOKEN
+      ? undefined
+      : {
+          lock: (work) => withConfigLock(ctx.env, work),
+          stored: () => {
+            const c = loadConfig(ctx.env);
+            return c.access && c.refresh ? { access: c.access, refresh: c.refresh } : null;
+          },
+        },
+  });
+}
+
+export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
+  const id = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? ctx.config.identity;
+  if (!id && !fenced) throw new CliError('identity_required', 'No identity selected: run `ais identities use <uuid|name>` or pass --identity.', EXIT.usage);
+  return id;
+}
+
+/** Maps SDK errors onto the named conditions. */
+export async function translate(err: unknown, c?: AisClient): Promise<unknown> {
+  if (err instanceof CryptoError) {
+    if (err.code === 'pin_locked') return new CliError('pin_locked', 'PIN entered wrongly 3 times: the vault is locked. Run `ais pin recover` with your recovery key.');
+    if (err.code === 'encryption_missing') return new CliError('encryption_missing', 'No PIN is set up for this account: run `ais pin setup` first.');
+    if (err.code === 'wrong_pin') return new CliError('wrong_pin', `Wrong PIN (${err.attemptsLeft} attempt(s) left before the vault locks).`, EXIT.wrong_pin, { attempts_left: err.attemptsLeft });
+    return new CliError(err.code, err.message);
+  }
+  if (err instanceof ApiRequestError) {
+    if (err.code === 'device_code_expired') return new CliError('device_code_expired', 'The login code expired before it was approved: run `ais login` again.');
+    if (err.status === 401 && err.code === 'token_expired') return new CliError('token_expired', 'Your session has ended (signed out or password changed elsewhere): run `ais login` again.');
+    if (err.status === 401) return new CliError('not_authenticated', `Not authenticated (${err.detail}): run \`ais login\`.`);
+    if (err.status === 404 && c?.identity) {
+      // Is it the configured identity that is gone, or the thing asked for?
+      const gone = await c.identities.get(c.identity).then(
+        () => false,
+        (e) => e instanceof ApiRequestError && e.status === 404,
+      );
+      if (gone) return new CliError('identity_not_found', `The identity ${c.identity} no longer exists: pick another with \`ais identities use\`.`, EXIT.identity_not_found, { identity: c.identity });
+    }
+    return new CliError(err.code ?? `http_${err.status}`, err.detail, EXIT.api_error, { status: err.status, ...(err.fields ? { fields: err.fields } : {}) });
+  }
+  if (err instanceof NetworkError) return new CliError('network_error', err.message, EXIT.network_error);
+  return err;
+}
+
+export const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+
+export async function resolveIdentity(c: AisClient, ref: string | undefined): Promise<string> {
+  if (!ref) throw usage('<uuid|name> required');
+  if (isUuid(ref)) {
+    try {
+      return (await c.identities.get(ref)).uuid;
+    } catch (e) {
+      if (e instanceof ApiRequestError && e.status === 404) throw new CliError('identity_not_found', `No identity ${ref}.`, EXIT.identity_not_found, { identity: ref });
+      throw e;
+    }
+  }
+  const hit = (await c.identities.list()).find((i) => i.name.toLowerCase() === ref.toLowerCase());
+  if (!hit) throw new CliError('identity_not_found', `No identity named ${ref}.`, EXIT.identity_not_found, { identity: ref });
+  return hit.uuid;
+}
+
+/**
+ * `--identity` / AIS_IDENTITY may name the identity (`--identity pager`), as `identities use`
+ * does: resolved once to its uuid. Without credentials it is left as is (the command says so).
+ */
+export async function resolveIdentityName(ctx: Ctx): Promise<void> {
+  const ref = ctx.identityFlag ?? ctx.env.AIS_IDENTITY;
+  // An identity key is fenced to one identity: with none named, that one (the vault and the
+  // watch commands need its uuid, not just a request the server scopes by the key), over a
+  // default identity in the config (the key, given explicitly, decides).
+  if (!ref && ctx.env.AIS_API_KEY?.startsWith('svc_id_')) {
+    const me = await client(ctx).whoami().catch(() => null);
+    if (me?.identity) ctx.identityFlag = me.identity;
+    return;
+  }
+  if (!ref || isUuid(ref)) return;
+  let c: AisClient;
+  try {
+    c = client(ctx);
+  } catch {
+    return;
+  }
+  try {
+    ctx.identityFlag = await resolveIdentity(c, ref);
+  } catch (err) {
+    // No such name: commands that need no identity go on; the others get the 404 as usual.
+    if (!(err instanceof CliError && err.code === 'identity_not_found')) throw err;
+  }
+}

@@ -1,0 +1,63 @@
+// Unlocking the vault: device secret, wrong-PIN counter, encryption metadata, PIN.
+import { createHash } from 'node:crypto';
+import { existsSync, renameSync } from 'node:fs';
+import path from 'node:path';
+import type { AisClient } from '../sdk/client.js';
+import { fileLockStore, parseKdf, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
+import { UnlockedVault } from '../sdk/unlocked.js';
+import { configDir } from './config.js';
+import { client, type Ctx } from './context.js';
+import { CliError, EXIT } from './errors.js';
+import { readSecret } from './input.js';
+
+/** AIS_PIN_KDF: lower Argon2id cost for tests (floored by parseKdf at 19 MiB, t=2). */
+export function kdfOverride(ctx: Ctx): KdfParams | undefined {
+  const raw = ctx.env.AIS_PIN_KDF;
+  if (!raw) return undefined;
+  try {
+    return parseKdf(raw.trim());
+  } catch (err) {
+    throw new CliError('usage', `AIS_PIN_KDF: ${(err as Error).message} (format argon2id:m=KiB,t=N,p=N)`, EXIT.usage);
+  }
+}
+
+/**
+ * The wrong-PIN counter of the account, filed by its salt (one per account, server-made):
+ * two accounts used from one machine (a login and an AIS_API_KEY, or two keys) never share
+ * a counter.
+ */
+export function lockStore(ctx: Ctx, salt: string) {
+  const file = path.join(configDir(ctx.env), `pin-lock-${createHash('sha256').update(salt).digest('hex').slice(0, 16)}.json`);
+  // Before, the counter of a logged-in user was filed by user pk: carried over (a locked
+  // vault stays locked across the upgrade).
+  const older = ctx.config.user?.pk === undefined ? null : path.join(configDir(ctx.env), `pin-lock-${ctx.config.user.pk}.json`);
+  if (older && !existsSync(file) && existsSync(older)) renameSync(older, file);
+  return fileLockStore(file);
+}
+
+export function deviceSecret(ctx: Ctx): string {
+  const s = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
+  if (!s) throw new CliError('encryption_missing', 'This machine has no device secret for the vault: run `ais pin setup` (new account) or `ais pin recover`, or set AIS_DEVICE_SECRET.');
+  return s;
+}
+
+/** Encryption set up by a client that keeps no wrapped vault key on the server (SPEC's minimal upload). */
+export function foreignSetup(): CliError {
+  return new CliError('encryption_foreign', "This account's encryption was set up by another client that keeps its vault key elsewhere (no wrapped key on the server): this CLI cannot unlock it. Use that client.");
+}
+
+export async function metadataFor(c: AisClient): Promise<EncryptionMetadata> {
+  const m = await c.encryption.get();
+  if (!m.public_key || !m.verifier) throw new CliError('encryption_missing', 'No PIN is set up for this account: run `ais pin setup` first.');
+  if (!m.wrapped_key) throw foreignSetup();
+  return m as EncryptionMetadata;
+}
+
+export async function unlocked(ctx: Ctx): Promise<UnlockedVault> {
+  const c = client(ctx, { identity: true });
+  const metadata = await metadataFor(c);
+  const secret = deviceSecret(ctx);
+  const pin = await readSecret(ctx, 'AIS_PIN', 'PIN');
+  const key = await unlock({ pin, deviceSecret: secret, metadata, lockStore: lockStore(ctx, metadata.salt) });
+  return new UnlockedVault(c, key);
+}
