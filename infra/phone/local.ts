@@ -9,9 +9,9 @@ import { randomInt } from 'node:crypto';
 import type { EventStore } from '../ports/event-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../ports/phone-provider.js';
 import { release, reserve } from '../../services/kernel/reservations.js';
+import { identityStream } from '../../services/identities/events.js';
 
 export const PHONE_RESERVATION = 'phonenumber';
-const ownerOf = (identityId: string) => `identity-${identityId}`;
 
 /** Area codes 200..999 without the N11 service codes (211, 311, ... 911). */
 const AREA_CODES = Array.from({ length: 800 }, (_, i) => 200 + i).filter((n) => n % 100 !== 11);
@@ -32,12 +32,12 @@ export function createLocalPhoneProvider(store: EventStore): PhoneProvider {
       // released by deleted identities come back into use.
       for (let attempt = 0; attempt < 64; attempt++) {
         const phone = localNumber(randomInt(LOCAL_RANGE_SIZE));
-        if (await reserve(store, PHONE_RESERVATION, phone, ownerOf(identityId))) return { phone, providerRef: null };
+        if (await reserve(store, PHONE_RESERVATION, phone, identityStream(identityId))) return { phone, providerRef: null };
       }
       throw new PhoneProviderError('No free number in the local range.');
     },
     async release(identityId, number: AllocatedNumber) {
-      await release(store, PHONE_RESERVATION, number.phone, ownerOf(identityId));
+      await release(store, PHONE_RESERVATION, number.phone, identityStream(identityId));
     },
   };
 }

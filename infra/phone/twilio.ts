@@ -13,6 +13,7 @@ import type { EventStore } from '../ports/event-store.js';
 import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '../ports/phone-provider.js';
 import { release, reserve } from '../../services/kernel/reservations.js';
 import { PHONE_RESERVATION } from './local.js';
+import { identityStream } from '../../services/identities/events.js';
 
 export interface TwilioOptions {
   accountSid: string;
@@ -27,7 +28,6 @@ export interface TwilioOptions {
   fetch?: typeof fetch;
 }
 
-const ownerOf = (identityId: string) => `identity-${identityId}`;
 
 export function createTwilioPhoneProvider(store: EventStore, o: TwilioOptions): PhoneProvider {
   const doFetch = o.fetch ?? fetch;
@@ -67,7 +67,7 @@ export function createTwilioPhoneProvider(store: EventStore, o: TwilioOptions): 
 
   async function releaseNumber(identityId: string, number: AllocatedNumber): Promise<void> {
     if (number.providerRef) await call('DELETE', `${accountUrl}/IncomingPhoneNumbers/${encodeURIComponent(number.providerRef)}.json`);
-    await release(store, PHONE_RESERVATION, number.phone, ownerOf(identityId));
+    await release(store, PHONE_RESERVATION, number.phone, identityStream(identityId));
   }
 
   return {
@@ -87,7 +87,7 @@ export function createTwilioPhoneProvider(store: EventStore, o: TwilioOptions): 
             FriendlyName: `identity ${identityId}`,
           });
           const number: AllocatedNumber = { phone: String(bought?.phone_number ?? candidate), providerRef: bought?.sid ? String(bought.sid) : null };
-          if (!(await reserve(store, PHONE_RESERVATION, number.phone, ownerOf(identityId)))) {
+          if (!(await reserve(store, PHONE_RESERVATION, number.phone, identityStream(identityId)))) {
             // Twilio handed us a number we still hold for someone else: give it back.
             await releaseNumber(identityId, number).catch(() => undefined);
             throw new PhoneProviderError(`Number ${number.phone} is already assigned.`);

@@ -32,6 +32,8 @@ export const USER = 'user';
 export const SESSION = 'session';
 export const userStream = (pk: number) => streamName(USER, pk);
 export const sessionStream = (id: string) => streamName(SESSION, id);
+/** Allocates account numbers (pk): one stream for all. */
+export const userSequenceStream = streamName('userseq', 'global');
 
 export const SessionStarted = 'SessionStarted';
 export const SessionRefreshed = 'SessionRefreshed';

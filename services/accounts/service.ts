@@ -6,7 +6,7 @@
 import argon2 from 'argon2';
 import { randomBytes } from 'node:crypto';
 import { macOf, sameSecret } from '../kernel/secrets.js';
-import { streamId, streamName, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamId, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { OutboundMail } from '../../infra/ports/mailer.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
@@ -31,6 +31,7 @@ import {
   sessionEvolver,
   sessionStream,
   userEvolver,
+  userSequenceStream,
   userStream,
   type AccountMailRequestedData,
   type UserRegisteredData,
@@ -127,7 +128,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   const reclaim = { username: accountValue('username'), useremail: accountValue('useremail'), externalsubject: accountValue('externalsubject') };
 
   async function allocatePk(): Promise<number> {
-    const stream = streamName('userseq', 'global');
+    const stream = userSequenceStream;
     const { result } = await execute(
       store,
       stream,

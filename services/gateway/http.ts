@@ -27,19 +27,26 @@ export function noContent(ctx: Context): void {
   ctx.body = null;
 }
 
+/**
+ * A query parameter's text, or undefined when absent. Every API parameter is read through
+ * it: given twice it is a 400, since either value would be a guess (a repeated cursor once
+ * restarted a list silently, a repeated filter was dropped and everything listed).
+ */
+export function queryParam(ctx: Context, name: string): string | undefined {
+  const v = ctx.query[name];
+  if (Array.isArray(v)) throw badRequest({ [name]: [`Give ${name} once.`] });
+  return v;
+}
+
 /** `limit` (default 50, max 200) and `cursor` from the query (DECISIONS "Wire conventions"). */
 export function pageParams(ctx: Context): { limit: number; cursor: string | null } {
-  // Given twice, either would be a guess (a repeated cursor silently restarted the list).
-  for (const name of ['limit', 'cursor']) {
-    if (Array.isArray(ctx.query[name])) throw badRequest({ [name]: [`Give ${name} once.`] });
-  }
-  const raw = ctx.query.limit as string | undefined;
+  const raw = queryParam(ctx, 'limit');
+  const c = queryParam(ctx, 'cursor');
   let limit = DEFAULT_PAGE_SIZE;
   if (raw !== undefined) {
     if (!/^\d+$/.test(raw) || Number(raw) < 1) throw badRequest({ limit: ['A valid positive integer is required.'] });
     limit = Math.min(Number(raw), MAX_PAGE_SIZE);
   }
-  const c = ctx.query.cursor as string | undefined;
   const cursor = c !== undefined && c !== '' ? c : null;
   return { limit, cursor };
 }
@@ -98,13 +105,10 @@ export function sendPage<T, R>(ctx: Context, page: Page<T>, map: (item: T) => R,
 
 /**
  * `?unread=true` style booleans, spelled as a body's boolean fields are (DRF's texts:
- * true/t/yes/y/on/1, false/f/no/n/off/0) or absent; anything else, or the flag given twice
- * (`?unread=true&unread=false`: either would be a guess), is a 400.
+ * true/t/yes/y/on/1, false/f/no/n/off/0) or absent; anything else (or the flag twice) is a 400.
  */
 export function queryFlag(ctx: Context, name: string): boolean {
-  const v = ctx.query[name];
-  if (Array.isArray(v)) throw badRequest({ [name]: [`Give ${name} once.`] });
-  const s = v?.trim().toLowerCase();
+  const s = queryParam(ctx, name)?.trim().toLowerCase();
   if (s === undefined || s === '' || FALSE_TEXTS.has(s)) return false;
   if (TRUE_TEXTS.has(s)) return true;
   throw badRequest({ [name]: ['Must be a valid boolean (true or false).'] });

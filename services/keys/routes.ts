@@ -3,7 +3,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
-import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
+import { body, created, noContent, pageParams, queryParam, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { badRequest, forbidden, notFound, tokenNotValid } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
@@ -53,8 +53,8 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
     routes(r: Router) {
       r.get('/api/auth/keys/identity/', async (ctx) => {
         const p = await keyAdmin(deps.auth(), ctx);
-        const q = ctx.query.identity;
-        const filter = typeof q === 'string' && q ? await ownIdentity(q, p.userPk, 'identity') : undefined;
+        const q = queryParam(ctx, 'identity');
+        const filter = q ? await ownIdentity(q, p.userPk, 'identity') : undefined;
         sendPage(ctx, await keys.list(p.userPk, 'identity', pageParams(ctx), filter), toIdentityKey, deps.publicUrl);
       });
 

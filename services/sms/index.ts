@@ -7,7 +7,7 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { body, markOnOpen, pageOfList, pageParams, queryFlag, sendPage } from '../gateway/http.js';
+import { body, markOnOpen, pageOfList, pageParams, queryFlag, queryParam, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid, newId, nowIso } from '../kernel/ids.js';
@@ -141,8 +141,8 @@ export const smsContext: ContextFactory = (shared) => {
       const identityId = await identityOf(ctx);
       const { limit, cursor } = pageParams(ctx);
       const where: Record<string, string | boolean> = { identityId };
-      const conv = ctx.query.conversation_id;
-      if (typeof conv === 'string' && conv) {
+      const conv = queryParam(ctx, 'conversation_id');
+      if (conv) {
         if (!isUuid(conv)) throw new ApiError(400, 'invalid', 'Invalid input.', { conversation_id: ['Must be a valid UUID.'] });
         where.conversationId = conv.toLowerCase();
       }

@@ -3,7 +3,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
-import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
+import { body, created, noContent, pageParams, queryParam, sendPage } from '../gateway/http.js';
 import { FALSE_TEXTS, TRUE_TEXTS, validator } from '../gateway/validate.js';
 import { badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
@@ -66,10 +66,7 @@ function pathUuid(ctx: Context): string {
 /** Query of generate_password: `length` (8-128, default 20) and one flag per character class (default true). */
 function generateOptions(ctx: Context): { length: number; classes: CharacterClass[] } {
   const errors: FieldErrors = {};
-  const one = (name: string) => {
-    const raw = ctx.query[name];
-    return Array.isArray(raw) ? raw[raw.length - 1] : raw;
-  };
+  const one = (name: string) => queryParam(ctx, name);
   let length: number = PASSWORD_LENGTH.default;
   const rawLength = one('length');
   if (rawLength !== undefined && rawLength !== '') {
@@ -181,7 +178,7 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       // --- secrets (identity-scoped) ---
       r.get('/api/vault/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        const key = typeof ctx.query.key === 'string' ? ctx.query.key : undefined;
+        const key = queryParam(ctx, 'key');
         sendPage(ctx, await vault.listSecrets(identityId, pageParams(ctx), key), toListedSecret, deps.publicUrl);
       });
 

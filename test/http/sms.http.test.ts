@@ -125,6 +125,8 @@ describe('conversations and messages', () => {
     const head = (path: string) => fetch(`${s.url}${path}`, { method: 'HEAD', headers: { authorization: `Bearer ${owner.access}`, 'x-service-identity': idB } });
     expect((await head(`/api/sms-inbox/${conv.conversation_id}/`)).status).toBe(200);
     const firstMessage = (await get(`/api/messages/?conversation_id=${conv.conversation_id}`, idB)).body.at(-1);
+    const twice = await get(`/api/messages/?conversation_id=${conv.conversation_id}&conversation_id=x`, idB);
+    expect([twice.status, twice.body]).toEqual([400, { conversation_id: ['Give conversation_id once.'] }]);
     expect((await head(`/api/messages/${firstMessage.uuid}/`)).status).toBe(200);
     expect((await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === peer).unread_count).toBe(3);
     const detail = await get(`/api/sms-inbox/${conv.conversation_id}/`, idB);

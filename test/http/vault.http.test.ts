@@ -394,6 +394,11 @@ describe('vault secrets', () => {
     expect(decryptField(vaultKeyA, one.body.value, { kind: 'secret', identity: idA1, key: 'OPENAI_API_KEY' })).toBe('sk-second');
     expect((await srv.api('GET', '/api/vault/?key=OPENAI_API_KEY', { token: keyA1 })).body).toEqual([item]);
     expect((await srv.api('GET', '/api/vault/?key=openai_api_key', { token: keyA1 })).body).toEqual([]); // case-sensitive
+    // A filter given twice is a 400, not dropped (it listed every secret).
+    const twice = await srv.api('GET', '/api/vault/?key=OPENAI_API_KEY&key=nope', { token: keyA1 });
+    expect([twice.status, twice.body]).toEqual([400, { key: ['Give key once.'] }]);
+    const length = await srv.api('GET', '/api/passwords/generate_password/?length=10&length=12', { token: keyA1 });
+    expect([length.status, length.body]).toEqual([400, { length: ['Give length once.'] }]);
   });
 
   test('a burst of independent writes to one identity all succeed: 60 secrets and 20 passwords at once', async () => {
