@@ -11,7 +11,7 @@ import { body as readForm } from '../gateway/http.js';
 import { isUuid } from '../kernel/ids.js';
 import { html, type Safe } from '../gateway/html.js';
 import { layout, PAGE_CSP } from './html.js';
-import { SESSION_COOKIE, type WebSession } from '../gateway/web-session.js';
+import { SESSION_COOKIE, seeOther, type WebSession } from '../gateway/web-session.js';
 import type { Flash, WebSignIn } from './sign-in.js';
 
 export type { Flash } from './sign-in.js';
@@ -49,10 +49,8 @@ export function errorText(answer: ApiAnswer): string {
   return `The request failed (HTTP ${answer.status}).`;
 }
 
-export function redirect(ctx: Context, to: string): void {
-  ctx.status = 303;
-  ctx.redirect(to);
-}
+/** Every page redirect: 303, never stored. */
+export const redirect = seeOther;
 
 /** Calls the gateway's own API over loopback with the session cookie as the credential. */
 export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string } = {}): Promise<ApiAnswer> {
@@ -141,7 +139,7 @@ export function pageKit(shared: Shared, web: WebSignIn) {
   /** The signed-in session, or a redirect to the sign-in page (null: already answered). */
   async function requireSession(ctx: Context): Promise<DashboardSession | null> {
     const s = await session(ctx);
-    if (!s) redirect(ctx, ctx.method === 'GET' && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
+    if (!s) redirect(ctx, (ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
     return s;
   }
 

@@ -26,6 +26,7 @@ import {
   currentSession,
   endWebSession,
   safeReturnPath,
+  seeOther,
   setCookie,
   startWebSession,
   type WebSession,
@@ -93,11 +94,6 @@ function createWebSignIn(shared: Shared) {
     return origin ? [origin] : [];
   }
 
-  function redirect(ctx: Context, to: string): void {
-    ctx.set('Cache-Control', 'no-store');
-    ctx.redirect(to);
-    ctx.status = 303;
-  }
 
   /** The sign-in page (also shown in place at /device for a person who is not signed in). */
   async function renderSignIn(ctx: Context, o: SignInRender = {}): Promise<void> {
@@ -168,7 +164,7 @@ ${oidc
     }
     if (!user) return renderSignIn(ctx, { next, login, flash: { kind: 'error', text: 'Wrong username/email or password.' }, status: 400 });
     await startWebSession(ctx, accounts, user, next?.startsWith('/device') ? 'device-page' : 'dashboard', cookieOpts);
-    redirect(ctx, next ?? '/');
+    seeOther(ctx, next ?? '/');
   }
 
   /** POST /login/oidc (and the /device/oidc/start alias): off to the provider. */
@@ -185,7 +181,7 @@ ${oidc
       return renderSignIn(ctx, { next, flash: { kind: 'error', text: 'The identity provider could not be reached. Try again, or sign in with a password.' }, status: 502 });
     }
     setCookie(ctx, OIDC_COOKIE, pending.seal({ ...started.pending, next: next ?? '' }, OIDC_COOKIE_TTL_S), cookieOpts, OIDC_COOKIE_TTL_S, OIDC_COOKIE_PATH);
-    redirect(ctx, started.url);
+    seeOther(ctx, started.url);
   }
 
   /** GET /device/oidc/callback: checks state, nonce, PKCE; finds or creates the account. */
@@ -223,7 +219,7 @@ ${oidc
       }
     }
     await startWebSession(ctx, accounts, user, next?.startsWith('/device') ? 'device-oidc' : 'dashboard-oidc', cookieOpts);
-    redirect(ctx, next ?? '/');
+    seeOther(ctx, next ?? '/');
   }
 
   return {

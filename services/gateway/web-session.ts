@@ -173,3 +173,13 @@ export function createSealer(hmacKey: Buffer, purpose: string) {
     },
   };
 }
+
+/**
+ * A page's answer to a form or a sign-in step: 303 See Other (the browser follows with a GET),
+ * never stored (it may follow a sign-in or carry a return path).
+ */
+export function seeOther(ctx: Context, to: string): void {
+  ctx.set('Cache-Control', 'no-store');
+  ctx.redirect(to);
+  ctx.status = 303;
+}

@@ -49,6 +49,11 @@ describe('dashboard', () => {
     expect(res!.headers()['cache-control']).toBe('no-store');
     await expect(page.getByLabel('Username or email')).toBeDefined();
     await shot('login');
+    // The redirect itself (303, not stored) keeps the page asked for, for HEAD as for GET.
+    for (const method of ['GET', 'HEAD']) {
+      const hop = await fetch(`${s.url}/keys`, { method, redirect: 'manual' });
+      expect([method, hop.status, hop.headers.get('location'), hop.headers.get('cache-control')]).toEqual([method, 303, '/login?next=%2Fkeys', 'no-store']);
+    }
   });
 
   it('registers a user, who is then signed in with an HttpOnly SameSite=Lax session cookie', async () => {
