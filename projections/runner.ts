@@ -13,6 +13,7 @@ import { comparePositions, type EventStore, type RecordedEvent, type Subscriptio
 import type { Change, Doc, ReadStore } from '../infra/ports/read-store.js';
 import type { Projection } from './projection.js';
 import type { EventFeed } from '../infra/ports/event-feed.js';
+import { isStorageFault } from '../services/kernel/faults.js';
 
 /** The consumer group of the projections when they follow a feed (cluster worker: Kafka). */
 export const PROJECTIONS_GROUP = 'ais-projections';
@@ -221,6 +222,29 @@ export function createProjectionRunner(deps: {
     pendingEvents += 1;
   }
 
+  /**
+   * One read-store commit. A disk that is full right now (a storage fault) is waited out,
+   * retrying with backoff, instead of failing the runner (which stops the process: one full
+   * disk took the whole service down, reads and streams included); requests waiting for
+   * these read models answer 503 `projection_lag` meanwhile. False when stopped while
+   * waiting: nothing was committed, and the next start replays from the checkpoint.
+   */
+  async function commitWhenPossible(name: string, position: string, changes: Change[]): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await readStore.commit(name, position, changes);
+        return true;
+      } catch (error) {
+        if (!isStorageFault(error)) throw error;
+        if (attempt === 0) logger.warn({ err: error, projection: name, position }, 'read models cannot be written (storage full?); retrying until they can');
+        for (let waited = 0, delay = Math.min(1_000, 50 * 2 ** attempt); waited < delay; waited += 50) {
+          if (stopped) return false;
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      }
+    }
+  }
+
   /** Commits each projection's pending changes and checkpoint; then wakes the waiters. */
   async function flush(force = false): Promise<void> {
     if (failure) return; // a failed batch may hold half an event: never commit it
@@ -235,13 +259,13 @@ export function createProjectionRunner(deps: {
       // after it changed nothing here; a restart replays them as no-ops (or, when the
       // checkpoint is due anyway, a commit without changes moves it to the batch's end).
       if (state.overlay.size > 0) {
-        await readStore.commit(state.projection.name, state.lastChange!, [...state.overlay.values()]);
+        if (!(await commitWhenPossible(state.projection.name, state.lastChange!, [...state.overlay.values()]))) return;
         state.overlay.clear();
         state.committed = state.lastChange;
         state.lastChange = null;
       }
       if ((force || state.sinceCommit >= CHECKPOINT_EVERY) && comparePositions(state.position, state.committed) > 0) {
-        await readStore.commit(state.projection.name, state.position!, []);
+        if (!(await commitWhenPossible(state.projection.name, state.position!, []))) return;
         state.committed = state.position;
       }
       state.sinceCommit = 0;

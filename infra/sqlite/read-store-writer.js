@@ -107,7 +107,8 @@ port.on('message', (/** @type {Request} */ msg) => {
       reset(msg.projection, msg.tables);
     }
   } catch (err) {
-    port.postMessage({ ok: false, message: err instanceof Error ? err.message : String(err) });
+    // The SQLite code (SQLITE_FULL: a full disk) tells the runner whether waiting may help.
+    port.postMessage({ ok: false, message: err instanceof Error ? err.message : String(err), code: /** @type {{ code?: unknown }} */ (err)?.code });
     return;
   }
   port.postMessage({ ok: true });

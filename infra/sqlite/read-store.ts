@@ -261,11 +261,11 @@ function openWriter(file: string) {
     failure ??= new Error(`read store writer thread failed: ${err.message}`, { cause: err });
     for (const p of pending.splice(0)) p.reject(failure);
   }
-  worker.on('message', (msg: { ok: true } | { ok: false; message: string }) => {
+  worker.on('message', (msg: { ok: true } | { ok: false; message: string; code?: string }) => {
     const p = pending.shift();
     if (pending.length === 0) worker.unref();
     if (msg.ok) p?.resolve();
-    else p?.reject(new Error(`read store commit failed: ${msg.message}`));
+    else p?.reject(Object.assign(new Error(`read store commit failed: ${msg.message}`), { code: msg.code }));
   });
   worker.on('error', die);
   worker.on('exit', (code) => {

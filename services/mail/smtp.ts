@@ -11,6 +11,7 @@ import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
 import type { Logger } from 'pino';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
+import { isStorageFault } from '../kernel/faults.js';
 import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
@@ -190,8 +191,15 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
         accept(Buffer.concat(chunks), session)
           .then((count) => callback(null, `2.0.0 Ok: delivered to ${count} mailbox${count === 1 ? '' : 'es'}`))
           .catch((err) => {
+            const code = (err as { responseCode?: number }).responseCode;
+            if (code) return callback(smtpError(code, (err as Error).message));
+            if (isStorageFault(err)) {
+              // RFC 5321 §4.2.3: 452 "insufficient system storage"; the sender retries later.
+              log.warn({ err: (err as Error).message }, 'inbound message refused: storage full');
+              return callback(smtpError(452, '4.3.1 Insufficient system storage, try again later'));
+            }
             log.error({ err }, 'inbound message could not be stored');
-            callback(smtpError((err as { responseCode?: number }).responseCode ?? 451, (err as { responseCode?: number }).responseCode ? (err as Error).message : '4.3.0 Temporary failure, try again later'));
+            callback(smtpError(451, '4.3.0 Temporary failure, try again later'));
           });
       });
     },

@@ -1,7 +1,9 @@
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { jest } from '@jest/globals';
 import type { EventStore } from '../../infra/ports/event-store.js';
 import type { ReadStore } from '../../infra/ports/read-store.js';
@@ -387,5 +389,65 @@ describe('projection runner', () => {
     await append('IdentityCreated', { identityId: 'b' });
     // then
     await expect(waiting).rejects.toBeInstanceOf(ProjectionFailedError);
+  });
+});
+
+describe('projection runner on a full disk', () => {
+  const full = () => Object.assign(new Error('read store commit failed: database or disk is full'), { code: 'SQLITE_FULL' });
+
+  it('waits the full disk out: writes become visible once commits succeed again, and the runner never fails', async () => {
+    // given: a read store whose commits fail as on a full disk until `space` is set
+    let space = false;
+    let refused = 0;
+    const filling: ReadStore = {
+      ...readStore,
+      collection: readStore.collection.bind(readStore),
+      commit: async (projection, position, changes) => {
+        if (!space) {
+          refused++;
+          throw full();
+        }
+        return readStore.commit(projection, position, changes);
+      },
+    };
+    const r = runner({ readStore: filling });
+    await r.start();
+    let failed = false;
+    r.done.catch(() => (failed = true));
+    // when
+    const position = await append('IdentityCreated', { identityId: 'a', owner: 'o', name: 'A' });
+    // then: meanwhile a waiter is told the write is not readable yet (503 projection_lag)
+    await expect(r.waitFor(position, 300)).rejects.toBeInstanceOf(ProjectionLagError);
+    expect(refused).toBeGreaterThan(1); // retried, not given up
+    expect(failed).toBe(false);
+    expect(logger.warn).toHaveBeenCalledWith(expect.objectContaining({ projection: 'identities:v1' }), expect.stringContaining('retrying'));
+    space = true;
+    await r.waitFor(position, 5_000);
+    await expect(readStore.collection('identities').get('a')).resolves.toMatchObject({ name: 'A' });
+    expect(failed).toBe(false);
+  });
+
+  it('a stop while waiting for space ends the wait; a restart replays what was not committed', async () => {
+    const filling: ReadStore = { ...readStore, collection: readStore.collection.bind(readStore), commit: async () => Promise.reject(full()) };
+    const r = runner({ readStore: filling });
+    await r.start();
+    const position = await append('IdentityCreated', { identityId: 'a', owner: 'o', name: 'A' });
+    await new Promise((resolve) => setTimeout(resolve, 200)); // its commit is being retried
+    await r.stop(); // returns: neither hangs nor throws
+    const again = runner();
+    await again.start();
+    await again.waitFor(position, 5_000);
+    await expect(readStore.collection('identities').get('a')).resolves.toMatchObject({ name: 'A' });
+  });
+
+  it('the SQLite read store under a file size limit (a write refused as on a full disk) stalls the runner instead of failing it', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'runner-full-'));
+    try {
+      const root = fileURLToPath(new URL('../..', import.meta.url));
+      const child = spawnSync('bash', ['-c', 'ulimit -f 512 && exec node --import tsx test/support/full-read-store.ts "$1"', 'full-read-store', dir], { cwd: root, encoding: 'utf8' });
+      expect(JSON.parse(child.stdout)).toEqual({ lag: 'projection_lag', failed: false, warned: true });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
