@@ -76,7 +76,12 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
       // Unanswered: 404 for unknown paths; 405 (with Allow, set by allowedMethods) for a known
       // path with another method; both in the spec's error shape.
       if (ctx.body === undefined || ctx.body === null || ctx.body === '') {
-        if (ctx.status === 404) await allowedMethods(ctx as never, answered);
+        if (ctx.status === 404) {
+          await allowedMethods(ctx as never, answered);
+          // OPTIONS is answered for every known path (with Allow), so Allow names it too, as DRF's does.
+          const allow = ctx.response.get('Allow');
+          if (allow && !allow.split(/,\s*/).includes('OPTIONS')) ctx.set('Allow', `${allow}, OPTIONS`);
+        }
         if (ctx.status === 404) throw notFound();
         if (ctx.status === 405 || ctx.status === 501) throw new ApiError(405, 'method_not_allowed', `Method "${ctx.method}" not allowed.`);
       } else if (typeof ctx.body === 'object' && !Buffer.isBuffer(ctx.body) && typeof (ctx.body as { pipe?: unknown }).pipe !== 'function') {

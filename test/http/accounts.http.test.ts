@@ -564,6 +564,13 @@ describe('wire conventions', () => {
     expect(na.status).toBe(405);
     expect(na.body.code).toBe('method_not_allowed');
     expect(na.headers.get('allow')).toMatch(/\bGET\b/); // RFC 9110 §15.5.6
+    // OPTIONS answers every known path with its methods, OPTIONS among them (as DRF's Allow);
+    // no Access-Control-* header: the API grants no cross-origin access.
+    const options = await fetch(`${s.url}/api/identities/`, { method: 'OPTIONS', headers: { origin: 'http://elsewhere.example', 'access-control-request-method': 'POST' } });
+    expect(options.status).toBe(200);
+    expect(options.headers.get('allow')!.split(', ').sort()).toEqual(['GET', 'HEAD', 'OPTIONS', 'POST']);
+    expect([...options.headers.keys()].filter((h) => h.startsWith('access-control-'))).toEqual([]);
+    expect(na.headers.get('allow')).toContain('OPTIONS');
   });
 
   it('malformed JSON is a 400, not a 500; bodies over 1 MiB are 413', async () => {
