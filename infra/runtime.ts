@@ -322,7 +322,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   const handle = app.callback();
   // Node's own Host check answers an empty 400; this one answers in the error shape.
-  const server = http.createServer({ requireHostHeader: false }, (req, res) => (refuseBadHost(req, res) ? undefined : handle(req, res)));
+  const server = http.createServer({ requireHostHeader: false }, (req, res) => (refuseAmbiguousHeaders(req, res) ? undefined : handle(req, res)));
   answerProtocolErrorsInJson(server);
   // Requests in progress per connection, so a shutdown can close every other connection at
   // once (Node's closeIdleConnections leaves a connection that has not sent a request yet).
@@ -414,15 +414,26 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   return { config, logger, events, reads, runner, server, url, shared, parts, role, routes: app.routeTable, close };
 }
 
+/** Headers a request may carry once: Node keeps the first of several, another hop may take the last. */
+const SINGLE_HEADERS = new Set(['host', 'authorization', 'content-type']);
+
 /**
- * RFC 9112 §3.2: an HTTP/1.1 request without a Host header, or any request with more than
- * one, is a 400 (Node takes the first of several). Answered in the error shape; true when it was.
+ * RFC 9112 §3.2: an HTTP/1.1 request without a Host header is a 400, and so is a request
+ * with two of a header that holds one value (Host, Authorization, Content-Type): which one
+ * counts would be a guess. Answered in the error shape; true when it was.
  */
-function refuseBadHost(req: http.IncomingMessage, res: http.ServerResponse): boolean {
-  let hosts = 0;
-  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i].length === 4 && req.rawHeaders[i].toLowerCase() === 'host') hosts++;
-  if (hosts === 1 || (hosts === 0 && req.httpVersion === '1.0')) return false;
-  const body = JSON.stringify({ detail: hosts === 0 ? 'The request has no Host header.' : 'The request has more than one Host header.', code: 'parse_error' });
+function refuseAmbiguousHeaders(req: http.IncomingMessage, res: http.ServerResponse): boolean {
+  const seen = new Set<string>();
+  let problem: string | null = null;
+  for (let i = 0; i < req.rawHeaders.length && !problem; i += 2) {
+    const name = req.rawHeaders[i].toLowerCase();
+    if (!SINGLE_HEADERS.has(name)) continue;
+    if (seen.has(name)) problem = `The request has more than one ${req.rawHeaders[i]} header.`;
+    seen.add(name);
+  }
+  if (!problem && !seen.has('host') && req.httpVersion !== '1.0') problem = 'The request has no Host header.';
+  if (!problem) return false;
+  const body = JSON.stringify({ detail: problem, code: 'parse_error' });
   res.writeHead(400, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' });
   res.end(body);
   return true;

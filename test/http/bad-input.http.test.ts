@@ -169,6 +169,11 @@ it("what Node's HTTP parser refuses is answered in the API's error shape, not an
   expect([twoHosts.status, twoHosts.body.code]).toEqual([400, 'parse_error']);
   const http10 = await exchange('GET /api/health/ HTTP/1.0\r\n\r\n');
   expect(http10.status).toBe(200);
+  // Two of a header that holds one value: which one counts would be a guess.
+  const twoCredentials = await exchange('GET /api/auth/user/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n');
+  expect([twoCredentials.status, twoCredentials.body.code, twoCredentials.body.detail]).toEqual([400, 'parse_error', 'The request has more than one Authorization header.']);
+  const twoTypes = await exchange('POST /api/auth/login/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}');
+  expect([twoTypes.status, twoTypes.body.code]).toEqual([400, 'parse_error']);
 });
 
 it('a body over 1 MiB sent without Content-Length is a 413 that closes its connection (the rest of the body is still on it)', async () => {
