@@ -35,6 +35,8 @@ export interface OperationSpec {
   requestTypes?: string[];
   /** The success answer has no body (as 204s and redirects have none). */
   emptyBody?: boolean;
+  /** A 201 that names the new resource in `Location`. */
+  location?: boolean;
 }
 
 /** Query parameters of every list (DECISIONS "Wire conventions"). */
@@ -43,6 +45,8 @@ const PAGE_PARAMS = [
   { name: 'cursor', in: 'query', required: false, description: 'Opaque cursor from the previous page\'s Link rel="next".', schema: { type: 'string' } },
 ];
 const LINK_HEADER = { Link: { description: 'RFC 8288 `<url>; rel="next"` when more items remain.', schema: { type: 'string' } } };
+const LOCATION_HEADER = { Location: { description: 'The path of the resource created.', schema: { type: 'string' } } };
+const RETRY_AFTER_HEADER = { 'Retry-After': { description: 'Seconds to wait before trying again.', schema: { type: 'integer' } } };
 /** 400 is a field map for validation, or `{detail, code}` for other bad requests (identity_required, parse_error). */
 const BAD_REQUEST = { anyOf: [{ $ref: '#/components/schemas/CommonValidationError' }, { $ref: '#/components/schemas/CommonError' }] };
 
@@ -119,18 +123,20 @@ export function buildOpenApi(): Record<string, unknown> {
           : untypedBody(contentType);
       const success = {
         description: op.summary,
-        ...(op.array ? { headers: LINK_HEADER } : {}),
+        ...(op.array ? { headers: LINK_HEADER } : op.location ? { headers: LOCATION_HEADER } : {}),
         ...(responseSchema ? { content: { [contentType]: { schema: responseSchema } } } : {}),
       };
       const responses: Record<string, unknown> = { [status]: success };
       if (op.alsoStatus) responses[String(op.alsoStatus)] = success;
       // Statuses every operation of a kind can answer: bad query/paging and bodies (400), bodies
       // over 1 MiB (413) or of a media type not taken (415); with credentials, a missing or bad
-      // one (401), and where user credentials are taken an identity header naming another
-      // account's identity (403) or none (404), and HTTP Basic throttled (429); the admin
-      // token is throttled too (429).
+      // one (401), an identity named twice (400), and where user credentials are taken an
+      // identity header naming another account's identity (403) or none (404), and HTTP Basic
+      // throttled (429); the admin token is throttled too (429). Every write may find the
+      // store unable to take it, or its read models late (503, with Retry-After).
       const codes = new Set(op.errors ?? []);
-      if (op.array || op.request || op.auth === 'identity') codes.add(400);
+      if (op.array || op.request || op.auth !== 'none') codes.add(400);
+      if (op.method !== 'get') codes.add(503);
       if (op.request) {
         codes.add(413);
         codes.add(415);
@@ -143,6 +149,7 @@ export function buildOpenApi(): Record<string, unknown> {
         const own = op.errorSchemas?.[String(code)];
         responses[String(code)] = {
           description: code === 400 ? 'Validation error or bad request' : 'Error',
+          ...(code === 429 || code === 503 ? { headers: RETRY_AFTER_HEADER } : {}),
           content: { 'application/json': { schema: own ? { anyOf: [{ $ref: refOf(own, file) }, common] } : common } },
         };
       }

@@ -4,7 +4,7 @@ import type { Context } from 'koa';
 import getRawBody from 'raw-body';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
-import { body, created, markOnOpen, pageParams, queryFlag, sendPage } from '../gateway/http.js';
+import { body, created, markOnOpen, pageParams, queryFlag, queryParam, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
@@ -99,14 +99,15 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
   const baseUrl = (ctx: Context) => (/:0$/.test(config.publicUrl) ? `${ctx.protocol}://${ctx.host}` : config.publicUrl);
   const identityOf = async (ctx: Context) => (await deps.auth().identity(ctx)).identityId;
 
-  const attachmentOut = (base: string) => (a: { uuid: string; filename: string; contentType: string; size: number; contentId?: string | null; inline?: boolean }) => ({
+  // download_url names the identity too, so it works as given with a management key or a user token.
+  const attachmentOut = (base: string, identityId: string) => (a: { uuid: string; filename: string; contentType: string; size: number; contentId?: string | null; inline?: boolean }) => ({
     uuid: a.uuid,
     filename: a.filename,
     content_type: a.contentType,
     size: a.size,
     inline: a.inline ?? false,
     content_id: a.contentId ?? null,
-    download_url: `${base}/api/email-attachments/${a.uuid}/`,
+    download_url: `${base}/api/email-attachments/${a.uuid}/?identity=${identityId}`,
   });
 
   /** What a body weighs in an answer: inline ones by length, blobs by their recorded size. */
@@ -140,7 +141,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     html: bodies ? bodies.html : bodies === null ? null : m.html,
     // Bodies over LIST_BODY_LIMIT are kept out of the message list (null here): GET the message, or its thread.
     truncated: bodies === null || (!bodies && Boolean(m.textBlob || m.htmlBlob)),
-    attachments: m.attachments.map(attachmentOut(base)),
+    attachments: m.attachments.map(attachmentOut(base, m.identityId)),
     read: m.read,
     message_id: m.internetMessageId,
     in_reply_to: m.inReplyTo,
@@ -274,6 +275,12 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const identityId = await identityOf(ctx);
         const { limit, cursor } = pageParams(ctx);
         const where: Record<string, Scalar> = queryFlag(ctx, 'unread') ? { identityId, read: false } : { identityId };
+        // One thread's messages, as ?conversation_id= filters SMS messages.
+        const thread = queryParam(ctx, 'thread_id');
+        if (thread) {
+          if (!isUuid(thread)) throw badRequest({ thread_id: ['Must be a valid UUID.'] });
+          where.threadId = thread.toLowerCase();
+        }
         const page = await messages().find({ where, orderBy: { field: 'createdAt', direction: 'desc' }, limit, cursor });
         const items = await withBodies(baseUrl(ctx), page.items, { listLimit: true, newestFirst: false });
         sendPage(ctx, { ...page, items }, (item) => item, config.publicUrl);

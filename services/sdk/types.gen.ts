@@ -99,8 +99,8 @@ export interface AccountsUser {
   pk: number;
   username: AccountsUsername;
   email: string;
-  first_name?: string;
-  last_name?: string;
+  first_name: string;
+  last_name: string;
 }
 export interface AccountsMasterProfile {
   first_name: string;
@@ -331,7 +331,10 @@ export interface DeviceAuthorizationServerMetadata {
  */
 export interface EventsEmailEvent {
   thread_id: string;
-  message_id?: string;
+  /**
+   * The API id of the message (GET /api/email-messages/{id}/); not its Message-ID header.
+   */
+  message_id: string;
   from_email: string;
   subject: string;
   preview: string;
@@ -341,7 +344,10 @@ export interface EventsEmailEvent {
  */
 export interface EventsSmsEvent {
   conversation_id: string;
-  message_id?: string;
+  /**
+   * The API id of the SMS (GET /api/messages/{id}/).
+   */
+  message_id: string;
   from_number: string;
   preview: string;
 }
@@ -516,14 +522,14 @@ export interface MailPresignResponse {
     [k: string]: string;
   };
   expires_at: string;
-  filename?: string;
-  content_type?: string;
-  size?: number;
+  filename: string;
+  content_type: string;
+  size: number;
 }
 export interface MailUploadResult {
   uuid: string;
-  filename?: string;
-  content_type?: string;
+  filename: string;
+  content_type: string;
   size: number;
   status: 'uploaded';
 }
@@ -532,54 +538,57 @@ export interface MailAttachment {
   filename: string;
   content_type: string;
   size: number;
-  inline?: boolean;
-  content_id?: string | null;
+  inline: boolean;
+  content_id: string | null;
   download_url: string;
 }
 export interface MailEmailMessage {
   uuid: string;
-  id?: string;
+  id: string;
   thread_id: string;
   direction: 'inbound' | 'outbound';
   status: 'received' | 'queued' | 'sent' | 'failed';
-  from?: string;
+  from: string;
   from_email: string;
-  from_name?: string;
+  from_name: string;
   to: string[];
-  cc?: string[];
-  bcc?: string[];
-  reply_to?: string[];
+  cc: string[];
+  bcc: string[];
+  reply_to: string[];
   subject: string;
   preview: string;
-  text?: string | null;
-  html?: string | null;
+  text: string | null;
+  html: string | null;
   /**
    * True in the message list when the bodies are over 256 KiB and left out (text and html null): read the message or its thread for them.
    */
-  truncated?: boolean;
+  truncated: boolean;
   attachments: MailAttachment[];
   read: boolean;
-  message_id?: string | null;
-  in_reply_to?: string | null;
-  references?: string[];
-  error?: string | null;
-  rejected?: string[];
-  sent_at?: string | null;
+  /**
+   * The RFC 5322 Message-ID header (`<...@domain>`), null when the mail had none. Not the API id: that is `uuid`.
+   */
+  message_id: string | null;
+  in_reply_to: string | null;
+  references: string[];
+  error: string | null;
+  rejected: string[];
+  sent_at: string | null;
   created_dt: string;
 }
 export interface MailEmailThread {
   thread_id: string;
-  uuid?: string;
+  uuid: string;
   subject: string;
   preview: string;
   participants: string[];
-  from_email?: string;
-  from_name?: string;
+  from_email: string;
+  from_name: string;
   message_count: number;
   unread_count: number;
-  unread?: boolean;
+  unread: boolean;
   last_message_at: string;
-  created_dt?: string;
+  created_dt: string;
 }
 /**
  * Twilio's inbound-message webhook fields (form-urlencoded). Other Twilio fields are accepted and ignored.
@@ -613,6 +622,10 @@ export interface SmsConversation {
   preview: string;
   message_count: number;
   unread_count: number;
+  /**
+   * Whether any message is unread (unread_count > 0), as email threads say it.
+   */
+  unread: boolean;
   last_message_at: string;
   created_dt: string;
 }
@@ -629,7 +642,7 @@ export interface SmsMessage {
   body: string;
   preview: string;
   media_urls: string[];
-  message_sid?: string;
+  message_sid: string;
   read: boolean;
   created_dt: string;
 }

@@ -188,6 +188,7 @@ function toConversation(c: SmsConversationDoc) {
     preview: c.preview,
     message_count: c.messageCount,
     unread_count: c.unreadCount,
+    unread: c.unreadCount > 0, // as email threads say it
     last_message_at: c.lastMessageAt,
     created_dt: c.createdAt,
   };

@@ -55,12 +55,14 @@ export const toSecret = (d: VaultSecretDoc, redact = false) => ({
   updated_dt: d.updatedAt,
 });
 
-/** Path uuid, lower-cased; anything else cannot name a resource: 404. */
-function pathUuid(ctx: Context): string {
+/** Path uuid, lower-cased; anything else cannot name a resource: 404 with the resource's own words. */
+function pathUuid(ctx: Context, missing: string): string {
   const id = String(ctx.params.uuid ?? '');
-  if (!isUuid(id)) throw notFound();
+  if (!isUuid(id)) throw notFound(missing);
   return id.toLowerCase();
 }
+const NO_ENTRY = 'Password entry not found.';
+const NO_SECRET = 'Secret not found.';
 
 
 /** Query of generate_password: `length` (8-128, default 20) and one flag per character class (default true). */
@@ -143,14 +145,14 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
 
       r.get('/api/passwords/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        const doc = await vault.getEntry(identityId, pathUuid(ctx));
+        const doc = await vault.getEntry(identityId, pathUuid(ctx, NO_ENTRY));
         if (!doc) throw notFound('Password entry not found.');
         ctx.body = toPasswordEntry(doc);
       });
 
       r.put('/api/passwords/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        const id = pathUuid(ctx);
+        const id = pathUuid(ctx, NO_ENTRY);
         const b = v.put(await body(ctx));
         // As Django REST framework's PUT: required fields replace, optional ones left out keep
         // their ciphertext (explicit null clears it), so a PUT without them loses nothing.
@@ -162,7 +164,7 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
 
       r.patch('/api/passwords/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        const id = pathUuid(ctx);
+        const id = pathUuid(ctx, NO_ENTRY);
         const b = v.patch(await body(ctx));
         const changes: PasswordFields = {};
         for (const f of ['domain', 'username', 'password', 'notes'] as const) if (b[f] !== undefined) (changes as Record<string, unknown>)[f] = b[f];
@@ -171,7 +173,7 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
 
       r.delete('/api/passwords/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        await vault.deleteEntry(identityId, pathUuid(ctx));
+        await vault.deleteEntry(identityId, pathUuid(ctx, NO_ENTRY));
         noContent(ctx);
       });
 
@@ -193,14 +195,14 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
 
       r.get('/api/vault/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        const doc = await vault.getSecret(identityId, pathUuid(ctx));
+        const doc = await vault.getSecret(identityId, pathUuid(ctx, NO_SECRET));
         if (!doc) throw notFound('Secret not found.');
         ctx.body = toSecret(doc);
       });
 
       r.delete('/api/vault/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
-        await vault.deleteSecret(identityId, pathUuid(ctx));
+        await vault.deleteSecret(identityId, pathUuid(ctx, NO_SECRET));
         noContent(ctx);
       });
     },

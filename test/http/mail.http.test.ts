@@ -138,6 +138,9 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const dl = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid } });
     expect(dl.status).toBe(200);
     expect(await dl.text()).toBe('step 1\nstep 2\n');
+    // download_url works as given, without an identity header (it names the identity).
+    const followed = await fetch(att.download_url, { headers: { authorization: `Bearer ${token}` } });
+    expect([followed.status, await followed.text()]).toEqual([200, 'step 1\nstep 2\n']);
     // Its ETag names the bytes: a client that has them gets 304 and no body.
     const etag = dl.headers.get('etag')!;
     expect(etag).toMatch(/^"[0-9a-f]{64}"$/);
@@ -795,6 +798,17 @@ describe('internal delivery between inboxes of MAIL_DOMAIN', () => {
 });
 
 describe('lists', () => {
+  test('?thread_id= lists one thread\'s messages (a bad one is a 400)', async () => {
+    const all = (await api('GET', '/api/email-messages/?limit=200', alice.uuid)).body as { uuid: string; thread_id: string }[];
+    const thread = all[all.length - 1].thread_id;
+    const mine = await api('GET', `/api/email-messages/?thread_id=${thread.toUpperCase()}`, alice.uuid);
+    expect(mine.status).toBe(200);
+    expect(mine.body.map((m: { uuid: string }) => m.uuid)).toEqual(all.filter((m) => m.thread_id === thread).map((m) => m.uuid));
+    expect(mine.body.length).toBeLessThan(all.length);
+    const bad = await api('GET', '/api/email-messages/?thread_id=nope', alice.uuid);
+    expect([bad.status, bad.body]).toEqual([400, { thread_id: ['Must be a valid UUID.'] }]);
+  });
+
   test('limit and cursor paginate with a Link rel="next" header', async () => {
     const first = await api('GET', '/api/email-messages/?limit=2', alice.uuid);
     expect(first.status).toBe(200);

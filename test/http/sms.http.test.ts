@@ -115,7 +115,7 @@ describe('conversations and messages', () => {
     const res = await get('/api/sms-inbox/', idB);
     expect(res.status).toBe(200);
     expect(res.body.map((c: { peer: string }) => c.peer)).toEqual(['+15558880002', peer]);
-    expect(res.body[1]).toMatchObject({ from_number: peer, to_number: phoneB, preview: 'third', message_count: 3, unread_count: 3 });
+    expect(res.body[1]).toMatchObject({ from_number: peer, to_number: phoneB, preview: 'third', message_count: 3, unread_count: 3, unread: true });
     expect(res.body[1].conversation_id).toMatch(/^[0-9a-f-]{36}$/);
     expect(new Date(res.body[1].last_message_at).toISOString()).toBe(res.body[1].last_message_at);
   });
@@ -132,7 +132,7 @@ describe('conversations and messages', () => {
     const detail = await get(`/api/sms-inbox/${conv.conversation_id}/`, idB);
     expect(detail.status).toBe(200);
     expect(detail.body.messages.map((m: { body: string }) => m.body)).toEqual(['first', 'second', 'third']);
-    expect(detail.body.unread_count).toBe(0);
+    expect([detail.body.unread_count, detail.body.unread]).toEqual([0, false]);
     expect(detail.body.messages.every((m: { read: boolean }) => m.read)).toBe(true);
     const unread = await get('/api/sms-inbox/?unread=true', idB);
     expect(unread.body.map((c: { peer: string }) => c.peer)).toEqual(['+15558880002']);

@@ -300,6 +300,11 @@ describe('password entries: server rules', () => {
     const del = await srv.api('DELETE', `/api/passwords/${id}/`, { token: keyA1 });
     expect([del.status, del.text]).toEqual([204, '']);
     expect((await srv.api('GET', `/api/passwords/${id}/`, { token: keyA1 })).status).toBe(404);
+    // Not a uuid at all: the same 404, in the resource's own words.
+    for (const [path, detail] of [['/api/passwords/nope/', 'Password entry not found.'], ['/api/vault/nope/', 'Secret not found.']]) {
+      const res = await srv.api('GET', path, { token: keyA1 });
+      expect([path, res.status, res.body.detail]).toEqual([path, 404, detail]);
+    }
     expect((await srv.api('DELETE', `/api/passwords/${id}/`, { token: keyA1 })).status).toBe(404);
     expect((await srv.api('PUT', `/api/passwords/${id}/`, { token: keyA1, body: { domain: 'y.com', password: fakeCiphertext() } })).status).toBe(404);
     expect((await srv.api('POST', '/api/passwords/', { token: keyA1, body: { uuid: id, domain: 'x.com', password: fakeCiphertext() } })).status).toBe(409);
