@@ -111,7 +111,7 @@ export function queryFlag(ctx: Context, name: string): boolean {
   const s = queryParam(ctx, name)?.trim().toLowerCase();
   if (s === undefined || s === '' || FALSE_TEXTS.has(s)) return false;
   if (TRUE_TEXTS.has(s)) return true;
-  throw badRequest({ [name]: ['Must be a valid boolean (true or false).'] });
+  throw badRequest({ [name]: ['Must be a valid boolean.'] });
 }
 
 /**

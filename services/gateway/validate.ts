@@ -103,6 +103,7 @@ function messageOf(err: ErrorObject): string {
     case 'type':
       if (err.data === null) return 'This field may not be null.';
       if (p.type === 'string') return 'Not a valid string.';
+      if (String(p.type) === 'string,array') return 'Not a valid string or list of strings.';
       if (String(p.type).split(',').includes('boolean')) return 'Must be a valid boolean.';
       if (p.type === 'integer') return 'A valid integer is required.';
       if (p.type === 'array') return 'Expected a list of items.';

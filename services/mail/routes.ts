@@ -54,7 +54,7 @@ const baseType = (value: string) => value.split(';')[0].trim().toLowerCase();
 function normaliseLists(out: Record<string, unknown>): Record<string, unknown> {
   for (const field of ['to', 'cc', 'bcc']) {
     if (Array.isArray(out[field]) && (out[field] as unknown[]).every((x) => typeof x === 'string')) out[field] = (out[field] as string[]).join(', ');
-    if (out[field] === null) delete out[field];
+    if (out[field] === null && field !== 'to') delete out[field]; // optional ones: null is absent; `to` null is refused as null
   }
   if (typeof out.attachment_uuids === 'string') {
     out.attachment_uuids = out.attachment_uuids

@@ -506,6 +506,11 @@ describe('sending through the relay', () => {
     // Arrays of addresses are lists; an array of anything else is not.
     const numbers = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: ['ok@example.org'], cc: [1, 2], body: 'b' });
     expect([numbers.status, Object.keys(numbers.body).every((k) => k.startsWith('cc'))]).toEqual([400, true]);
+    // The wrong type or null, said as for every other field.
+    const number = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: 123, body: 'b' });
+    expect([number.status, number.body]).toEqual([400, { to: ['Not a valid string or list of strings.'] }]);
+    const nothing = await api('POST', '/api/email-messages/compose/', alice.uuid, { to: null, body: 'b' });
+    expect([nothing.status, nothing.body]).toEqual([400, { to: ['This field may not be null.'] }]);
     // A malformed list is refused, not read as other recipients (a dropped one, a smuggled Bcc).
     for (const to of ['x@example.org y@example.org', 'x@example.org <y@example.org>', 'x@example.org\r\nBcc: evil@example.org']) {
       const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to, subject: 's', body: 'b' });
@@ -835,7 +840,7 @@ describe('lists', () => {
       expect([flag, res.status, res.body.length]).toEqual([flag, 200, expected.length]);
     }
     const bad = await api('GET', '/api/email-inbox/?unread=garbage', alice.uuid);
-    expect([bad.status, bad.body]).toEqual([400, { unread: ['Must be a valid boolean (true or false).'] }]);
+    expect([bad.status, bad.body]).toEqual([400, { unread: ['Must be a valid boolean.'] }]);
     expect((await api('GET', '/api/email-messages/?unread=maybe', alice.uuid)).status).toBe(400);
     const twice = await api('GET', '/api/email-inbox/?unread=true&unread=false', alice.uuid);
     expect([twice.status, twice.body]).toEqual([400, { unread: ['Give unread once.'] }]);
