@@ -27,7 +27,7 @@ import type { Projection } from '../projections/projection.js';
 import { createApp, type HttpModule, type RouteTable } from '../services/gateway/app.js';
 import { createAuthenticator, type CredentialResolvers, type Authenticator } from '../services/gateway/auth.js';
 import { systemRoutes } from '../services/gateway/system.js';
-import { settledBeforeFor, type Platform } from '../services/kernel/platform.js';
+import { settledFor, type Platform } from '../services/kernel/platform.js';
 import { createTokenService, type TokenService } from '../services/accounts/tokens.js';
 import { createAccounts, type Accounts } from '../services/accounts/service.js';
 import { accountRoutes } from '../services/accounts/routes.js';
@@ -274,7 +274,8 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     mailer,
     limiter,
     progress: { waitFor: (position, timeoutMs) => runner!.waitFor(position, timeoutMs) },
-    settledBefore: settledBeforeFor(config.store),
+    // Taken before this process serves anything: every event up to here is an earlier process's.
+    settled: settledFor(config.store, await events.headPosition()),
   };
 
   const tokens = createTokenService({ keys, issuer: config.publicUrl, accessTtl: config.accessTokenTtl, refreshTtl: config.refreshTokenTtl });

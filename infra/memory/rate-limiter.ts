@@ -1,11 +1,13 @@
-import type { RateDecision, RateLimiter } from '../ports/rate-limiter.js';
+import { evaluateWindow, type RateDecision, type RateLimiter } from '../ports/rate-limiter.js';
 
 /**
  * In-process sliding-window log (one process: embedded mode). The decision is taken
- * synchronously, so concurrent callers never race between reading and counting. Memory is bounded: each key keeps at most `limit`
- * timestamps, and idle keys are swept.
+ * synchronously, so concurrent callers never race between reading and counting. Memory is
+ * bounded: each key keeps at most `limit` timestamps, and idle keys are swept. Times are
+ * monotonic (performance.now): a wall clock set back or forward (an NTP step) neither
+ * stretches a lockout nor ends it early.
  */
-export function createMemoryRateLimiter(now: () => number = Date.now): RateLimiter & { close(): void } {
+export function createMemoryRateLimiter(now: () => number = () => performance.now()): RateLimiter & { close(): void } {
   const hits = new Map<string, number[]>();
   const sweep = setInterval(() => {
     const t = now();
@@ -15,16 +17,11 @@ export function createMemoryRateLimiter(now: () => number = Date.now): RateLimit
 
   function evaluate(key: string, limit: number, windowSeconds: number, count: boolean): RateDecision {
     const t = now();
-    const windowMs = windowSeconds * 1000;
-    const list = (hits.get(key) ?? []).filter((ts) => t - ts < windowMs);
-    if (list.length >= limit) {
-      hits.set(key, list);
-      const retryAfter = Math.max(1, Math.ceil((list[list.length - limit] + windowMs - t) / 1000));
-      return { allowed: false, retryAfter, remaining: 0 };
-    }
-    if (count) list.push(t);
+    const list = (hits.get(key) ?? []).filter((ts) => t - ts < windowSeconds * 1000);
+    const decision = evaluateWindow(list, t, limit, windowSeconds, count);
+    if (decision.allowed && count) list.push(t);
     hits.set(key, list);
-    return { allowed: true, retryAfter: 0, remaining: limit - list.length };
+    return decision;
   }
 
   return {

@@ -6,22 +6,12 @@
  * Wired by infra/cluster.ts when STORE=cluster. Idle keys expire by a TTL index.
  */
 import type { Db } from 'mongodb';
-import type { RateDecision, RateLimiter } from '../ports/rate-limiter.js';
+import { evaluateWindow, type RateLimiter } from '../ports/rate-limiter.js';
 
-/**
- * The decision for a log of hit times (ms) BEFORE this request, exactly as the memory
- * adapter decides: hits older than the window are dropped; at `limit` it refuses with the
- * seconds until the oldest counted hit leaves the window.
- */
-export function evaluateWindow(hits: number[], now: number, limit: number, windowSeconds: number, count: boolean): RateDecision {
-  const windowMs = windowSeconds * 1000;
-  const live = hits.filter((t) => now - t < windowMs);
-  if (live.length >= limit) {
-    const retryAfter = Math.max(1, Math.ceil((live[live.length - limit]! + windowMs - now) / 1000));
-    return { allowed: false, retryAfter, remaining: 0 };
-  }
-  return { allowed: true, retryAfter: 0, remaining: limit - live.length - (count ? 1 : 0) };
-}
+// The window rule is the port's (evaluateWindow), so both adapters decide alike; hit times
+// here are wall-clock ms (several gateways share them), so a clock set back keeps hits
+// counted longer than their window, though never with a Retry-After beyond it.
+export { evaluateWindow };
 
 /** The pipeline update that prunes the log and appends `now` while under `limit`. */
 export function hitPipeline(now: number, limit: number, windowSeconds: number): Record<string, unknown>[] {

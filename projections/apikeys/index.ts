@@ -49,10 +49,11 @@ export const apiKeysProjection: Projection = {
               } satisfies ApiKeyDoc;
             }
             case ApiKeyUsed: {
-              // Out-of-order or replayed uses never move the time backwards.
+              // The latest use in the log's order (the runner never applies an event twice): a
+              // time recorded while a clock ran ahead is replaced by the next use, not kept
+              // until the clock catches up with it.
               const { at } = e.data as ApiKeyUsedData;
-              if (!doc || (doc.lastUsedAt && String(doc.lastUsedAt) >= at)) return doc;
-              return { ...doc, lastUsedAt: at };
+              return doc && doc.lastUsedAt !== at ? { ...doc, lastUsedAt: at } : doc;
             }
             case ApiKeyRevoked:
               return null;

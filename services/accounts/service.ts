@@ -108,7 +108,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
    * account was renamed after reserving it.
    */
   const accountValue = (kind: 'username' | 'useremail' | 'externalsubject'): Reclaim => ({
-    settledBefore: platform.settledBefore,
+    settled: platform.settled,
     async check(holder, value, reservation) {
       let s = userEvolver.initial();
       let namedAt: string | null = null;

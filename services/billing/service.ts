@@ -18,7 +18,7 @@ export function createBilling(platform: Platform) {
   /** GET /api/subscription/ body. */
   async function view(pk: number) {
     const sub = await currentSubscription(reads, pk);
-    const used = await phonesUsed(store, pk, platform.settledBefore());
+    const used = await phonesUsed(store, pk, platform.settled);
     return {
       plan: sub.plan,
       status: sub.status,

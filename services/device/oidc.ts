@@ -39,7 +39,7 @@ export class OidcLoginError extends Error {
 export function createOidcClient(settings: OidcSettings, redirectUri: string) {
   let discovered: Promise<oidc.Configuration> | null = null;
   /** When discovery last failed: page renders do not wait on a provider that is down. */
-  let failedAt = 0;
+  let failedAt = -Infinity; // performance.now() of the last failed discovery (monotonic)
   const RETRY_AFTER_FAILURE_MS = 30_000;
   const insecure = new URL(settings.issuer).protocol === 'http:';
 
@@ -58,7 +58,7 @@ export function createOidcClient(settings: OidcSettings, redirectUri: string) {
   async function configuration(): Promise<oidc.Configuration> {
     discovered ??= discover().catch((err) => {
       discovered = null;
-      failedAt = Date.now();
+      failedAt = performance.now();
       throw new OidcLoginError('The identity provider could not be reached.', { cause: err });
     });
     return discovered;
@@ -66,7 +66,7 @@ export function createOidcClient(settings: OidcSettings, redirectUri: string) {
 
   /** Origin of the authorization endpoint (the page's CSP form-action must allow the redirect). */
   async function authorizationOrigin(): Promise<string | null> {
-    if (!discovered && Date.now() - failedAt < RETRY_AFTER_FAILURE_MS) return null;
+    if (!discovered && performance.now() - failedAt < RETRY_AFTER_FAILURE_MS) return null;
     try {
       const endpoint = (await configuration()).serverMetadata().authorization_endpoint;
       return endpoint ? new URL(endpoint).origin : null;

@@ -221,8 +221,9 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       status = effectiveStatus(state, Date.now());
     } else if (status === 'pending') {
       // RFC 8628 §3.5: polled faster than the interval → slow_down, and the interval grows by
-      // 5 s for this and later requests. Waiting polls never count as too fast.
-      const now = Date.now();
+      // 5 s for this and later requests. Waiting polls never count as too fast. Measured on a
+      // monotonic clock: a wall clock set back must not make a poll on time look early.
+      const now = performance.now();
       const previous = lastPoll.get(id);
       lastPoll.set(id, { at: now, expiresAt: Date.parse(state.expiresAt) });
       if (previous && state.interval > 0 && now - previous.at < state.interval * 1000) {

@@ -118,8 +118,8 @@ export class SseConnection {
     const behind = this.#res.writableLength;
     if (behind <= this.#max) this.#behindSince = null;
     else if (behind > this.#max * HARD_BOUND_FACTOR) this.destroy();
-    else if (this.#behindSince === null) this.#behindSince = Date.now();
-    else if (Date.now() - this.#behindSince > SLOW_AFTER_MS) this.destroy();
+    else if (this.#behindSince === null) this.#behindSince = performance.now(); // monotonic: a clock step is not time behind
+    else if (performance.now() - this.#behindSince > SLOW_AFTER_MS) this.destroy();
   }
 
   #finish(): void {

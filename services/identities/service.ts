@@ -109,19 +109,19 @@ async function identityHistory(store: EventStore, id: string): Promise<{ state: 
  * freeing the slot), or without a phone and past any request in flight (a create or
  * provisioning that died between the claim and the phone's event). See kernel/reservations.ts.
  */
-async function abandonedSlots(store: EventStore, slots: Map<string, RecordedEvent>, settledBefore: number): Promise<Set<string>> {
+async function abandonedSlots(store: EventStore, slots: Map<string, RecordedEvent>, settled: (e: RecordedEvent) => boolean): Promise<Set<string>> {
   const out = new Set<string>();
   for (const [identityId, claim] of slots) {
     const { state } = await identityHistory(store, identityId);
-    if (state.deleted || (!state.phone && Date.parse(claim.recordedAt) < settledBefore)) out.add(identityId);
+    if (state.deleted || (!state.phone && settled(claim))) out.add(identityId);
   }
   return out;
 }
 
 /** Phones the account uses now (its `phones-<pk>` stream, without abandoned slots). */
-export async function phonesUsed(store: EventStore, ownerPk: number, settledBefore: number): Promise<number> {
+export async function phonesUsed(store: EventStore, ownerPk: number, settled: (e: RecordedEvent) => boolean): Promise<number> {
   const { state: slots } = await loadStream(store, phonesStream(ownerPk), slotsEvolver);
-  return slots.size - (await abandonedSlots(store, slots, settledBefore)).size;
+  return slots.size - (await abandonedSlots(store, slots, settled)).size;
 }
 
 export interface CreateIdentityInput {
@@ -148,7 +148,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   /** A name reservation is free again once its identity is deleted or was renamed after it. */
   const names: Reclaim = {
-    settledBefore: platform.settledBefore,
+    settled: platform.settled,
     async check(holder, value, reservation) {
       const { state, namedAt } = await identityHistory(store, streamId(holder));
       if (!state.exists) return 'unknown';
@@ -159,7 +159,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   };
   /** Inbox addresses stay with their identity for good, deleted or not; only one never created frees its address. */
   const inboxes: Reclaim = {
-    settledBefore: platform.settledBefore,
+    settled: platform.settled,
     async check(holder, value) {
       const { state } = await identityHistory(store, streamId(holder));
       return !state.exists ? 'unknown' : state.inbox === value ? 'holds' : 'gone';
@@ -173,7 +173,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const { result } = await execute(store, phonesStream(ownerPk), slotsEvolver, async (slots) => {
       if (slots.has(identityId)) return { events: [], result: false };
       // Full: slots abandoned by a crash are freed in the same append as the claim.
-      const stale = slots.size >= allowance ? await abandonedSlots(store, slots, platform.settledBefore()) : new Set<string>();
+      const stale = slots.size >= allowance ? await abandonedSlots(store, slots, platform.settled) : new Set<string>();
       if (slots.size - stale.size >= allowance) throw paymentRequired(sub, slots.size - stale.size + 1);
       const at = nowIso();
       const frees = [...stale].map((id) => event(PhoneSlotFreed, { identityId: id, at } satisfies PhoneSlotData));
@@ -185,7 +185,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     // that leaves no room for it (a concurrent downgrade may refuse a claim; never the reverse).
     const latest = await subscriptionInLog(store, ownerPk);
     if (latest.plan !== sub.plan || latest.status !== sub.status) {
-      const used = await phonesUsed(store, ownerPk, platform.settledBefore());
+      const used = await phonesUsed(store, ownerPk, platform.settled);
       if (used > phoneAllowance(latest)) {
         await freeSlot(ownerPk, identityId);
         throw paymentRequired(latest, used);
@@ -219,7 +219,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   /** Refuses early (before any reservation) when the plan has no room for one more phone. */
   async function precheckPhone(ownerPk: number): Promise<void> {
     const sub = await currentSubscription(reads, ownerPk);
-    const used = await phonesUsed(store, ownerPk, platform.settledBefore());
+    const used = await phonesUsed(store, ownerPk, platform.settled);
     if (used >= phoneAllowance(sub)) throw paymentRequired(sub, used + 1);
   }
 

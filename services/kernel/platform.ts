@@ -4,7 +4,7 @@
  */
 import type { Logger } from 'pino';
 import type { Config } from '../../infra/config.js';
-import type { EventStore } from '../../infra/ports/event-store.js';
+import { comparePositions, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { EventFeed } from '../../infra/ports/event-feed.js';
 import type { ReadStore } from '../../infra/ports/read-store.js';
 import type { Mailer } from '../../infra/ports/mailer.js';
@@ -26,11 +26,10 @@ export interface Platform {
   mailer: Mailer;
   limiter: RateLimiter;
   /**
-   * Epoch ms before which no request of this deployment can still be in flight: a
-   * reservation older than that whose holder never used it was abandoned by a crash
-   * (services/kernel/reservations.ts).
+   * Whether the request that recorded `e` can no longer be in flight: a reservation so
+   * recorded whose holder never used it was abandoned by a crash (services/kernel/reservations.ts).
    */
-  settledBefore(): number;
+  settled(e: RecordedEvent): boolean;
 }
 
 /** No request that reserves a value takes longer than this (hashing a password, a phone provider call with its timeout). */
@@ -44,10 +43,12 @@ export const IN_FLIGHT_LIMIT_MS = 5 * 60_000;
 export const outlivedReservations = (startedAt: number): boolean => Date.now() - startedAt > IN_FLIGHT_LIMIT_MS / 2;
 
 /**
- * {@link Platform.settledBefore}: requests older than the in-flight limit are over; in the
- * embedded deployment (one process per DATA_DIR) so is every request from before this
- * process started.
+ * {@link Platform.settled}: requests older than the in-flight limit are over; in the
+ * embedded deployment (one process per DATA_DIR) so is every request of an earlier process,
+ * i.e. every event up to the log's head when this one started. That part goes by position,
+ * not by time: a restart under a clock set back (an NTP correction) must not keep a crashed
+ * request's reservation for as long as the clock was ahead.
  */
-export function settledBeforeFor(store: 'embedded' | 'cluster', startedAt = Date.now()): () => number {
-  return () => Math.max(store === 'embedded' ? startedAt : 0, Date.now() - IN_FLIGHT_LIMIT_MS);
+export function settledFor(store: 'embedded' | 'cluster', headAtStart: string | null): (e: RecordedEvent) => boolean {
+  return (e) => (store === 'embedded' && comparePositions(e.position, headAtStart) <= 0) || Date.parse(e.recordedAt) < Date.now() - IN_FLIGHT_LIMIT_MS;
 }

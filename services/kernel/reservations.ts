@@ -39,8 +39,8 @@ export type HolderState =
 /** How to tell an abandoned reservation from a live one. */
 export interface Reclaim {
   check(holder: string, value: string, reservation: RecordedEvent): Promise<HolderState>;
-  /** Epoch ms: reservations recorded before it belong to no request still in flight. */
-  settledBefore(): number;
+  /** Whether the request that recorded this reservation can no longer be in flight. */
+  settled(e: RecordedEvent): boolean;
 }
 
 /**
@@ -55,7 +55,7 @@ export function movedAway(namedAt: string | null, reservation: RecordedEvent): H
 /** Whether a reservation of `holder` may be taken over: its holder is gone, or it is abandoned. */
 export async function abandoned(reclaim: Reclaim, holder: string, value: string, reservation: RecordedEvent): Promise<boolean> {
   const state = await reclaim.check(holder, value, reservation);
-  return state === 'gone' || (state === 'unknown' && Date.parse(reservation.recordedAt) < reclaim.settledBefore());
+  return state === 'gone' || (state === 'unknown' && reclaim.settled(reservation));
 }
 
 async function current(store: EventStore, stream: string): Promise<{ owner: string | null; revision: number; last: RecordedEvent | null }> {

@@ -156,13 +156,17 @@ export function createKeys(platform: Platform) {
     return { keyId: doc.id, kind: 'management_key', userPk: doc.ownerPk };
   }
 
-  /** Records a use, at most once per key per TOUCH_INTERVAL_MS (fire and forget). */
+  /**
+   * Records a use, at most once per key per TOUCH_INTERVAL_MS (fire and forget). The interval
+   * is measured on a monotonic clock: a wall clock set back must not stop the recording.
+   */
   function touchKey(keyId: string): void {
     const now = Date.now();
     lastUse.set(keyId, now);
+    const tick = performance.now();
     const last = lastTouch.get(keyId);
-    if (last !== undefined && now - last < TOUCH_INTERVAL_MS) return;
-    lastTouch.set(keyId, now);
+    if (last !== undefined && tick - last < TOUCH_INTERVAL_MS) return;
+    lastTouch.set(keyId, tick);
     const data: ApiKeyUsedData = { keyId, at: new Date(now).toISOString() };
     store.append(apiKeyStream(keyId), [event(ApiKeyUsed, data)], { expectedRevision: 'stream_exists' }).catch((err) => {
       logger.warn({ err, keyId }, 'last_used_at not recorded');

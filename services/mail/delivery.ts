@@ -194,7 +194,9 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
       const deferred = history.filter((h) => h.type === EMAIL_DEFERRED);
       const last = deferred[deferred.length - 1]?.data as EmailDeferredData | undefined;
       if (last) {
-        const wait = Date.parse(last.retryAt) - Date.now();
+        // Never longer than the backoff itself: a retryAt recorded under a clock that was
+        // ahead (set back since, or another process's) must not hold the mail for that long.
+        const wait = Math.min(Date.parse(last.retryAt) - Date.now(), delayFor(last.attempt));
         if (wait > 0) await run.sleep(wait);
         if (run.stopped) return false;
       }

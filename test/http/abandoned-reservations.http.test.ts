@@ -7,6 +7,8 @@
  * respected.
  */
 import { rmSync } from 'node:fs';
+import path from 'node:path';
+import { openDatabase } from '../../infra/sqlite/driver.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { reservationStream, RESERVED } from '../../services/kernel/reservations.js';
 import { event } from '../../services/kernel/command.js';
@@ -145,4 +147,17 @@ test('a duplicate rename that fails on one gateway does not release the name the
   expect(await first).toBe(409);
   const other = await s.api('POST', '/api/auth/social/', { body: { username: 'samename', email: 'other-same@example.com', password1: 'Secret-pw-9', password2: 'Secret-pw-9' } });
   expect([other.status, other.body.username]).toEqual([400, ['A user with that username already exists.']]);
+});
+
+test('a reservation recorded while the clock was ahead is still free after a restart once the clock is set back (an NTP correction)', async () => {
+  await abandonedReservation('username', 'ahead-of-time', `user-${Date.now()}`);
+  await s.runtime.close();
+  // The clock was a day ahead when the crashed request recorded it: now it is right again.
+  const db = openDatabase(path.join(dirs[0], 'events.sqlite'));
+  db.prepare('UPDATE events SET recorded_at = ? WHERE stream = ?').run(new Date(Date.now() + 86_400_000).toISOString(), reservationStream('username', 'ahead-of-time'));
+  db.close();
+  s = await startTestServer({ DATA_DIR: dirs[0], ADMIN_TOKEN: 'admin-secret' });
+  dirs.push(s.dataDir);
+  const signup = await s.api('POST', '/api/auth/social/', { body: { username: 'ahead-of-time', email: 'ahead-of-time@example.com', password1: 'Secret-pw-3', password2: 'Secret-pw-3' } });
+  expect(signup.status).toBe(201);
 });

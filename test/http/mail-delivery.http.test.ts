@@ -5,6 +5,7 @@
  */
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { openDatabase } from '../../infra/sqlite/driver.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 
@@ -63,5 +64,33 @@ it('a message the outbox cannot file (our own disk at fault) is deferred and fil
     expect(files.filter((f) => f.endsWith('.tmp'))).toEqual([]);
   } finally {
     await local.close();
+  }
+}, 30_000);
+
+it('a retry recorded for a time far ahead (a clock set back since) waits no longer than its backoff', async () => {
+  let greylisting = true;
+  const sink = await startSmtpSink(0, { refuseRcpt: () => (greylisting ? { code: 451, message: '4.7.1 greylisted, try later' } : null) });
+  let local = await startTestServer({ SMTP_RELAY_URL: sink.url });
+  const dataDir = local.dataDir;
+  try {
+    const u = await local.signUp();
+    const sender = (await local.api('POST', '/api/identities/', { token: u.access, body: { name: 'Clock sender' } })).body as { uuid: string };
+    const sent = await local.api('POST', '/api/email-messages/compose/', { token: u.access, identity: sender.uuid, body: { to: 'later@greylist.example', subject: 'retried in time', body: '<p>x</p>' } });
+    const stream = `delivery-${sent.body.uuid}`;
+    for (let i = 0; i < 100 && !(await local.runtime.events.readStream(stream)).length; i++) await new Promise((r) => setTimeout(r, 50));
+    await local.runtime.close();
+    // The deferral was recorded while the clock ran a day ahead; it is right again now.
+    const db = openDatabase(path.join(dataDir, 'events.sqlite'));
+    for (const row of db.prepare("SELECT id, data FROM events WHERE stream = ? AND type = 'EmailDeliveryDeferred'").all(stream) as { id: string; data: string }[]) {
+      db.prepare('UPDATE events SET data = ? WHERE id = ?').run(JSON.stringify({ ...JSON.parse(row.data), retryAt: new Date(Date.now() + 86_400_000).toISOString() }), row.id);
+    }
+    db.close();
+    greylisting = false;
+    local = await startTestServer({ DATA_DIR: dataDir, SMTP_RELAY_URL: sink.url });
+    await sink.waitFor((m) => m.parsed.subject === 'retried in time', 10_000); // its backoff (2 s), not a day
+  } finally {
+    await local.close();
+    await sink.close();
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }, 30_000);

@@ -4,6 +4,7 @@
  * sorting rules (type bracketing, null = missing, BSON type order) on the read-store
  * contract's own data: every page walk must return each document once, in order.
  */
+import { jest } from '@jest/globals';
 import type { Doc, Query } from '../../infra/ports/read-store.js';
 import {
   collectionName,
@@ -242,6 +243,25 @@ describe('MongoDB rate limiter decisions', () => {
       expect(evaluateWindow(log, t, 3, 60, false)).toEqual(await memory.peek('k', 3, 60));
     }
     memory.close();
+  });
+
+  it('a wall clock set back never makes a lockout longer than its window (the memory limiter counts on a monotonic clock)', async () => {
+    const memory = createMemoryRateLimiter();
+    for (let i = 0; i < 3; i++) await memory.hit('login', 3, 900);
+    const real = Date.now();
+    const wall = jest.spyOn(Date, 'now');
+    try {
+      for (const step of [-86_400_000, -3_600_000, 86_400_000]) {
+        wall.mockReturnValue(real + step);
+        const locked = await memory.peek('login', 3, 900);
+        expect([step, locked.allowed, locked.retryAfter <= 900, locked.retryAfter >= 899]).toEqual([step, false, true, true]);
+      }
+    } finally {
+      wall.mockRestore();
+      memory.close();
+    }
+    // Shared (wall-clock) logs: a hit recorded ahead of now counts, for at most the window.
+    expect(evaluateWindow([1_000_000 + 86_400_000], 1_000_000, 1, 60, false)).toEqual({ allowed: false, retryAfter: 60, remaining: 0 });
   });
 
   it('bounds the stored log with a pipeline that appends only under the limit', () => {

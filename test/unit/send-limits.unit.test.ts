@@ -86,4 +86,20 @@ describe('send limits', () => {
     expect((await limits.check('outbox-d', now)).full?.window.label).toBe('hour'); // both sends seen
     expect(read() - before).toBe(2); // outbox-d was dropped: read back (newest 3 at most)
   });
+  it('keeps counting sends across clock steps: a clock briefly ahead drops nothing, a send recorded ahead of now never makes a wait longer than the window', async () => {
+    const store = createMemoryEventStore();
+    const limits = createSendLimits({ events: store, windows });
+    await sent(store, 'outbox-c', now - 60_000);
+    await sent(store, 'outbox-c', now - 30_000);
+    // The clock runs a day ahead for one check (a bad NTP source): by it, both sends are old.
+    expect((await limits.check('outbox-c', now + DAY)).full).toBeNull();
+    // Corrected: they count again (they were not dropped from what is held).
+    expect((await limits.check('outbox-c', now)).full).toMatchObject({ window: { label: 'hour' } });
+    // Sends recorded while the clock was an hour ahead, now set back: full, for an hour at most.
+    await sent(store, 'outbox-d', now + HOUR);
+    await sent(store, 'outbox-d', now + HOUR + 1);
+    const full = (await limits.check('outbox-d', now)).full!;
+    expect(full.window.label).toBe('hour');
+    expect(full.freesAt - now).toBeLessThanOrEqual(HOUR);
+  });
 });
