@@ -230,13 +230,22 @@ export function createProjectionRunner(deps: {
    * waiting: nothing was committed, and the next start replays from the checkpoint.
    */
   async function commitWhenPossible(name: string, position: string, changes: Change[]): Promise<boolean> {
+    const since = performance.now();
+    let told = since;
     for (let attempt = 0; ; attempt++) {
       try {
         await readStore.commit(name, position, changes);
+        if (attempt > 0) logger.info({ projection: name, position, stalledMs: Math.round(performance.now() - since) }, 'read models written again');
         return true;
       } catch (error) {
         if (!isStorageFault(error)) throw error;
         if (attempt === 0) logger.warn({ err: error, projection: name, position }, 'read models cannot be written (storage full?); retrying until they can');
+        else if (performance.now() - told >= 60_000) {
+          // Still refused a minute later: a full disk nobody freed, or a failing one (SQLite
+          // reports EIO as a refused write too). Said louder, once a minute.
+          told = performance.now();
+          logger.error({ err: error, projection: name, position, stalledMs: Math.round(told - since) }, 'read models still cannot be written');
+        }
         for (let waited = 0, delay = Math.min(1_000, 50 * 2 ** attempt); waited < delay; waited += 50) {
           if (stopped) return false;
           await new Promise((resolve) => setTimeout(resolve, 50));

@@ -38,8 +38,9 @@
  * pack, at most {@link MAX_OPEN_PACKS} of them open (least recently read closed first).
  *
  * Recovery (start): each pack's idx is loaded if its checksum holds; a pack without a valid
- * idx, or longer than its idx says, is scanned: records are verified against their SHA-256
- * and the first torn or invalid one ends the scan (it was never acknowledged). Every pack
+ * idx, or longer than its idx says, is scanned: records are verified against their SHA-256;
+ * a torn tail (never acknowledged) ends the scan, a damaged record in the middle is skipped
+ * to the next one that verifies. Every pack
  * found at start is sealed (its idx written when the scan found anything new) and appends
  * always go to a NEW pack, so nothing is ever appended after a torn tail.
  *
@@ -112,20 +113,31 @@ async function writeDurably(tmp: string, content: Uint8Array, target: string): P
  * damaged file (a flipped bit, a truncation) is an error, never other bytes served as the blob.
  */
 function verified(key: string, content: Buffer): Buffer {
-  if (sha256(content).toString('hex') !== key) throw new Error(`blob ${key} is damaged: its content no longer matches its key`);
+  if (sha256(content).toString('hex') !== key) throw damaged(key);
   return content;
 }
 
-/** The same check for a streamed blob: the stream fails at its end instead of ending normally. */
+/** `code: 'blob_damaged'`: a caller that can do without the blob tells it from other failures. */
+const damaged = (key: string) => Object.assign(new Error(`blob ${key} is damaged: its content no longer matches its key`), { code: 'blob_damaged' });
+
+/**
+ * The same check for a streamed blob. The newest chunk is held back until the end: a damaged
+ * blob fails its stream before its last bytes, so a reader (an HTTP answer with the blob's
+ * length) never receives the whole length, and cannot take it for the blob.
+ */
 function verifying(key: string): Transform {
   const hash = createHash('sha256');
+  let held: Buffer | null = null;
   return new Transform({
     transform(chunk: Buffer, _encoding, done) {
       hash.update(chunk);
-      done(null, chunk);
+      const previous = held;
+      held = chunk;
+      done(null, previous ?? undefined);
     },
     flush(done) {
-      done(hash.digest('hex') === key ? null : new Error(`blob ${key} is damaged: its content no longer matches its key`));
+      if (hash.digest('hex') !== key) return done(damaged(key));
+      done(null, held ?? undefined);
     },
   });
 }
@@ -225,21 +237,29 @@ function searchIndex(index: PackIndex, key: Buffer): Loc | null {
 }
 
 /**
- * Verifies the records of `data` (pack bytes from `base`), adding each to `into`; stops at
- * the first torn or invalid one. Returns the number of valid bytes.
+ * Verifies the records of `data` (pack bytes from `base`), adding each to `into`. An invalid
+ * one is a torn tail (never acknowledged) or a damaged record (a flipped bit on disk): the
+ * scan goes on at the next record that verifies, so one damaged record does not hide the
+ * ones after it (a record's SHA-256 makes a false match there practically impossible).
+ * Returns the end of the last valid record (bytes from `base`).
  */
 function scanRecords(data: Buffer, base: number, into: Map<string, Loc>): number {
   let at = 0;
+  let end = 0;
   while (at + HEADER <= data.length) {
-    if (!data.subarray(at, at + 4).equals(MAGIC)) break;
-    const length = data.readUInt32BE(at + 36);
-    if (length > PACK_MAX_BLOB || at + HEADER + length > data.length) break;
+    const length = data.subarray(at, at + 4).equals(MAGIC) ? data.readUInt32BE(at + 36) : -1;
     const key = data.subarray(at + 4, at + 36);
-    if (!sha256(data.subarray(at + HEADER, at + HEADER + length)).equals(key)) break;
-    into.set(key.toString('hex'), { offset: base + at + HEADER, length });
-    at += HEADER + length;
+    if (length >= 0 && length <= PACK_MAX_BLOB && at + HEADER + length <= data.length && sha256(data.subarray(at + HEADER, at + HEADER + length)).equals(key)) {
+      into.set(key.toString('hex'), { offset: base + at + HEADER, length });
+      at += HEADER + length;
+      end = at;
+      continue;
+    }
+    const next = data.indexOf(MAGIC, at + 1);
+    if (next < 0) break;
+    at = next;
   }
-  return at;
+  return end;
 }
 
 export interface FsBlobStoreOptions {
@@ -761,7 +781,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
       const found = await find(key);
       if (!found) return null;
       if ('packed' in found) return { size: found.packed.loc.length, stream: Readable.from([await readPacked(key, found.packed)]) };
-      return { size: found.size, stream: pipeline(createReadStream(found.file), verifying(key), () => {}) }; // an error ends the returned stream with it
+      return { size: found.size, stream: pipeline(createReadStream(found.file), verifying(key), () => {}) }; // an error ends the returned stream with it (its reader reports it)
     },
 
     async has(key) {

@@ -28,7 +28,6 @@ export interface TwilioOptions {
   fetch?: typeof fetch;
 }
 
-
 export function createTwilioPhoneProvider(store: EventStore, o: TwilioOptions): PhoneProvider {
   const doFetch = o.fetch ?? fetch;
   const accountUrl = `${o.apiBaseUrl.replace(/\/+$/, '')}/2010-04-01/Accounts/${encodeURIComponent(o.accountSid)}`;

@@ -18,7 +18,10 @@
  *   prototype); no BigInt, no pluck/raw/safeIntegers modes;
  * - `transaction(fn)`: BEGIN IMMEDIATE … COMMIT (ROLLBACK on throw); called inside another
  *   transaction it runs in a SAVEPOINT that alone rolls back on throw;
- * - a 5 s busy timeout (better-sqlite3's default) on every connection.
+ * - a 5 s busy timeout (better-sqlite3's default) on every connection;
+ * - errors name SQLite's result in `code` (`SQLITE_FULL`, `SQLITE_CONSTRAINT_UNIQUE`, ...),
+ *   as better-sqlite3's do; node:sqlite says `ERR_SQLITE_ERROR` with a number (`errcode`),
+ *   and callers tell a full disk from a bug by the name (services/kernel/faults.ts).
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -54,6 +57,28 @@ export function openDatabase(file, options = {}) {
   return wrap(conn);
 }
 
+/** SQLite's primary result codes by number (https://sqlite.org/rescode.html). */
+const PRIMARY = ['OK', 'ERROR', 'INTERNAL', 'PERM', 'ABORT', 'BUSY', 'LOCKED', 'NOMEM', 'READONLY', 'INTERRUPT', 'IOERR', 'CORRUPT', 'NOTFOUND', 'FULL', 'CANTOPEN', 'PROTOCOL', 'EMPTY', 'SCHEMA', 'TOOBIG', 'CONSTRAINT', 'MISMATCH', 'MISUSE', 'NOLFS', 'AUTH', 'FORMAT', 'RANGE', 'NOTADB', 'NOTICE', 'WARNING'];
+/** The extended codes callers tell apart (the rest go by their primary code). */
+const EXTENDED = { 778: 'IOERR_WRITE', 1034: 'IOERR_FSYNC', 1555: 'CONSTRAINT_PRIMARYKEY', 2067: 'CONSTRAINT_UNIQUE', 787: 'CONSTRAINT_FOREIGNKEY', 1299: 'CONSTRAINT_NOTNULL' };
+
+/**
+ * Runs a node:sqlite call, naming SQLite's result in a failure's `code` as better-sqlite3 does.
+ * @template T @param {() => T} call @returns {T}
+ */
+function named(call) {
+  try {
+    return call();
+  } catch (err) {
+    const e = /** @type {{ code?: string, errcode?: number }} */ (err);
+    if (e && e.code === 'ERR_SQLITE_ERROR' && typeof e.errcode === 'number') {
+      const name = /** @type {Record<number, string>} */ (EXTENDED)[e.errcode] ?? PRIMARY[e.errcode & 0xff];
+      if (name) e.code = `SQLITE_${name}`;
+    }
+    throw err;
+  }
+}
+
 /** @param {string} file @param {OpenOptions} options @returns {Connection} */
 function openNodeSqlite(file, options) {
   /** @type {typeof import('node:sqlite')} */
@@ -64,16 +89,16 @@ function openNodeSqlite(file, options) {
   }
   const db = new DatabaseSync(file, { readOnly: Boolean(options.readonly), timeout: BUSY_TIMEOUT_MS });
   return {
-    exec: (sql) => db.exec(sql),
+    exec: (sql) => named(() => db.exec(sql)),
     prepare(sql) {
-      const stmt = db.prepare(sql);
+      const stmt = named(() => db.prepare(sql));
       return {
         run: (...params) => {
-          const { changes, lastInsertRowid } = stmt.run(...params);
+          const { changes, lastInsertRowid } = named(() => stmt.run(...params));
           return { changes: Number(changes), lastInsertRowid: Number(lastInsertRowid) };
         },
-        get: (...params) => stmt.get(...params),
-        all: (...params) => stmt.all(...params),
+        get: (...params) => named(() => stmt.get(...params)),
+        all: (...params) => named(() => stmt.all(...params)),
         iterate: (...params) => stmt.iterate(...params),
       };
     },

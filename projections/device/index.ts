@@ -17,6 +17,7 @@ import {
   DeviceAuthorizationRequested,
   type ApprovedData,
   type DeniedData,
+  type IntervalIncreasedData,
   type RedeemedData,
   type RequestedData,
 } from '../../services/device/events.js';
@@ -68,7 +69,7 @@ export const deviceProjection: Projection = {
           if (!doc) return doc;
           switch (e.type) {
             case DeviceAuthorizationIntervalIncreased:
-              return { ...doc, interval: (e.data as { interval: number }).interval };
+              return { ...doc, interval: (e.data as IntervalIncreasedData).interval };
             case DeviceAuthorizationApproved:
             case DeviceAuthorizationDenied: {
               const d = e.data as ApprovedData | DeniedData;

@@ -8,8 +8,8 @@ import { validator } from '../gateway/validate.js';
 import { normalUsername } from '../accounts/service.js';
 import { html } from '../gateway/html.js';
 import { fieldErrors, describedBy } from './html.js';
-import { resetCurrentSession } from '../gateway/web-session.js';
-import { fieldsOf, redirect, str, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { fieldsOf, str, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { resetCurrentSession, seeOther } from '../gateway/web-session.js';
 
 const v = {
   passwordChange: validator<{ new_password1: string; new_password2: string }>('accounts.json#PasswordChange'),
@@ -81,7 +81,7 @@ ${fieldErrors(pwErrors, 'new_password2')}
     } catch (err) {
       return accountPage(ctx, s, refused, fieldsOf(err), values);
     }
-    redirect(ctx, '/account?saved=1');
+    seeOther(ctx, '/account?saved=1');
   });
   r.post('/account/resend-verification', async (ctx) => {
     const s = await requireSession(ctx);
@@ -90,7 +90,7 @@ ${fieldErrors(pwErrors, 'new_password2')}
     if (!f) return;
     // Same rules as POST /api/auth/social/resend-email/ (no-op once verified; throttled per account).
     await accounts.resendVerification(str(ctx.state.dashboardUser.email));
-    redirect(ctx, '/account?sent=1');
+    seeOther(ctx, '/account?sent=1');
   });
   r.post('/account/password', async (ctx) => {
     const s = await requireSession(ctx);
@@ -108,7 +108,7 @@ ${fieldErrors(pwErrors, 'new_password2')}
     const user = await accounts.getUser(s.userPk);
     await signIn(ctx, user);
     resetCurrentSession(ctx);
-    redirect(ctx, '/account?changed=1');
+    seeOther(ctx, '/account?changed=1');
   });
 
   const forgotPage = (ctx: Context, flash: Flash = null, status = 200) =>

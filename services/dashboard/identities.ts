@@ -10,7 +10,8 @@ import { OUTBOX } from '../mail/events.js';
 import { html, Safe } from '../gateway/html.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
 import { addr } from './mail.js';
-import { api, apiErrors, errorText, redirect, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { api, apiErrors, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { seeOther } from '../gateway/web-session.js';
 
 /**
  * At the end of the link of an unread thread or conversation: its bold row says nothing to a
@@ -162,7 +163,7 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
     if (values.email_identifier) payload.email_identifier = values.email_identifier;
     if (values.provision_phone) payload.provision_phone = true;
     const a = await api(ctx, s, 'POST', '/api/identities/', { body: payload });
-    if (a.status === 201) return redirect(ctx, `/identities/${str(a.body.uuid)}?created=1`);
+    if (a.status === 201) return seeOther(ctx, `/identities/${str(a.body.uuid)}?created=1`);
     if (a.status === 402) return homePage(ctx, s, { kind: 'error', text: `Your plan does not allow this: ${errorText(a)}` }, null, values);
     // Each error once: next to its field (the flash says so), or, about no field, in the flash alone.
     const errors = apiErrors(a, ['name', 'email_identifier', 'provision_phone']);
@@ -182,7 +183,7 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
     const f = await form(ctx, s);
     if (!f) return;
     const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name: (f.name ?? '').trim() } });
-    if (a.status === 200) return redirect(ctx, `/identities/${id}?renamed=1`);
+    if (a.status === 200) return seeOther(ctx, `/identities/${id}?renamed=1`);
     const errors = apiErrors(a, ['name']);
     await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors);
   });
@@ -193,7 +194,7 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
     const f = await form(ctx, s);
     if (!f) return;
     const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
-    if (current.status !== 200) return redirect(ctx, '/');
+    if (current.status !== 200) return seeOther(ctx, '/');
     if (nameKey(f.confirm ?? '') !== nameKey(str(current.body.name))) {
       return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the name of the identity to confirm.'] });
     }

@@ -6,7 +6,8 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
 import { fmtDate, tableRegion } from './html.js';
-import { api, errorText, redirect, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
+import { api, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
+import { seeOther } from '../gateway/web-session.js';
 
 export function keyRoutes(r: Router, kit: PageKit): void {
   const { send, hidden, requireSession, form } = kit;
@@ -124,6 +125,6 @@ ${identities.length
     if (!f) return;
     const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
     if (a.status !== 204) return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, 400);
-    redirect(ctx, '/keys?revoked=1');
+    seeOther(ctx, '/keys?revoked=1');
   });
 }

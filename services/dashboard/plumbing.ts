@@ -49,8 +49,6 @@ export function errorText(answer: ApiAnswer): string {
   return `The request failed (HTTP ${answer.status}).`;
 }
 
-/** Every page redirect: 303, never stored. */
-export const redirect = seeOther;
 
 /** Calls the gateway's own API over loopback with the session cookie as the credential. */
 export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string } = {}): Promise<ApiAnswer> {
@@ -139,7 +137,7 @@ export function pageKit(shared: Shared, web: WebSignIn) {
   /** The signed-in session, or a redirect to the sign-in page (null: already answered). */
   async function requireSession(ctx: Context): Promise<DashboardSession | null> {
     const s = await session(ctx);
-    if (!s) redirect(ctx, (ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
+    if (!s) seeOther(ctx, (ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
     return s;
   }
 

@@ -7,8 +7,8 @@ import { validator } from '../gateway/validate.js';
 import { normalUsername } from '../accounts/service.js';
 import { html } from '../gateway/html.js';
 import { fieldErrors, describedBy } from './html.js';
-import { safeReturnPath } from '../gateway/web-session.js';
-import { fieldsOf, redirect, type Errors, type PageKit } from './plumbing.js';
+import { fieldsOf, type Errors, type PageKit } from './plumbing.js';
+import { safeReturnPath, seeOther } from '../gateway/web-session.js';
 
 const v = {
   register: validator<{ username: string; email: string; password1: string; password2: string }>('accounts.json#Register'),
@@ -48,7 +48,7 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
 
   r.get('/login', async (ctx) => {
     const next = safeReturnPath(ctx.query.next);
-    if (await session(ctx)) return redirect(ctx, next ?? '/');
+    if (await session(ctx)) return seeOther(ctx, next ?? '/');
     await loginPage(ctx, '', ctx.query.signed_out === '1' ? { kind: 'ok', text: 'You are signed out.' } : null, 200, next);
   });
   r.post('/login', (ctx) => web.passwordLogin(ctx));
@@ -57,7 +57,7 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
   // `next`: the return path of the sign-in page that linked here (validated again at each step).
   r.get('/register', async (ctx) => {
     const next = safeReturnPath(ctx.query.next);
-    if (await session(ctx)) return redirect(ctx, next ?? '/');
+    if (await session(ctx)) return seeOther(ctx, next ?? '/');
     registerPage(ctx, {}, null, next);
   });
   r.post('/register', async (ctx) => {
@@ -73,7 +73,7 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
     } catch (err) {
       return registerPage(ctx, values, fieldsOf(err), next);
     }
-    redirect(ctx, next ?? '/');
+    seeOther(ctx, next ?? '/');
   });
 
   r.post('/logout', async (ctx) => {
@@ -81,6 +81,6 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
     const f = await form(ctx, s);
     if (!f) return;
     await web.endSession(ctx, s, 'logout');
-    redirect(ctx, '/login?signed_out=1'); // POST-redirect-GET: a reload does not post again
+    seeOther(ctx, '/login?signed_out=1'); // POST-redirect-GET: a reload does not post again
   });
 }

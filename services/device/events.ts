@@ -43,6 +43,13 @@ export interface RequestedData {
   at: string;
 }
 
+export interface IntervalIncreasedData {
+  deviceAuthId: string;
+  /** The new minimum polling interval, seconds (RFC 8628 §3.5 slow_down: +5). */
+  interval: number;
+  at: string;
+}
+
 export interface ApprovedData {
   deviceAuthId: string;
   userPk: number;

@@ -24,7 +24,7 @@ import { body } from '../gateway/http.js';
 import type { UserDoc } from '../../projections/users/index.js';
 import { strictCsp, type WebSignIn } from '../dashboard/sign-in.js';
 import type { Safe } from '../gateway/html.js';
-import type { WebSession } from '../gateway/web-session.js';
+import { seeOther, type WebSession } from '../gateway/web-session.js';
 import { formatUserCode, normalizeUserCode } from './codes.js';
 import { approvePage, enterCodePage, resultPage, type Notice } from './html.js';
 import type { DeviceService } from './service.js';
@@ -57,11 +57,6 @@ export function devicePage(deps: DevicePageDeps) {
 
   const displayName = (u: UserDoc) => (u.email ? `${u.username} (${u.email})` : u.username);
   const str = (v: unknown) => (typeof v === 'string' ? v : '');
-  const redirect = (ctx: Context, location: string) => {
-    ctx.set('Cache-Control', 'no-store');
-    ctx.redirect(location);
-    ctx.status = 303;
-  };
   const backTo = (userCode: string | null) => (userCode ? `/device?user_code=${encodeURIComponent(userCode)}` : '/device');
   /** The return path of a form that names a user code. */
   const returnPathOf = (raw: unknown) => {
@@ -102,7 +97,7 @@ export function devicePage(deps: DevicePageDeps) {
       }
     }
     await web.endSession(ctx, who?.session ?? null, 'device_page_logout');
-    redirect(ctx, back);
+    seeOther(ctx, back);
   }
 
   async function decide(ctx: Context, action: 'approve' | 'deny'): Promise<void> {

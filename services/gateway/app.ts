@@ -109,8 +109,15 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
 
   app.use(router.routes());
 
-  // Errors were answered by the edge middleware; Koa's own handler stays silent.
+  // Errors were answered by the edge middleware; Koa's own handler stays silent. What Koa
+  // reports is what failed after the middleware was done: a body stream that broke off (a
+  // damaged blob). Once the answer has started, the client must see a broken transfer, not
+  // wait for the rest of a response that will never end (Koa leaves it open).
   app.silent = true;
+  app.on('error', (err: Error & { headerSent?: boolean }, ctx?: Context) => {
+    log.error({ err, req_id: ctx?.state.requestId, path: ctx?.path }, 'answer failed after it started');
+    if (err.headerSent && ctx && !ctx.res.writableEnded) ctx.res.destroy(err);
+  });
   const routeTable: RouteTable = router.stack.flatMap((layer) =>
     layer.methods.filter((m) => m !== 'HEAD').map((method) => ({ method: method.toLowerCase(), path: String(layer.path) })),
   );

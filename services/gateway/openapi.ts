@@ -127,7 +127,8 @@ export function buildOpenApi(): Record<string, unknown> {
         ...(responseSchema ? { content: { [contentType]: { schema: responseSchema } } } : {}),
       };
       const responses: Record<string, unknown> = { [status]: success };
-      if (op.alsoStatus) responses[String(op.alsoStatus)] = success;
+      // The other success answers the same body; a Location names only what was created.
+      if (op.alsoStatus) responses[String(op.alsoStatus)] = op.location ? { ...success, headers: undefined } : success;
       // Statuses every operation of a kind can answer: bad query/paging and bodies (400), bodies
       // over 1 MiB (413) or of a media type not taken (415); with credentials, a missing or bad
       // one (401), an identity named twice (400), and where user credentials are taken an

@@ -16,7 +16,7 @@
  * position); cluster, Kafka, where each EmailQueued is reported settled only when its job
  * has an outcome, so the committed offset is the same low-water mark.
  */
-import { streamName, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamName, streamPrefix, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/mailer.js';
 import type { EventFeed } from '../../infra/ports/event-feed.js';
@@ -269,6 +269,6 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
 
   return createReactor(
     { events, reads, feed, log },
-    { checkpoint: CHECKPOINT, group: DELIVERY_GROUP, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [`${OUTBOX}-`] }, concurrency, job: deliver },
+    { checkpoint: CHECKPOINT, group: DELIVERY_GROUP, filter: { eventTypes: [EMAIL_QUEUED], streamPrefixes: [streamPrefix(OUTBOX)] }, concurrency, job: deliver },
   );
 }

@@ -336,7 +336,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
       r.put('/api/email-attachments/:uuid/upload/', async (ctx) => {
         const id = String(ctx.params.uuid).toLowerCase();
         if (!isUuid(id)) throw notFound('Attachment not found.');
-        mail.checkUploadSignature(id, ctx.query.expires, ctx.query.signature);
+        mail.checkUploadSignature(id, queryParam(ctx, 'expires'), queryParam(ctx, 'signature'));
         const { presigned, revision, uploaded } = await mail.pendingUpload(id);
         if (uploaded) throw new ApiError(409, 'already_uploaded', 'This attachment was already uploaded.');
         const type = baseType(ctx.get('content-type'));

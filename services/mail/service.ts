@@ -214,10 +214,13 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   async function bodiesOf(m: { text: string | null; html: string | null; textBlob?: string | null; htmlBlob?: string | null }): Promise<{ text: string | null; html: string | null }> {
     const load = async (inline: string | null, blob: string | null | undefined) => {
       if (!blob) return inline;
-      const content = await blobs.get(blob);
-      // Lost from the blob store (deleted or damaged files): the rest of the message is still
-      // worth showing, but the loss must not pass unnoticed.
-      if (!content) platform.logger.error({ blob }, 'mail body missing from the blob store');
+      // Lost from the blob store (a deleted or damaged file): the rest of the message (and of
+      // a list holding it) is still worth showing, but the loss must not pass unnoticed.
+      const content = await blobs.get(blob).catch((err: { code?: string }) => {
+        if (err.code !== 'blob_damaged') throw err;
+        return null;
+      });
+      if (!content) platform.logger.error({ blob }, 'mail body missing or damaged in the blob store');
       return content?.toString('utf8') ?? null;
     };
     const [text, html] = await Promise.all([load(m.text, m.textBlob), load(m.html, m.htmlBlob)]);

@@ -64,7 +64,6 @@ function pathUuid(ctx: Context, missing: string): string {
 const NO_ENTRY = 'Password entry not found.';
 const NO_SECRET = 'Secret not found.';
 
-
 /** Query of generate_password: `length` (8-128, default 20) and one flag per character class (default true). */
 function generateOptions(ctx: Context): { length: number; classes: CharacterClass[] } {
   const errors: FieldErrors = {};
@@ -146,7 +145,7 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       r.get('/api/passwords/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
         const doc = await vault.getEntry(identityId, pathUuid(ctx, NO_ENTRY));
-        if (!doc) throw notFound('Password entry not found.');
+        if (!doc) throw notFound(NO_ENTRY);
         ctx.body = toPasswordEntry(doc);
       });
 
@@ -196,7 +195,7 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       r.get('/api/vault/:uuid/', async (ctx) => {
         const { identityId } = await deps.auth().identity(ctx);
         const doc = await vault.getSecret(identityId, pathUuid(ctx, NO_SECRET));
-        if (!doc) throw notFound('Secret not found.');
+        if (!doc) throw notFound(NO_SECRET);
         ctx.body = toSecret(doc);
       });
 

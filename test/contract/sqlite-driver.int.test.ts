@@ -140,3 +140,9 @@ it('should close once and report it', () => {
   expect(() => other.close()).not.toThrow();
   expect(() => other.prepare('SELECT 1')).toThrow();
 });
+
+it("should name SQLite's result in an error's code, as better-sqlite3 does (a full disk is told from a bug by it)", () => {
+  db.prepare('INSERT INTO t (k) VALUES (?)').run('a');
+  expect(() => db.prepare('INSERT INTO t (k) VALUES (?)').run('a')).toThrow(expect.objectContaining({ code: 'SQLITE_CONSTRAINT_UNIQUE' }));
+  expect(() => db.exec('SELECT * FROM no_such_table')).toThrow(expect.objectContaining({ code: 'SQLITE_ERROR' }));
+});

@@ -376,3 +376,25 @@ describe('fs blob store reads', () => {
     await expect(drain(opened!.stream)).rejects.toThrow(/damaged/);
   });
 });
+
+describe('fs blob store recovery past damage', () => {
+  it('a damaged record in the middle of a pack without idx hides only itself, not the blobs after it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobd-'));
+    try {
+      const blobs = createFsBlobStore({ dir }); // never closed: its pack has no idx (as after a crash)
+      const contents = ['first blob', 'second blob, to be damaged', 'third blob'].map((t) => Buffer.from(t));
+      for (const c of contents) await blobs.put(c);
+      const pack = path.join(dir, 'packs', packsOf(dir)[0]);
+      const bytes = fs.readFileSync(pack);
+      bytes[bytes.indexOf(contents[1]) + 2] ^= 0xff;
+      fs.writeFileSync(pack, bytes);
+
+      const reopened = createFsBlobStore({ dir });
+      await expectStored(reopened, contents[0]);
+      expect(await reopened.has(sha(contents[1]))).toBe(false);
+      await expectStored(reopened, contents[2]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
