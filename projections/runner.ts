@@ -239,6 +239,7 @@ export function createProjectionRunner(deps: {
         return true;
       } catch (error) {
         if (!isStorageFault(error)) throw error;
+        if (stopped) return false; // the last flush of a stop: the next start replays it
         if (attempt === 0) logger.warn({ err: error, projection: name, position }, 'read models cannot be written (storage full?); retrying until they can');
         else if (performance.now() - told >= 60_000) {
           // Still refused a minute later: a full disk nobody freed, or a failing one (SQLite

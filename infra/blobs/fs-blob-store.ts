@@ -240,21 +240,26 @@ function searchIndex(index: PackIndex, key: Buffer): Loc | null {
  * Verifies the records of `data` (pack bytes from `base`), adding each to `into`. An invalid
  * one is a torn tail (never acknowledged) or a damaged record (a flipped bit on disk): the
  * scan goes on at the next record that verifies, so one damaged record does not hide the
- * ones after it (a record's SHA-256 makes a false match there practically impossible).
+ * ones after it (a record's SHA-256 makes a false match there practically impossible). The
+ * search is bounded: bytes that only look like records (a blob's content may hold many fake
+ * headers) may cost at most about twice the data in hashing, then the rest counts as torn.
  * Returns the end of the last valid record (bytes from `base`).
  */
 function scanRecords(data: Buffer, base: number, into: Map<string, Loc>): number {
   let at = 0;
   let end = 0;
+  let budget = 2 * data.length + PACK_MAX_BLOB; // bytes hashed for candidates that fail
   while (at + HEADER <= data.length) {
     const length = data.subarray(at, at + 4).equals(MAGIC) ? data.readUInt32BE(at + 36) : -1;
     const key = data.subarray(at + 4, at + 36);
-    if (length >= 0 && length <= PACK_MAX_BLOB && at + HEADER + length <= data.length && sha256(data.subarray(at + HEADER, at + HEADER + length)).equals(key)) {
+    const fits = length >= 0 && length <= PACK_MAX_BLOB && at + HEADER + length <= data.length;
+    if (fits && sha256(data.subarray(at + HEADER, at + HEADER + length)).equals(key)) {
       into.set(key.toString('hex'), { offset: base + at + HEADER, length });
       at += HEADER + length;
       end = at;
       continue;
     }
+    if (fits && (budget -= length) < 0) break;
     const next = data.indexOf(MAGIC, at + 1);
     if (next < 0) break;
     at = next;

@@ -41,6 +41,9 @@ const API_HEADERS = { ...SECURITY_HEADERS, 'Cache-Control': 'no-store', 'Content
 /** Pages (dashboard, /device) set their own Content-Security-Policy. */
 const PAGE_HEADERS = SECURITY_HEADERS;
 
+/** What a socket says when the client went away before the answer was all sent. */
+const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE']);
+
 /** Every route served: method and path (the OpenAPI coverage test reads it). */
 export type RouteTable = Array<{ method: string; path: string }>;
 
@@ -113,8 +116,12 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   // reports is what failed after the middleware was done: a body stream that broke off (a
   // damaged blob). Once the answer has started, the client must see a broken transfer, not
   // wait for the rest of a response that will never end (Koa leaves it open).
+  // A client that goes away mid-answer (a dropped download, a closed stream) is reported here
+  // too: that is no failure of ours, and says nothing worth a log line.
   app.silent = true;
-  app.on('error', (err: Error & { headerSent?: boolean }, ctx?: Context) => {
+  app.on('error', (err: Error & { headerSent?: boolean; code?: string }, ctx?: Context) => {
+    if (CLIENT_GONE.has(err.code ?? '') || ctx?.state.failedAfterStart) return;
+    if (ctx) ctx.state.failedAfterStart = true; // one line per answer (the socket reports it again)
     log.error({ err, req_id: ctx?.state.requestId, path: ctx?.path }, 'answer failed after it started');
     if (err.headerSent && ctx && !ctx.res.writableEnded) ctx.res.destroy(err);
   });

@@ -402,6 +402,32 @@ describe('durability', () => {
     expect(await svc.exited).toBe(0);
   }, 90_000);
 
+  it('a client that drops a download or a stream midway is no error in the log', async () => {
+    const smtpPort = await freePort();
+    const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' });
+    try {
+      expect((await post(`${svc.url}/api/auth/social/`, { username: 'dropper', email: 'dropper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+      const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'dropper', password: 'pw' })).json()) as { access: string };
+      const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
+      const identity = (await (await fetch(`${svc.url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: 'Dropper' }) })).json()) as { uuid: string; inbox: string };
+      await nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true }).sendMail({ from: 'a@example.org', to: identity.inbox, subject: 'big', text: 'x', attachments: [{ filename: 'big.bin', content: Buffer.alloc(5_000_000, 3) }] });
+      const list = (await (await fetch(`${svc.url}/api/email-messages/`, { headers: { ...auth, 'x-service-identity': identity.uuid } })).json()) as { attachments: { download_url: string }[] }[];
+      const dropAfterFirstBytes = (url: string, headers: Record<string, string>) =>
+        new Promise<void>((resolve, reject) => {
+          const req = http.get(url, { headers }, (res) => res.once('data', () => (req.destroy(), resolve())));
+          req.on('error', () => {});
+          setTimeout(() => reject(new Error('no bytes')), 10_000);
+        });
+      for (let i = 0; i < 3; i++) await dropAfterFirstBytes(list[0].attachments[0].download_url, { authorization: `Bearer ${access}` });
+      await dropAfterFirstBytes(`${svc.url}/api/events/stream/`, { authorization: `Bearer ${access}`, 'x-service-identity': identity.uuid });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(svc.output()).not.toMatch(/"level":50/);
+    } finally {
+      svc.child.kill('SIGTERM');
+    }
+    expect(await svc.exited).toBe(0);
+  }, 90_000);
+
   it('rebuilding every read model from position 0 gives the same documents as the live ones', async () => {
     const config = loadConfig({ DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0' });
     const logger = pino({ level: 'silent' });
