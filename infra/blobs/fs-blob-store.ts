@@ -52,10 +52,11 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { constants as fsConstants, createReadStream } from 'node:fs';
-import { mkdir, open, readdir, rename, rmdir, stat, readFile, unlink, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, rmdir, stat, readFile, unlink, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable, Transform, pipeline } from 'node:stream';
 import { BLOB_KEY, type BlobRef, type BlobStore } from '../ports/blob-store.js';
+import { fsyncPath, writeFileDurably } from '../durable-file.js';
 
 /** Blobs up to this size go into packs; bigger ones are fsynced in a file of their own. */
 export const PACK_MAX_BLOB = 1024 * 1024;
@@ -77,36 +78,6 @@ const IDX_FINAL = 1;
 const packName = (n: number) => `${String(n).padStart(12, '0')}.pack`;
 const idxName = (n: number) => `${String(n).padStart(12, '0')}.idx`;
 const sha256 = (data: Uint8Array) => createHash('sha256').update(data).digest();
-
-async function fsyncPath(target: string): Promise<void> {
-  const handle = await open(target, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
-/**
- * Writes `content` to `tmp`, fsynced, then renames it to `target` (the caller fsyncs the
- * directory). A failure removes `tmp`: a disk that filled up keeps no partial copies, which
- * would otherwise hold on to the space a retry needs.
- */
-async function writeDurably(tmp: string, content: Uint8Array, target: string): Promise<void> {
-  try {
-    const handle = await open(tmp, 'w', 0o600);
-    try {
-      await handle.writeFile(content);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, target);
-  } catch (err) {
-    await unlink(tmp).catch(() => {});
-    throw err;
-  }
-}
 
 /**
  * A blob's key is the SHA-256 of its content: bytes read back are checked against it, so a
@@ -366,7 +337,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
   }
 
   async function writeIndex(n: number, index: PackIndex): Promise<void> {
-    await writeDurably(path.join(tmpDir, `${idxName(n)}.${randomUUID()}`), index.buf, path.join(packsDir, idxName(n)));
+    await writeFileDurably(path.join(tmpDir, `${idxName(n)}.${randomUUID()}`), index.buf, path.join(packsDir, idxName(n)));
     await fsyncPath(packsDir);
   }
 
@@ -724,7 +695,7 @@ export function createFsBlobStore(options: FsBlobStoreOptions): BlobStore {
     if ((await sizeOf(file)) === content.byteLength) return;
     const dir = path.dirname(file);
     await ensureDir(dir);
-    await writeDurably(path.join(tmpDir, `${key}.${randomUUID()}`), content, file);
+    await writeFileDurably(path.join(tmpDir, `${key}.${randomUUID()}`), content, file);
     await fsyncPath(dir);
   }
 

@@ -4,7 +4,8 @@
  */
 import nodemailer from 'nodemailer';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
-import { chmod, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { chmod, mkdir, readdir, stat, unlink } from 'node:fs/promises';
+import { fsyncPath, writeFileDurably } from '../durable-file.js';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
@@ -176,26 +177,8 @@ async function fileDurably(outboxDir: string, file: string, raw: Buffer): Promis
   // an account).
   await mkdir(outboxDir, { recursive: true, mode: 0o700 });
   await chmod(outboxDir, 0o700);
-  const tmp = `${file}.tmp`;
-  try {
-    const handle = await open(tmp, 'wx', 0o600);
-    try {
-      await handle.writeFile(raw);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, file);
-  } catch (err) {
-    await unlink(tmp).catch(() => {});
-    throw err;
-  }
-  const dir = await open(outboxDir, 'r');
-  try {
-    await dir.sync();
-  } finally {
-    await dir.close();
-  }
+  await writeFileDurably(`${file}.tmp`, raw, file);
+  await fsyncPath(outboxDir);
 }
 
 export function createMailer(options: MailerOptions): Mailer {
