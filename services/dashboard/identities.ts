@@ -10,7 +10,7 @@ import { OUTBOX } from '../mail/events.js';
 import { html, Safe } from '../gateway/html.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
 import { addr } from './mail.js';
-import { api, apiErrors, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { api, apiAll, apiErrors, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { seeOther } from '../gateway/web-session.js';
 
 /**
@@ -23,7 +23,7 @@ export function identityRoutes(r: Router, kit: PageKit): void {
   const { platform, send, hidden, requireSession, form } = kit;
 
   async function homePage(ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> = {}, status = errors ? 400 : 200) {
-    const [ids, sub] = await Promise.all([api(ctx, s, 'GET', '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
+    const [ids, sub] = await Promise.all([apiAll(ctx, s, '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
     const list: any[] = Array.isArray(ids.body) ? ids.body : [];
     const user = ctx.state.dashboardUser;
     send(
@@ -92,11 +92,23 @@ ${ids.status !== 200
     const ident = await api(ctx, s, 'GET', `/api/identities/${id}/`);
     if (ident.status !== 200) return send(ctx, 'Identity', html``, s, { kind: 'error', text: errorText(ident) }, ident.status === 404 ? 404 : 400);
     const i = ident.body;
-    const [threads, convs, usage] = await Promise.all([
-      api(ctx, s, 'GET', '/api/email-inbox/?limit=50', { identity: id }),
-      api(ctx, s, 'GET', '/api/sms-inbox/?limit=50', { identity: id }),
-      emailUsage(id),
-    ]);
+    // Threads and conversations come a page at a time (an inbox may hold thousands): each
+    // list has its own cursor in the page's query, and a link to the next page and back to the newest.
+    const cursors = { threads: str(ctx.query.threads), sms: str(ctx.query.sms) };
+    const pageOf = (path: string, cursor: string) => api(ctx, s, 'GET', `${path}?limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { identity: id });
+    const [threads, convs, usage] = await Promise.all([pageOf('/api/email-inbox/', cursors.threads), pageOf('/api/sms-inbox/', cursors.sms), emailUsage(id)]);
+    const cursorOf = (a: ApiAnswer) => (a.next ? new URLSearchParams(a.next.split('?')[1] ?? '').get('cursor') : null);
+    const pageLink = (list: 'threads' | 'sms', cursor: string | null, text: string) => {
+      const query = new URLSearchParams({ ...cursors, [list]: cursor ?? '' });
+      for (const [k, v] of [...query]) if (!v) query.delete(k);
+      const q = query.toString();
+      return html`<a href="/identities/${id}${q ? `?${q}` : ''}">${text}</a>`;
+    };
+    const pager = (list: 'threads' | 'sms', a: ApiAnswer, older: string) => {
+      const next = cursorOf(a);
+      if (!next && !cursors[list]) return '';
+      return html`<p class="pager">${cursors[list] ? pageLink(list, null, 'Newest') : ''}${cursors[list] && next ? ' · ' : ''}${next ? pageLink(list, next, older) : ''}</p>`;
+    };
     const { emailLimitHour, emailLimitDay } = platform.config;
     const of = (used: number, limit: number) => `${used}${usage.capped ? '+' : ''}${limit > 0 ? ` of ${limit}` : ''}`;
     const threadList: any[] = Array.isArray(threads.body) ? threads.body : [];
@@ -114,6 +126,7 @@ ${threads.status !== 200
     : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
 ${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
+${threads.status === 200 ? pager('threads', threads, 'Older threads') : ''}
 </section>
 <section aria-labelledby="sms-h"><h2 id="sms-h">SMS conversations</h2>
 ${convs.status !== 200
@@ -123,6 +136,7 @@ ${convs.status !== 200
     : tableRegion('SMS conversations', html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
 ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}${Number(c.unread_count) > 0 ? UNREAD : ''}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
+${convs.status === 200 ? pager('sms', convs, 'Older conversations') : ''}
 </section>
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
 <form method="post" action="/identities/${id}/rename" class="card">

@@ -6,7 +6,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
 import { fmtDate, tableRegion } from './html.js';
-import { api, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
+import { api, apiAll, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
 import { seeOther } from '../gateway/web-session.js';
 
 export function keyRoutes(r: Router, kit: PageKit): void {
@@ -14,20 +14,20 @@ export function keyRoutes(r: Router, kit: PageKit): void {
 
   async function keysPage(ctx: Context, s: DashboardSession, minted: { key: string; label: string; kind: string } | null = null, flash: Flash = null, status = 200) {
     const [mgmt, idk, ids] = await Promise.all([
-      api(ctx, s, 'GET', '/api/auth/keys/management/?limit=200'),
-      api(ctx, s, 'GET', '/api/auth/keys/identity/?limit=200'),
-      api(ctx, s, 'GET', '/api/identities/?limit=200'),
+      apiAll(ctx, s, '/api/auth/keys/management/?limit=200'),
+      apiAll(ctx, s, '/api/auth/keys/identity/?limit=200'),
+      apiAll(ctx, s, '/api/identities/?limit=200'),
     ]);
     const identities: any[] = Array.isArray(ids.body) ? ids.body : [];
     const names = new Map(identities.map((i) => [str(i.uuid), str(i.name)]));
-    const table = (answer: ApiAnswer, kind: 'management' | 'identity') => {
+    const table = (answer: ApiAnswer & { capped: boolean }, kind: 'management' | 'identity') => {
       if (answer.status !== 200) return html`<p class="flash error" role="alert">${errorText(answer)}</p>`;
       const rows: any[] = Array.isArray(answer.body) ? answer.body : [];
       if (!rows.length) return html`<p>No ${kind} key.</p>`;
-      return tableRegion(kind === 'management' ? 'Management keys' : 'Identity keys', html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+      return html`${answer.capped ? html`<p class="note">The first ${rows.length} ${kind} keys are shown; the API and the CLI list them all.</p>` : ''}${tableRegion(kind === 'management' ? 'Management keys' : 'Identity keys', html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)}</code></td>${kind === 'identity' ? html`<td>${names.get(str(k.identity ?? k.identity_uuid)) ?? str(k.identity ?? k.identity_uuid)}</td>` : ''}<td>${fmtDate(k.last_used_at)}</td><td>${fmtDate(k.created_dt)}</td>
 <td><form method="get" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline"><button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
-</tbody></table>`);
+</tbody></table>`)}`;
     };
     send(
       ctx,
@@ -66,7 +66,7 @@ ${identities.length
    * Revoke button posts (CSRF) to the same path. A key no longer listed: 404, back to the list.
    */
   async function revokePage(ctx: Context, s: DashboardSession, kind: 'management' | 'identity', id: string) {
-    const list = await api(ctx, s, 'GET', `/api/auth/keys/${kind}/?limit=200`);
+    const list = await apiAll(ctx, s, `/api/auth/keys/${kind}/?limit=200`);
     const k = Array.isArray(list.body) ? (list.body as any[]).find((x) => str(x?.uuid).toLowerCase() === id) : undefined;
     if (list.status !== 200 || !k) {
       const text = list.status !== 200 ? errorText(list) : 'This key does not exist or was already revoked.';

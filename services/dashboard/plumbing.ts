@@ -21,6 +21,8 @@ export type Errors = Record<string, string[]>;
 export interface ApiAnswer {
   status: number;
   body: any;
+  /** A list's next page (path and query of its Link rel="next"), or null. */
+  next: string | null;
 }
 
 export const str = (x: unknown): string => (typeof x === 'string' ? x : '');
@@ -66,7 +68,29 @@ export async function api(ctx: Context, s: DashboardSession, method: string, pat
   } catch {
     parsed = text;
   }
-  return { status: res.status, body: parsed };
+  const link = /<([^>]+)>;\s*rel="next"/.exec(res.headers.get('link') ?? '');
+  const nextUrl = link ? new URL(link[1]) : null;
+  return { status: res.status, body: parsed, next: nextUrl ? `${nextUrl.pathname}${nextUrl.search}` : null };
+}
+
+/** At most this many items of a list are shown whole (more would make a page nobody can use). */
+const WHOLE_LIST_CAP = 5_000;
+
+/**
+ * Every item of an API list, page after page (Link rel="next"): the identities and keys pages
+ * show whole lists, so nothing an account made is out of the dashboard's reach. Stops at the
+ * first refusal (its answer is returned) or at {@link WHOLE_LIST_CAP} items (`capped`).
+ */
+export async function apiAll(ctx: Context, s: DashboardSession, path: string, opts: { identity?: string } = {}): Promise<ApiAnswer & { capped: boolean }> {
+  const items: unknown[] = [];
+  for (let next: string | null = path; next; ) {
+    const page = await api(ctx, s, 'GET', next, opts);
+    if (page.status !== 200 || !Array.isArray(page.body)) return { ...page, capped: false };
+    items.push(...page.body);
+    if (items.length >= WHOLE_LIST_CAP) return { status: 200, body: items, next: page.next, capped: page.next !== null };
+    next = page.next;
+  }
+  return { status: 200, body: items, next: null, capped: false };
 }
 
 /**

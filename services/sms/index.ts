@@ -130,11 +130,17 @@ export const smsContext: ContextFactory = (shared) => {
     r.get('/api/sms-inbox/:conversation_id/', async (ctx) => {
       const identityId = await identityOf(ctx);
       let c = await conversationOf(identityId, ctx.params.conversation_id);
-      if (c.unreadIds.length && (await markOnOpen(ctx, () => markRead(identityId, c.id, c.unreadIds)))) c = await conversationOf(identityId, c.id);
       const page = await reads
         .collection<SmsMessageDoc>(SMS_MESSAGES)
         .find({ where: { identityId, conversationId: c.id }, orderBy: { field: 'seq', direction: 'desc' }, limit: CONVERSATION_MESSAGES });
-      ctx.body = { ...toConversation(c), messages: [...page.items].reverse().map(toMessage) }; // a copy: read-store pages are frozen (shared cache)
+      // Opening marks read what it shows: older unread messages past the latest
+      // CONVERSATION_MESSAGES stay unread (GET /api/messages/?conversation_id= pages to them).
+      const shown = new Set(page.items.map((m) => m.id));
+      const unreadShown = c.unreadIds.filter((m) => shown.has(m));
+      const marked = unreadShown.length > 0 && (await markOnOpen(ctx, () => markRead(identityId, c.id, unreadShown)));
+      if (marked) c = await conversationOf(identityId, c.id);
+      const read = (m: SmsMessageDoc) => (marked && shown.has(m.id) ? { ...m, read: true } : m);
+      ctx.body = { ...toConversation(c), messages: [...page.items].reverse().map((m) => toMessage(read(m))) }; // a copy: read-store pages are frozen (shared cache)
     });
 
     r.get('/api/messages/', async (ctx) => {

@@ -140,6 +140,17 @@ describe('conversations and messages', () => {
     expect(unreadMessages.body.map((m: { body: string }) => m.body)).toEqual(['other peer']);
   });
 
+  it('opening a conversation longer than its latest 500 messages marks only those read', async () => {
+    const long = '+15558880099';
+    for (let i = 0; i < 502; i++) expect((await webhook({ From: long, To: phoneB, Body: `m${i}`, MessageSid: nextSid() })).status).toBe(200);
+    const conv = (await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === long);
+    const opened = await get(`/api/sms-inbox/${conv.conversation_id}/`, idB);
+    expect([opened.body.messages.length, opened.body.messages[0].body, opened.body.messages.every((m: { read: boolean }) => m.read)]).toEqual([500, 'm2', true]);
+    expect(opened.body.unread_count).toBe(2); // m0 and m1 were not shown
+    const unread = await get(`/api/messages/?conversation_id=${conv.conversation_id}&unread=true`, idB);
+    expect(unread.body.map((m: { body: string }) => m.body)).toEqual(['m1', 'm0']);
+  }, 60_000);
+
   it('a new message makes the conversation unread again, in the same conversation', async () => {
     const before = (await get('/api/sms-inbox/', idB)).body.find((c: { peer: string }) => c.peer === peer);
     expect((await webhook({ From: peer, To: phoneB, Body: 'fourth', MessageSid: nextSid() })).status).toBe(200);
