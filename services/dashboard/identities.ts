@@ -33,6 +33,7 @@ export function identityRoutes(r: Router, kit: PageKit): void {
 <section aria-labelledby="sub-h"><h2 id="sub-h">Subscription and usage</h2>${subscription(sub)}</section>
 <section aria-labelledby="ids-h">
 <h2 id="ids-h">Your identities</h2>
+${ids.capped ? html`<p class="note">The first ${list.length} identities are shown; the API and the CLI list them all.</p>` : ''}
 ${ids.status !== 200
   ? html`<p class="flash error" role="alert">${errorText(ids)}</p>`
   : list.length === 0
@@ -126,7 +127,7 @@ ${threads.status !== 200
     : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
 ${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
-${threads.status === 200 ? pager('threads', threads, 'Older threads') : ''}
+${pager('threads', threads, 'Older threads')}
 </section>
 <section aria-labelledby="sms-h"><h2 id="sms-h">SMS conversations</h2>
 ${convs.status !== 200
@@ -136,7 +137,7 @@ ${convs.status !== 200
     : tableRegion('SMS conversations', html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
 ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}${Number(c.unread_count) > 0 ? UNREAD : ''}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
-${convs.status === 200 ? pager('sms', convs, 'Older conversations') : ''}
+${pager('sms', convs, 'Older conversations')}
 </section>
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
 <form method="post" action="/identities/${id}/rename" class="card">
