@@ -11,7 +11,6 @@ import { evaluateWindow, type RateLimiter } from '../ports/rate-limiter.js';
 // The window rule is the port's (evaluateWindow), so both adapters decide alike; hit times
 // here are wall-clock ms (several gateways share them), so a clock set back keeps hits
 // counted longer than their window, though never with a Retry-After beyond it.
-export { evaluateWindow };
 
 /** The pipeline update that prunes the log and appends `now` while under `limit`. */
 export function hitPipeline(now: number, limit: number, windowSeconds: number): Record<string, unknown>[] {

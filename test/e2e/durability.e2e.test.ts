@@ -18,6 +18,15 @@ import { startRuntime } from '../../infra/runtime.js';
 const post = (url: string, body: unknown) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
+/** An account signed in on `url`, with one identity named after it: what a test needs to send and read mail. */
+async function accountWithIdentity(url: string, username: string, identity: Record<string, string> = {}) {
+  expect((await post(`${url}/api/auth/social/`, { username, email: `${username}@example.com`, password1: 'pw', password2: 'pw' })).status).toBe(201);
+  const { access } = (await (await post(`${url}/api/auth/login/`, { username, password: 'pw' })).json()) as { access: string };
+  const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
+  const created = (await (await fetch(`${url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: username, ...identity }) })).json()) as { uuid: string; inbox: string };
+  return { access, auth, identity: created };
+}
+
 describe('durability', () => {
   let dataDir: string;
   beforeEach(() => (dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-crash-'))));
@@ -140,10 +149,7 @@ describe('durability', () => {
     const smtpPort = await freePort();
     const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' });
     try {
-      expect((await post(`${svc.url}/api/auth/social/`, { username: 'reader', email: 'reader@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
-      const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'reader', password: 'pw' })).json()) as { access: string };
-      const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
-      const identity = (await (await fetch(`${svc.url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: 'Reader', email_identifier: 'reader' }) })).json()) as { uuid: string; inbox: string };
+      const { auth, identity } = await accountWithIdentity(svc.url, 'reader', { email_identifier: 'reader' });
       const text = 'a long line of a large report\n'.repeat(700_000); // 21 MB: more than the kernel's socket buffers hold
       await nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true }).sendMail({ from: 'big@example.com', to: identity.inbox, subject: 'large', text });
       const list = (await (await fetch(`${svc.url}/api/email-messages/`, { headers: { ...auth, 'x-service-identity': identity.uuid } })).json()) as { uuid: string }[];
@@ -371,10 +377,7 @@ describe('durability', () => {
     const smtpPort = await freePort();
     const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' }, undefined, { fileSizeLimitKiB: 2048 });
     try {
-      expect((await post(`${svc.url}/api/auth/social/`, { username: 'full', email: 'full@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
-      const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'full', password: 'pw' })).json()) as { access: string };
-      const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
-      const identity = (await (await fetch(`${svc.url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: 'Full', email_identifier: 'full' }) })).json()) as { uuid: string; inbox: string };
+      const { auth, identity } = await accountWithIdentity(svc.url, 'full', { email_identifier: 'full' });
       const upload = async (size: number) => {
         const presign = await fetch(`${svc.url}/api/email-attachments/presign/`, {
           method: 'POST',
@@ -406,10 +409,7 @@ describe('durability', () => {
     const smtpPort = await freePort();
     const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' });
     try {
-      expect((await post(`${svc.url}/api/auth/social/`, { username: 'dropper', email: 'dropper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
-      const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'dropper', password: 'pw' })).json()) as { access: string };
-      const auth = { authorization: `Bearer ${access}`, 'content-type': 'application/json' };
-      const identity = (await (await fetch(`${svc.url}/api/identities/`, { method: 'POST', headers: auth, body: JSON.stringify({ name: 'Dropper' }) })).json()) as { uuid: string; inbox: string };
+      const { access, auth, identity } = await accountWithIdentity(svc.url, 'dropper');
       await nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true }).sendMail({ from: 'a@example.org', to: identity.inbox, subject: 'big', text: 'x', attachments: [{ filename: 'big.bin', content: Buffer.alloc(5_000_000, 3) }] });
       const list = (await (await fetch(`${svc.url}/api/email-messages/`, { headers: { ...auth, 'x-service-identity': identity.uuid } })).json()) as { attachments: { download_url: string }[] }[];
       const dropAfterFirstBytes = (url: string, headers: Record<string, string>) =>

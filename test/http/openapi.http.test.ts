@@ -54,7 +54,7 @@ describe('GET /api/schema/', () => {
   });
 
   it('real answers, successes and errors, match what the document declares for their operation and status', async () => {
-    const doc = (await s.api('GET', '/api/schema/')).body as { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>>; components: object };
+    const doc = (await s.api('GET', '/api/schema/')).body as { paths: Record<string, Record<string, { responses: Record<string, { headers?: Record<string, unknown>; content?: Record<string, { schema: object }> }> }>>; components: object };
     const ajv = new (Ajv2020 as unknown as typeof Ajv2020.default)({ strict: false, allErrors: true });
     (addFormats as unknown as typeof addFormats.default)(ajv);
     // Fixed paths first (compose before {id}), as the router matches them.
@@ -69,6 +69,10 @@ describe('GET /api/schema/', () => {
       const op = template ? doc.paths[template][method.toLowerCase()] : undefined;
       const declared = op?.responses[String(res.status)];
       if (!declared) return void problems.push(`${method} ${path}: ${res.status} not declared`);
+      // A declared Location or Retry-After is sent (Link only when more items remain).
+      for (const header of Object.keys(declared.headers ?? {}).filter((h) => h !== 'Link')) {
+        if (!res.headers.get(header)) problems.push(`${method} ${path} ${res.status}: no ${header} header`);
+      }
       const schema = declared.content?.['application/json']?.schema;
       if (!schema || !(res.headers.get('content-type') ?? '').includes('json')) return;
       const validate = ajv.compile({ ...schema, components: doc.components });
@@ -124,6 +128,10 @@ describe('GET /api/schema/', () => {
     const identityKey = (await s.api('POST', '/api/auth/keys/identity/', { token, body: { label: 'w', identity_uuid: b.uuid } })).body.key;
     await call('PATCH', '/api/auth/user/', { token: identityKey, body: { first_name: 'x' } });
     await call('GET', '/api/subscription/');
+    // A plan refusal (402 with plan_required), an identity named twice (400), a query filter.
+    await call('POST', '/api/identities/', { token: (await s.signUp()).access, body: { name: 'Wants a phone', provision_phone: true } });
+    await call('GET', `/api/auth/user/?identity=${a.uuid}&identity=${a.uuid}`, { token });
+    await call('GET', `/api/email-messages/?thread_id=${sent.thread_id}`, { token, identity: a.uuid });
     expect(problems).toEqual([]);
     expect(checked).toBeGreaterThan(25);
   });

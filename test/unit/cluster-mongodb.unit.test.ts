@@ -21,7 +21,8 @@ import {
   toMongoFind,
   toStored,
 } from '../../infra/mongodb/query.js';
-import { evaluateWindow, hitPipeline } from '../../infra/mongodb/rate-limiter.js';
+import { hitPipeline } from '../../infra/mongodb/rate-limiter.js';
+import { evaluateWindow } from '../../infra/ports/rate-limiter.js';
 import { takeableFilter } from '../../infra/mongodb/lease.js';
 import { mongoDatabaseName } from '../../infra/cluster.js';
 import { createMemoryRateLimiter } from '../../infra/memory/rate-limiter.js';

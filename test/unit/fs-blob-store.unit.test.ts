@@ -52,14 +52,16 @@ async function until(check: () => boolean, ms = 5000): Promise<void> {
   }
 }
 
+/** A fresh directory for one store; all of them are removed after the file's tests. */
+const dirs: string[] = [];
+const tmp = () => {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobs-'));
+  dirs.push(d);
+  return d;
+};
+afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
 describe('fs blob store packs', () => {
-  const dirs: string[] = [];
-  const tmp = () => {
-    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobp-'));
-    dirs.push(d);
-    return d;
-  };
-  afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
 
   test('concurrent small puts are in the pack when they resolve and readable at once; big ones get their own file', async () => {
     const dir = tmp();
@@ -302,13 +304,6 @@ describe('fs blob store packs', () => {
 });
 
 describe('fs blob store under storage faults', () => {
-  const dirs: string[] = [];
-  const tmp = () => {
-    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobf-'));
-    dirs.push(d);
-    return d;
-  };
-  afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
   const root = fileURLToPath(new URL('../..', import.meta.url));
   const KB = 1024;
 
@@ -351,12 +346,8 @@ describe('fs blob store under storage faults', () => {
 });
 
 describe('fs blob store reads', () => {
-  const dirs: string[] = [];
-  afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
-
   it('a damaged blob (a flipped byte in a pack, a truncated large file) is an error, never other bytes served as the blob', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobr-'));
-    dirs.push(dir);
+    const dir = tmp();
     const small = Buffer.from('a small blob that lives in a pack');
     const large = Buffer.alloc(PACK_MAX_BLOB + 1024, 9);
     const blobs = createFsBlobStore({ dir });
@@ -379,22 +370,18 @@ describe('fs blob store reads', () => {
 
 describe('fs blob store recovery past damage', () => {
   it('a damaged record in the middle of a pack without idx hides only itself, not the blobs after it', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-blobd-'));
-    try {
-      const blobs = createFsBlobStore({ dir }); // never closed: its pack has no idx (as after a crash)
-      const contents = ['first blob', 'second blob, to be damaged', 'third blob'].map((t) => Buffer.from(t));
-      for (const c of contents) await blobs.put(c);
-      const pack = path.join(dir, 'packs', packsOf(dir)[0]);
-      const bytes = fs.readFileSync(pack);
-      bytes[bytes.indexOf(contents[1]) + 2] ^= 0xff;
-      fs.writeFileSync(pack, bytes);
+    const dir = tmp();
+    const blobs = createFsBlobStore({ dir }); // never closed: its pack has no idx (as after a crash)
+    const contents = ['first blob', 'second blob, to be damaged', 'third blob'].map((t) => Buffer.from(t));
+    for (const c of contents) await blobs.put(c);
+    const pack = path.join(dir, 'packs', packsOf(dir)[0]);
+    const bytes = fs.readFileSync(pack);
+    bytes[bytes.indexOf(contents[1]) + 2] ^= 0xff;
+    fs.writeFileSync(pack, bytes);
 
-      const reopened = createFsBlobStore({ dir });
-      await expectStored(reopened, contents[0]);
-      expect(await reopened.has(sha(contents[1]))).toBe(false);
-      await expectStored(reopened, contents[2]);
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
+    const reopened = createFsBlobStore({ dir });
+    await expectStored(reopened, contents[0]);
+    expect(await reopened.has(sha(contents[1]))).toBe(false);
+    await expectStored(reopened, contents[2]);
   });
 });
