@@ -379,6 +379,20 @@ export function createProjectionRunner(deps: {
     await readStore.ensureCollections(deps.projections.flatMap((p) => p.collections));
     for (const state of states) {
       state.committed = state.position = await readStore.getCheckpoint(state.projection.name);
+      // No checkpoint: the projection starts from the first event, so whatever its collections
+      // hold came from an earlier version of it (a `:vN` bump) or from a commit the store did
+      // not finish; both are rebuilt from the log.
+      if (state.position === null) {
+        await readStore.reset(state.projection.name, [...state.collections]);
+        logger.info({ projection: state.projection.name }, 'building projection from the first event');
+      }
+    }
+    // A feed's consumer group resumes from its own committed position, past events a projection
+    // without a checkpoint (new in this release, or a `:vN` bump) has never seen: this run
+    // catches up from the event store instead, as a rebuild does; the next start uses the feed.
+    if (feed && states.some((s) => s.position === null) && (await eventStore.headPosition()) !== null) {
+      logger.info({ projections: states.filter((s) => s.position === null).map((s) => s.projection.name) }, 'new projections: reading the event store, not the feed, until the next start');
+      feed = null;
     }
     processed = seen = minPosition(states.map((s) => s.position));
     subscribe();

@@ -121,6 +121,26 @@ class MongoStore implements MongoReadStore {
         await this.db.collection(name).createIndex(index.key, { name: index.name });
       }
     }
+    // An index a collection no longer declares (a projection that now sorts by another
+    // field) would only slow every write down: drop it.
+    const declared = new Map<string, Set<string>>();
+    for (const spec of specs) {
+      const names = declared.get(collectionName(spec.name)) ?? new Set<string>();
+      for (const index of indexesOf(spec)) names.add(index.name);
+      declared.set(collectionName(spec.name), names);
+    }
+    for (const [name, names] of declared) {
+      for (const index of await this.db.collection(name).listIndexes().toArray()) {
+        if (typeof index.name === 'string' && index.name.startsWith('ix_') && !names.has(index.name)) {
+          await this.db
+            .collection(name)
+            .dropIndex(index.name)
+            .catch((err: unknown) => {
+              if (!(err instanceof MongoServerError && err.codeName === 'IndexNotFound')) throw err;
+            });
+        }
+      }
+    }
   }
 
   collection<T extends Doc = Doc>(name: string): Collection<T> {

@@ -500,14 +500,25 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
 
   return {
     async ensureCollections(specs: CollectionSpec[]) {
+      const declared = new Map<string, Set<string>>();
       for (const spec of specs) {
         const quoted = table(spec.name);
+        const names = declared.get(spec.name) ?? new Set<string>();
+        declared.set(spec.name, names);
         for (const fields of spec.indexes ?? []) {
           if (fields.length === 0) continue;
           const columns = fields.map(fieldSql).join(', ');
           // Commas cannot occur in names, so distinct specs never share an index name.
-          db.exec(`CREATE INDEX IF NOT EXISTS "ix_${spec.name}(${fields.join(',')})" ON ${quoted} (${columns})`);
+          const name = `ix_${spec.name}(${fields.join(',')})`;
+          names.add(name);
+          db.exec(`CREATE INDEX IF NOT EXISTS "${name}" ON ${quoted} (${columns})`);
         }
+      }
+      // An index a collection no longer declares (a projection that now sorts by another
+      // field) would only slow every write down: drop it.
+      const ours = prepare("SELECT name, tbl_name AS tbl FROM sqlite_master WHERE type = 'index' AND substr(name, 1, 3) = 'ix_'");
+      for (const { name, tbl } of ours.all() as { name: string; tbl: string }[]) {
+        if (declared.get(tbl)?.has(name) === false) db.exec(`DROP INDEX IF EXISTS "${name}"`);
       }
     },
     collection<T extends Doc = Doc>(name: string) {

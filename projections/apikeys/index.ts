@@ -17,13 +17,16 @@ export interface ApiKeyDoc extends Doc {
   keyHash: string;
   lastUsedAt: string | null;
   createdAt: string;
+  /** Log position of the event that made it, as a number: lists sort by it, not by clocks. */
+  seq: number;
 }
 
 export const APIKEYS = 'apikeys';
 
 export const apiKeysProjection: Projection = {
-  name: 'apikeys',
-  collections: [{ name: APIKEYS, indexes: [['keyHash'], ['ownerPk', 'kind', 'createdAt'], ['identityId']] }],
+  // v2: lists order by log position (`seq`) instead of the wall-clock `createdAt`.
+  name: 'apikeys:v2',
+  collections: [{ name: APIKEYS, indexes: [['keyHash'], ['ownerPk', 'kind', 'seq'], ['identityId']] }],
   eventTypes: [ApiKeyMinted, ApiKeyRevoked, ApiKeyUsed],
   apply(e: RecordedEvent) {
     const id = streamId(e.stream);
@@ -46,6 +49,7 @@ export const apiKeysProjection: Projection = {
                 keyHash: d.keyHash,
                 lastUsedAt: null,
                 createdAt: d.at,
+                seq: Number(e.position),
               } satisfies ApiKeyDoc;
             }
             case ApiKeyUsed: {

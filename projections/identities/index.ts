@@ -29,13 +29,16 @@ export interface IdentityDoc extends Doc {
   /** E.164 number, or null when none is provisioned. */
   phone: string | null;
   createdAt: string;
+  /** Log position of the event that made it, as a number: lists sort by it, not by clocks. */
+  seq: number;
 }
 
 export const IDENTITIES = 'identities';
 
 export const identitiesProjection: Projection = {
-  name: 'identities',
-  collections: [{ name: IDENTITIES, indexes: [['ownerPk', 'createdAt'], ['inbox'], ['phone']] }],
+  // v2: the list orders by log position (`seq`) instead of the wall-clock `createdAt`.
+  name: 'identities:v2',
+  collections: [{ name: IDENTITIES, indexes: [['ownerPk', 'seq'], ['inbox'], ['phone']] }],
   eventTypes: [IdentityCreated, IdentityUpdated, IdentityDeleted, PhoneProvisioned, PhoneReleased],
   apply(e: RecordedEvent) {
     const id = streamId(e.stream);
@@ -56,6 +59,7 @@ export const identitiesProjection: Projection = {
                 inbox: d.inbox,
                 phone: d.phone ?? null,
                 createdAt: d.at,
+                seq: Number(e.position),
               } satisfies IdentityDoc;
             }
             case IdentityUpdated: {

@@ -50,6 +50,8 @@ export interface ThreadDoc extends Doc {
   lastMessageId: string;
   lastMessageAt: string;
   createdAt: string;
+  /** Log position of the last message, as a number: lists sort by it (newest first), not by clocks. */
+  lastSeq: number;
   /** Position of the last event applied (replay guard). */
   pos: string;
 }
@@ -85,6 +87,8 @@ export interface MessageDoc extends Doc {
   rejected: { address: string; reason: string }[];
   sentAt: string | null;
   createdAt: string;
+  /** Log position of the event that made it, as a number: a strict order that a clock set back cannot upset. */
+  seq: number;
 }
 
 export interface AttachmentDoc extends Doc {
@@ -116,7 +120,8 @@ function threadUpdate(
     evolve: (doc) => {
       const t = doc as ThreadDoc | null;
       if (t && comparePositions(e.position, t.pos) <= 0) return doc;
-      const isLatest = !t || m.at >= t.lastMessageAt;
+      // Events arrive in log order and older positions were skipped above: this message is
+      // the thread's newest, whatever the clocks said (a clock set back must not demote it).
       const participants = [...(t?.participants ?? [])];
       for (const a of everyone) if (a && !participants.includes(a)) participants.push(a);
       const unreadIds = [...(t?.unreadIds ?? [])];
@@ -126,17 +131,18 @@ function threadUpdate(
         identityId: m.identityId,
         subject: t?.subject || m.subject,
         subjectKey: t?.subjectKey || normaliseSubject(m.subject),
-        participantsKey: isLatest ? participantsKey(everyone, m.inbox) : t!.participantsKey,
+        participantsKey: participantsKey(everyone, m.inbox),
         participants,
         messageCount: (t?.messageCount ?? 0) + 1,
         unreadIds,
         unreadCount: unreadIds.length,
         unread: unreadIds.length > 0,
-        preview: isLatest ? m.preview : t!.preview,
-        lastFrom: isLatest ? m.from : t!.lastFrom,
-        lastMessageId: isLatest ? m.messageId : t!.lastMessageId,
-        lastMessageAt: isLatest ? m.at : t!.lastMessageAt,
+        preview: m.preview,
+        lastFrom: m.from,
+        lastMessageId: m.messageId,
+        lastMessageAt: m.at,
         createdAt: t?.createdAt ?? m.at,
+        lastSeq: Number(e.position),
         pos: e.position,
       } satisfies ThreadDoc;
     },
@@ -188,6 +194,7 @@ function received(e: RecordedEvent): DocUpdate[] {
     rejected: [],
     sentAt: d.date,
     createdAt: d.at,
+    seq: Number(e.position),
   };
   return [
     { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
@@ -248,6 +255,7 @@ function queued(e: RecordedEvent): DocUpdate[] {
     rejected: [],
     sentAt: null,
     createdAt: d.at,
+    seq: Number(e.position),
   };
   return [
     { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
@@ -277,19 +285,20 @@ function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
 }
 
 export const mailProjection: Projection = {
-  name: 'mail',
+  // v2: lists order by log position (`seq`, `lastSeq`) instead of the wall-clock times.
+  name: 'mail:v2',
   collections: [
     {
       name: EMAIL_THREADS,
       indexes: [
-        ['identityId', 'lastMessageAt'],
-        ['identityId', 'unread', 'lastMessageAt'],
-        ['identityId', 'subjectKey', 'participantsKey', 'lastMessageAt'],
+        ['identityId', 'lastSeq'],
+        ['identityId', 'unread', 'lastSeq'],
+        ['identityId', 'subjectKey', 'participantsKey', 'lastSeq'],
       ],
     },
     {
       name: EMAIL_MESSAGES,
-      indexes: [['identityId', 'createdAt'], ['identityId', 'read', 'createdAt'], ['threadId', 'createdAt'], ['identityId', 'internetMessageId']],
+      indexes: [['identityId', 'seq'], ['identityId', 'read', 'seq'], ['threadId', 'seq'], ['identityId', 'internetMessageId']],
     },
     { name: EMAIL_ATTACHMENTS, indexes: [['identityId']] },
   ],

@@ -47,6 +47,8 @@ export interface PasswordEntryDoc extends Doc {
   notes: string | null;
   createdAt: string;
   updatedAt: string;
+  /** Log position of the event that made it, as a number: lists sort by it, not by clocks. */
+  seq: number;
 }
 
 export interface VaultSecretDoc extends Doc {
@@ -56,17 +58,20 @@ export interface VaultSecretDoc extends Doc {
   value: string;
   createdAt: string;
   updatedAt: string;
+  /** Log position of the event that made it, as a number: lists sort by it, not by clocks. */
+  seq: number;
 }
 
 export const encryptionDocId = (ownerPk: number) => String(ownerPk);
 export const scopedDocId = (identityId: string, id: string) => `${identityId}:${id}`;
 
 export const vaultProjection: Projection = {
-  name: 'vault',
+  // v2: lists order by log position (`seq`) instead of the wall-clock `createdAt`.
+  name: 'vault:v2',
   collections: [
     { name: ENCRYPTION_KEYS },
-    { name: PASSWORD_ENTRIES, indexes: [['identityId', 'createdAt']] },
-    { name: VAULT_SECRETS, indexes: [['identityId', 'createdAt'], ['identityId', 'key']] },
+    { name: PASSWORD_ENTRIES, indexes: [['identityId', 'seq']] },
+    { name: VAULT_SECRETS, indexes: [['identityId', 'seq'], ['identityId', 'key']] },
   ],
   eventTypes: VAULT_EVENT_TYPES,
   apply(e: RecordedEvent): DocUpdate[] {
@@ -131,6 +136,7 @@ export const vaultProjection: Projection = {
                 notes: d.notes,
                 createdAt: d.at,
                 updatedAt: d.at,
+                seq: Number(e.position),
               } satisfies PasswordEntryDoc),
           },
         ];
@@ -154,7 +160,7 @@ export const vaultProjection: Projection = {
             evolve: (doc) =>
               doc
                 ? { ...doc, key: d.key, value: d.value, updatedAt: d.at }
-                : ({ id, identityId: d.identityId, secretId: d.secretId, key: d.key, value: d.value, createdAt: d.at, updatedAt: d.at } satisfies VaultSecretDoc),
+                : ({ id, identityId: d.identityId, secretId: d.secretId, key: d.key, value: d.value, createdAt: d.at, updatedAt: d.at, seq: Number(e.position) } satisfies VaultSecretDoc),
           },
         ];
       }

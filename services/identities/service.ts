@@ -382,7 +382,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const get = (id: string) => identities.get(id);
 
   function list(ownerPk: number, page: { limit: number; cursor: string | null }): Promise<Page<IdentityDoc>> {
-    return identities.find({ where: { ownerPk }, orderBy: { field: 'createdAt', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
+    return identities.find({ where: { ownerPk }, orderBy: { field: 'seq', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
   }
 
   async function findIdentity(id: string): Promise<{ id: string; ownerPk: number } | null> {

@@ -177,7 +177,7 @@ export function createKeys(platform: Platform) {
   async function list(ownerPk: number, kind: KeyKind, page: { limit: number; cursor: string | null }, identityId?: string): Promise<Page<ApiKeyDoc>> {
     const result = await keys.find({
       where: { ownerPk, kind, ...(identityId ? { identityId } : {}) },
-      orderBy: { field: 'createdAt', direction: 'asc' },
+      orderBy: { field: 'seq', direction: 'asc' },
       limit: page.limit,
       cursor: page.cursor,
     });

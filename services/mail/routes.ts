@@ -201,7 +201,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     const all: MessageDoc[] = [];
     let cursor: string | null = null;
     do {
-      const page = await messages().find({ where: { threadId }, orderBy: { field: 'createdAt', direction: 'asc' }, limit: 200, cursor });
+      const page = await messages().find({ where: { threadId }, orderBy: { field: 'seq', direction: 'asc' }, limit: 200, cursor });
       all.push(...page.items);
       cursor = page.next;
     } while (cursor && all.length < 5000);
@@ -252,7 +252,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const identityId = await identityOf(ctx);
         const { limit, cursor } = pageParams(ctx);
         const where: Record<string, Scalar> = queryFlag(ctx, 'unread') ? { identityId, unread: true } : { identityId };
-        const page = await threads().find({ where, orderBy: { field: 'lastMessageAt', direction: 'desc' }, limit, cursor });
+        const page = await threads().find({ where, orderBy: { field: 'lastSeq', direction: 'desc' }, limit, cursor });
         sendPage(ctx, page, threadOut, config.publicUrl);
       });
 
@@ -281,7 +281,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
           if (!isUuid(thread)) throw badRequest({ thread_id: ['Must be a valid UUID.'] });
           where.threadId = thread.toLowerCase();
         }
-        const page = await messages().find({ where, orderBy: { field: 'createdAt', direction: 'desc' }, limit, cursor });
+        const page = await messages().find({ where, orderBy: { field: 'seq', direction: 'desc' }, limit, cursor });
         const items = await withBodies(baseUrl(ctx), page.items, { listLimit: true, newestFirst: false });
         sendPage(ctx, { ...page, items }, (item) => item, config.publicUrl);
       });

@@ -89,7 +89,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       return (await messages().findOne({ identityId, internetMessageId }))?.threadId ?? null;
     },
     async latestThreadBySubject(identityId, subjectKey, participantsKey) {
-      const page = await threads().find({ where: { identityId, subjectKey, participantsKey }, orderBy: { field: 'lastMessageAt', direction: 'desc' }, limit: 1 });
+      const page = await threads().find({ where: { identityId, subjectKey, participantsKey }, orderBy: { field: 'lastSeq', direction: 'desc' }, limit: 1 });
       const t = page.items[0];
       return t ? { threadId: t.id, lastMessageAt: t.lastMessageAt } : null;
     },

@@ -169,7 +169,7 @@ export function createVault(platform: Platform) {
   const getEntry = (identityId: string, entryId: string) => entries.get(scopedDocId(identityId, entryId));
 
   function listEntries(identityId: string, page: { limit: number; cursor: string | null }): Promise<Page<PasswordEntryDoc>> {
-    return entries.find({ where: { identityId }, orderBy: { field: 'createdAt', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
+    return entries.find({ where: { identityId }, orderBy: { field: 'seq', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
   }
 
   async function createEntry(identityId: string, input: PasswordFields & { uuid?: string }): Promise<PasswordEntryDoc> {
@@ -218,7 +218,7 @@ export function createVault(platform: Platform) {
   const getSecret = (identityId: string, secretId: string) => secrets.get(scopedDocId(identityId, secretId));
 
   function listSecrets(identityId: string, page: { limit: number; cursor: string | null }, key?: string): Promise<Page<VaultSecretDoc>> {
-    return secrets.find({ where: key === undefined ? { identityId } : { identityId, key }, orderBy: { field: 'createdAt', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
+    return secrets.find({ where: key === undefined ? { identityId } : { identityId, key }, orderBy: { field: 'seq', direction: 'asc' }, limit: page.limit, cursor: page.cursor });
   }
 
   /** Creates or replaces the secret named `key`; names are unique per identity (the stream revision guards it). */
@@ -235,7 +235,7 @@ export function createVault(platform: Platform) {
     const read = await getSecret(identityId, result.secretId);
     const doc: VaultSecretDoc = read
       ? { ...read, value, updatedAt: result.at }
-      : { id: scopedDocId(identityId, result.secretId), identityId, secretId: result.secretId, key, value, createdAt: result.at, updatedAt: result.at };
+      : { id: scopedDocId(identityId, result.secretId), identityId, secretId: result.secretId, key, value, createdAt: result.at, updatedAt: result.at, seq: Number(append?.position ?? 0) };
     return { doc, created: result.created };
   }
 

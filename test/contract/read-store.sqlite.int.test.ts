@@ -102,6 +102,26 @@ describe('SQLite read store', () => {
     }
   });
 
+  it('should drop an index a collection no longer declares, and leave other collections alone', async () => {
+    const file = path.join(dir, 'read.db');
+    const store = openSqliteReadStore({ file });
+    await store.ensureCollections([
+      { name: 'inboxes', indexes: [['owner', 'createdAt'], ['inbox']] },
+      { name: 'other', indexes: [['owner']] },
+    ]);
+    // a later version sorts by `seq` and names only its own collection
+    await store.ensureCollections([{ name: 'inboxes', indexes: [['owner', 'seq'], ['inbox']] }]);
+    await store.close();
+
+    const db = openDatabase(file, { readonly: true });
+    try {
+      const names = (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'ix%' ORDER BY name").all() as { name: string }[]).map((r) => r.name);
+      expect(names).toEqual(['ix_inboxes(inbox)', 'ix_inboxes(owner,seq)', 'ix_other(owner)']);
+    } finally {
+      db.close();
+    }
+  });
+
   describe('read cache', () => {
     let store: ReturnType<typeof openSqliteReadStore>;
     beforeEach(async () => {

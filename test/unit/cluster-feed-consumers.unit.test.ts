@@ -78,6 +78,28 @@ describe('projection runner on a feed', () => {
     await reads.close();
   });
 
+  it('catches a projection new in this release up from the event store: the feed group has moved past the events it needs', async () => {
+    // given: a log with history, and read models whose `names` projection already has it
+    const events = createMemoryEventStore();
+    const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
+    const first = await events.append('thing-a', [{ id: randomUUID(), type: 'Named', data: { id: 'a', name: 'Ada' } }]);
+    await reads.ensureCollections(names.collections);
+    await reads.commit(names.name, first.position, [{ collection: 'names', id: 'a', doc: { id: 'a', name: 'Ada' } }]);
+    const renamed: Projection = { ...names, name: 'renamed:v1', collections: [{ name: 'renamed' }], apply: (e) => [{ collection: 'renamed', id: String(e.data.id), evolve: () => ({ id: String(e.data.id), upper: String(e.data.name).toUpperCase() }) }] };
+    const { feed, calls } = manualFeed();
+
+    // when: the new release adds a projection
+    const runner = createProjectionRunner({ eventStore: events, readStore: reads, projections: [names, renamed], feed, logger: { info() {}, warn() {}, error() {} } });
+    await runner.start();
+    await runner.waitFor(first.position);
+
+    // then: it read the event store from the start (the feed would have begun at the group's offset)
+    expect(calls).toHaveLength(0);
+    expect(await reads.collection('renamed').get('a')).toMatchObject({ upper: 'ADA' });
+    await runner.stop();
+    await reads.close();
+  });
+
   it('leaves an event unsettled when the runner fails on it', async () => {
     const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
     const { feed, calls } = manualFeed();

@@ -50,7 +50,7 @@ describe('identities projection', () => {
   const created = ev('IdentityCreated', { identityId: 'abc', ownerPk: 1, name: 'Bot', inbox: 'bot@x', phone: null, at: 't' }, '1');
 
   it('builds the shared document', () => {
-    expect(run(null, created)).toEqual({ id: 'abc', ownerPk: 1, name: 'Bot', nameKey: 'bot', inbox: 'bot@x', phone: null, createdAt: 't' });
+    expect(run(null, created)).toEqual({ id: 'abc', ownerPk: 1, name: 'Bot', nameKey: 'bot', inbox: 'bot@x', phone: null, createdAt: 't', seq: 1 });
   });
   it('the same event twice changes nothing', () => {
     const once = run(null, created);

@@ -341,6 +341,32 @@ describe('projection runner', () => {
     await expect(readStore.collection('identities').get('after')).resolves.not.toBeNull();
   });
 
+  it('should build a new version of a projection (`:vN` bumped) from the first event, not on top of the old one', async () => {
+    // given: the read models built by version 1, and a version 2 that keeps owner0's identities only
+    const first = runner();
+    await first.start();
+    const head = await givenHistory(10);
+    await first.waitFor(head);
+    await first.stop();
+    const v2: Projection = {
+      ...identities,
+      name: 'identities:v2',
+      apply: (event) => (event.type === 'IdentityCreated' && event.data.owner !== 'owner0' ? [] : identities.apply(event)),
+    };
+
+    // when
+    const second = runner({ projections: [v2, stats, idle] });
+    await second.start();
+    await second.waitFor(head);
+
+    // then: every document is version 2's, none left over from version 1
+    const docs = (await readStore.collection('identities').find()).items;
+    expect(docs.length).toBeGreaterThan(0);
+    expect(docs.map((d) => d.owner)).toEqual(docs.map(() => 'owner0'));
+    // and the projections that kept their names were not rebuilt (counts not doubled)
+    await expect(readStore.collection('event_stats').get('IdentityCreated')).resolves.toMatchObject({ count: 10 });
+  });
+
   it('should rebuild only the named projections', async () => {
     // given
     const head = await givenHistory(10);
