@@ -496,6 +496,19 @@ export class AisClient {
     return out;
   }
 
+  /**
+   * One page of a list and the cursor of the next (null on the last page): the list methods
+   * with a `limit` answer one page without it. `identity: false` for account-level lists
+   * (identities, keys).
+   */
+  async listPage<T>(path: string, q: ListOptions = {}, identity?: string | false): Promise<{ items: T[]; cursor: string | null }> {
+    const query = Object.fromEntries(Object.entries(q).filter(([, v]) => v !== undefined)) as RequestOptions['query'];
+    const res = await this.send('GET', path, { query, identity });
+    const items = (await res.json()) as T[];
+    const link = nextLink(res.headers.get('link'));
+    return { items, cursor: link === null ? null : new URL(link, this.baseUrl).searchParams.get('cursor') };
+  }
+
   #list<T>(path: string, q: ListOptions = {}, identity?: string | false): Promise<T[]> {
     const query = Object.fromEntries(Object.entries(q).filter(([, v]) => v !== undefined)) as RequestOptions['query'];
     return q.limit || q.cursor ? this.request<T[]>('GET', path, { query, identity }) : this.listAll<T>(path, { query, identity });

@@ -1,6 +1,7 @@
 /** Identities over HTTP (SPEC "Identities", "Authentication" 5 and 8; DECISIONS "Auth"). */
 import http from 'node:http';
 import net from 'node:net';
+import { createClient } from '../../services/sdk/index.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 
 let s: TestServer;
@@ -208,6 +209,13 @@ describe('read and update', () => {
     expect(second.body.map((i: { name: string }) => i.name)).toEqual(['p2']);
     expect(second.headers.get('link')).toBeNull();
     expect((await s.api('GET', '/api/identities/?limit=0', { token: fresh.access })).status).toBe(400);
+    // The SDK: a list method with a limit answers one page; listPage also gives the next cursor.
+    const sdk = createClient({ baseUrl: s.url, token: fresh.access });
+    expect((await sdk.identities.list({ limit: 2 })).map((i) => i.name)).toEqual(['p0', 'p1']);
+    const page1 = await sdk.listPage<{ name: string }>('/api/identities/', { limit: 2 }, false);
+    expect(page1.items.map((i) => i.name)).toEqual(['p0', 'p1']);
+    const page2 = await sdk.listPage<{ name: string }>('/api/identities/', { limit: 2, cursor: page1.cursor! }, false);
+    expect([page2.items.map((i) => i.name), page2.cursor]).toEqual([['p2'], null]);
     // A request line in absolute form names another host: the link still names the service.
     const absolute = await new Promise<string>((resolve, reject) => {
       const { hostname, port } = new URL(s.url);
