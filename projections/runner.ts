@@ -381,8 +381,8 @@ export function createProjectionRunner(deps: {
       state.committed = state.position = await readStore.getCheckpoint(state.projection.name);
       // No checkpoint: the projection starts from the first event, so whatever its collections
       // hold came from an earlier version of it (a `:vN` bump) or from a commit the store did
-      // not finish; both are rebuilt from the log.
-      if (state.position === null) {
+      // not finish; both are rebuilt from the log (by the writer: a follower only observes).
+      if (state.position === null && !readStore.follower) {
         await readStore.reset(state.projection.name, [...state.collections]);
         logger.info({ projection: state.projection.name }, 'building projection from the first event');
       }

@@ -92,6 +92,7 @@ export async function openMongoReadStore(options: MongoReadStoreOptions): Promis
 
 class MongoStore implements MongoReadStore {
   private closed = false;
+  readonly follower: boolean;
   private readonly pollMs: number;
   private readonly logger: ReadStoreLogger;
 
@@ -100,6 +101,7 @@ class MongoStore implements MongoReadStore {
     readonly db: Db,
     private readonly options: MongoReadStoreOptions,
   ) {
+    this.follower = options.mode === 'follower';
     this.pollMs = options.pollMs ?? 25;
     this.logger = options.logger ?? { info: () => {}, warn: (o, m) => console.warn(m, o) };
     if (options.mode === 'writer' && !options.lease) {
@@ -122,7 +124,9 @@ class MongoStore implements MongoReadStore {
       }
     }
     // An index a collection no longer declares (a projection that now sorts by another
-    // field) would only slow every write down: drop it.
+    // field) would only slow every write down: the writer drops it (not a gateway, which may
+    // be of the previous release during a rolling upgrade).
+    if (this.follower) return;
     const declared = new Map<string, Set<string>>();
     for (const spec of specs) {
       const names = declared.get(collectionName(spec.name)) ?? new Set<string>();

@@ -55,7 +55,12 @@ export interface Collection<T extends Doc = Doc> {
 }
 
 export interface ReadStore {
-  /** Creates collections and indexes (idempotent). */
+  /**
+   * True when another process writes this store and this one only observes it (a cluster
+   * gateway): its commits wait for the writer's checkpoints and it never resets.
+   */
+  readonly follower?: boolean;
+  /** Creates collections and indexes (idempotent); a writer also drops indexes no longer declared. */
   ensureCollections(specs: CollectionSpec[]): Promise<void>;
   collection<T extends Doc = Doc>(name: string): Collection<T>;
   /** Position up to which the projection has been applied, or null. */

@@ -367,6 +367,21 @@ describe('projection runner', () => {
     await expect(readStore.collection('event_stats').get('IdentityCreated')).resolves.toMatchObject({ count: 10 });
   });
 
+  it('should not reset anything when its read store is a follower (a cluster gateway: the worker builds)', async () => {
+    // given: a follower store refusing resets, as the MongoDB one does for gateways
+    const reset = jest.fn(() => Promise.reject(new Error('read models are rebuilt by a worker')));
+    const follower: ReadStore = { ...readStore, follower: true, reset };
+    const head = await givenHistory(3);
+
+    // when
+    const r = runner({ readStore: follower });
+    await r.start();
+    await r.waitFor(head);
+
+    // then
+    expect(reset).not.toHaveBeenCalled();
+  });
+
   it('should rebuild only the named projections', async () => {
     // given
     const head = await givenHistory(10);
