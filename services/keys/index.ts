@@ -69,6 +69,7 @@ export const keysContext: ContextFactory = (shared) => {
     },
     async stop() {
       await revocations.stop();
+      await keys.flushUses();
     },
   };
 };

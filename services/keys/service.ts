@@ -81,6 +81,9 @@ export function createKeys(platform: Platform) {
   const lastTouch = new Map<string, number>();
   /** The latest use of each key seen by this process (recorded or not yet). */
   const lastUse = new Map<string, number>();
+  /** The use each key's last `ApiKeyUsed` of this process recorded, and the appends in flight. */
+  const recorded = new Map<string, number>();
+  const inFlight = new Set<Promise<unknown>>();
 
   /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
   async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
@@ -167,10 +170,24 @@ export function createKeys(platform: Platform) {
     const last = lastTouch.get(keyId);
     if (last !== undefined && tick - last < TOUCH_INTERVAL_MS) return;
     lastTouch.set(keyId, tick);
-    const data: ApiKeyUsedData = { keyId, at: new Date(now).toISOString() };
-    store.append(apiKeyStream(keyId), [event(ApiKeyUsed, data)], { expectedRevision: 'stream_exists' }).catch((err) => {
-      logger.warn({ err, keyId }, 'last_used_at not recorded');
-    });
+    recordUse(keyId, now);
+  }
+
+  function recordUse(keyId: string, at: number): Promise<unknown> {
+    recorded.set(keyId, at);
+    const data: ApiKeyUsedData = { keyId, at: new Date(at).toISOString() };
+    const append = store
+      .append(apiKeyStream(keyId), [event(ApiKeyUsed, data)], { expectedRevision: 'stream_exists' })
+      .catch((err) => logger.warn({ err, keyId }, 'last_used_at not recorded'))
+      .finally(() => inFlight.delete(append));
+    inFlight.add(append);
+    return append;
+  }
+
+  /** On shutdown: records the uses seen since each key's last record, so a restart keeps them. */
+  async function flushUses(): Promise<void> {
+    for (const [keyId, at] of lastUse) if ((recorded.get(keyId) ?? -Infinity) < at) recordUse(keyId, at);
+    await Promise.all(inFlight);
   }
 
   /** Keys of an account, oldest first; identity keys of deleted identities are left out. */
@@ -198,7 +215,7 @@ export function createKeys(platform: Platform) {
 
   const get = (keyId: string) => keys.get(keyId);
 
-  return { mint, revoke, revokeForIdentity, findKey, touchKey, list, get };
+  return { mint, revoke, revokeForIdentity, findKey, touchKey, flushUses, list, get };
 }
 
 export type Keys = ReturnType<typeof createKeys>;

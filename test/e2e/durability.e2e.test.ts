@@ -102,6 +102,33 @@ describe('durability', () => {
     expect(await again.exited).toBe(0);
   }, 60_000);
 
+  it('a key\'s latest use, recorded at most once a minute while running, survives SIGTERM and a restart', async () => {
+    const svc = await spawnService({ DATA_DIR: dataDir });
+    let before: string | null = null;
+    try {
+      const { auth } = await accountWithIdentity(svc.url, 'keyuser');
+      const minted = (await (await fetch(`${svc.url}/api/auth/keys/management/`, { method: 'POST', headers: auth, body: JSON.stringify({ label: 'bot' }) })).json()) as { key: string };
+      const use = () => fetch(`${svc.url}/api/identities/`, { headers: { authorization: `Bearer ${minted.key}` } });
+      expect((await use()).status).toBe(200); // recorded
+      await new Promise((r) => setTimeout(r, 50));
+      expect((await use()).status).toBe(200); // within the minute: only in memory
+      const keys = (await (await fetch(`${svc.url}/api/auth/keys/management/`, { headers: auth })).json()) as { last_used_at: string }[];
+      before = keys[0]!.last_used_at;
+    } finally {
+      svc.child.kill('SIGTERM');
+    }
+    expect(await svc.exited).toBe(0);
+    const again = await spawnService({ DATA_DIR: dataDir });
+    try {
+      const { access } = (await (await post(`${again.url}/api/auth/login/`, { username: 'keyuser', password: 'pw' })).json()) as { access: string };
+      const keys = (await (await fetch(`${again.url}/api/auth/keys/management/`, { headers: { authorization: `Bearer ${access}` } })).json()) as { last_used_at: string }[];
+      expect(keys[0]!.last_used_at).toBe(before);
+    } finally {
+      again.child.kill('SIGTERM');
+    }
+    expect(await again.exited).toBe(0);
+  }, 60_000);
+
   it('one service per DATA_DIR: a second start on it fails naming DATA_DIR; after a kill -9 the next start takes it over', async () => {
     // (The lock is the kernel's: released when the process dies, even before a parent reaps it.)
     const first = await spawnService({ DATA_DIR: dataDir });
