@@ -39,6 +39,19 @@ import { derivedId, type IdentityDoc, type MailService } from './service.js';
 import { domainOf, formatAddress } from './text.js';
 
 export const CHECKPOINT = 'reactor:mail-delivery';
+/**
+ * How long a temporary failure is retried: a day, as queueing mail services do (RFC 5321
+ * §4.5.4.1 suggests 4–5 days for an MTA; this service hands its mail to a relay that queues
+ * too). A relay down for an hour must not turn the mail sent meanwhile into failures.
+ */
+export const RETRY_FOR_MS = 24 * 3600_000;
+
+/** Attempts whose waits (base, doubling, capped at `max`) add up to at least `windowMs`. */
+export function attemptsWithin(windowMs: number, baseMs: number, maxMs: number): number {
+  let attempts = 1;
+  for (let waited = 0; waited < windowMs; attempts++) waited += Math.min(maxMs, baseMs * 2 ** (attempts - 1));
+  return attempts;
+}
 /** The reactor's consumer group on the feed. */
 export const DELIVERY_GROUP = 'ais-mail-delivery';
 
@@ -46,7 +59,7 @@ export interface DeliveryOptions {
   /** First retry delay; doubles per attempt up to {@link DeliveryOptions.maxDelayMs}. */
   baseDelayMs?: number;
   maxDelayMs?: number;
-  /** Attempts before a temporary failure becomes EmailFailed. */
+  /** Attempts before a temporary failure becomes EmailFailed. Default: as many as fit in {@link RETRY_FOR_MS}. */
   maxAttempts?: number;
   /** Jobs in flight; the subscription waits when this many are running. */
   concurrency?: number;
@@ -84,7 +97,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
   const log = platform.logger.child({ component: 'mail-delivery' });
   const baseDelay = deps.options?.baseDelayMs ?? 2_000;
   const maxDelay = deps.options?.maxDelayMs ?? 15 * 60_000;
-  const maxAttempts = deps.options?.maxAttempts ?? 10;
+  const maxAttempts = deps.options?.maxAttempts ?? attemptsWithin(RETRY_FOR_MS, baseDelay, maxDelay);
   const concurrency = deps.options?.concurrency ?? 8;
 
   const delayFor = (attempt: number) => Math.min(maxDelay, baseDelay * 2 ** Math.max(0, attempt - 1));

@@ -8,6 +8,7 @@ import type { Doc } from '../../infra/ports/read-store.js';
 import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
 import { createMailer } from '../../infra/mail/mailer.js';
 import { TemporaryMailError } from '../../infra/ports/mailer.js';
+import { attemptsWithin, RETRY_FOR_MS } from '../../services/mail/delivery.js';
 import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
 import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
 import { addressKey, htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject, trimReferences } from '../../services/mail/text.js';
@@ -350,5 +351,17 @@ describe('relay', () => {
       await mailer.close();
       await new Promise<void>((resolve) => relay.close(() => resolve()));
     }
+  });
+});
+
+describe('delivery retry schedule', () => {
+  test('a temporary failure is retried for a day: 2 s doubling to 15 min, then every 15 min', () => {
+    const attempts = attemptsWithin(RETRY_FOR_MS, 2_000, 15 * 60_000);
+    const waits = Array.from({ length: attempts - 1 }, (_, i) => Math.min(15 * 60_000, 2_000 * 2 ** i));
+    const total = waits.reduce((a, b) => a + b, 0);
+    expect(RETRY_FOR_MS).toBe(24 * 3600_000);
+    expect(total).toBeGreaterThanOrEqual(RETRY_FOR_MS);
+    expect(total - waits[waits.length - 1]!).toBeLessThan(RETRY_FOR_MS); // one attempt fewer would give up early
+    expect(attemptsWithin(1_022_000, 2_000, 15 * 60_000)).toBe(10); // 2 + 4 + ... + 512 s
   });
 });
