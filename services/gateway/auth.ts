@@ -151,7 +151,7 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
    * Checks every identity the request names, by header and by query, against the credential
    * (DECISIONS "Auth"), on every endpoint, account-level ones too: an identity key naming
    * another identity → 403; an identity of another account → 403; an unknown one (or not a
-   * uuid) → 404. Which one is selected is {@link identity}'s business (the header first).
+   * uuid) → 404; then a header and a query naming two different ones → 400.
    */
   async function checkNamedIdentities(ctx: Context, p: Principal): Promise<void> {
     const { header, query } = namedIdentities(ctx);
@@ -166,6 +166,9 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
       if (!found) throw notFound('Identity not found.');
       if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
     }
+    // Either selects the identity (SPEC: the query parameter "instead" of the header); two
+    // different ones, both the caller's, leave the request's meaning open.
+    if (header && query && header !== query) throw badRequest({ identity: ['X-Service-Identity and ?identity= name different identities: give one.'] });
   }
 
   /** The caller's principal; 401 not_authenticated when there is no credential. */

@@ -354,10 +354,12 @@ describe('fences and scoping', () => {
     expect(res.body.code).toBe('identity_required');
   });
 
-  it('X-Service-Identity and the identity query select the identity; the header wins', async () => {
+  it('X-Service-Identity and the identity query select the identity; both naming different ones is a 400', async () => {
     expect((await s.api('GET', '/api/identities/current/', { token: owner.access, identity: second })).body.uuid).toBe(second);
     expect((await s.api('GET', `/api/identities/current/?identity=${second}`, { token: owner.access })).body.uuid).toBe(second);
-    expect((await s.api('GET', `/api/identities/current/?identity=${second}`, { token: owner.access, identity: mine })).body.uuid).toBe(mine);
+    expect((await s.api('GET', `/api/identities/current/?identity=${second.toUpperCase()}`, { token: owner.access, identity: second })).body.uuid).toBe(second);
+    const both = await s.api('GET', `/api/email-inbox/?identity=${second}`, { token: owner.access, identity: mine });
+    expect([both.status, Object.keys(both.body)]).toEqual([400, ['identity']]);
   });
 
   it("another account's identity → 403; unknown → 404", async () => {

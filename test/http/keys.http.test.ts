@@ -207,7 +207,7 @@ describe('identity keys', () => {
         expect([path, (await s.api('GET', path, { token })).status]).toEqual([path, 200]); // none named: fine here
       }
     }
-    // The header selects, but a different identity in the query is checked too.
+    // A different identity in the query than in the header is checked too (403 before the 400 for naming two).
     expect((await s.api('GET', `/api/passwords/?identity=${theirs}`, { token: m.key, identity })).status).toBe(403);
     const k = await idKey(owner.access, identity);
     const second = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: `Second of owner ${Date.now()}` } })).body.uuid;
