@@ -1,0 +1,102 @@
+/**
+ * `npm run backup -- <dir>`: a consistent copy of an embedded DATA_DIR, taken while the
+ * service runs (it neither stops nor waits for it). Restoring is starting the service with
+ * DATA_DIR=<dir> (or copying <dir> over a stopped service's DATA_DIR).
+ *
+ * Copying the directory with `cp` while the service writes can tear a SQLite file (a page
+ * copied before a commit, the next after it). Here each database is copied as one snapshot
+ * (`VACUUM INTO` on a read-only connection), in an order that keeps the copy coherent:
+ * - the read models first: their checkpoints are then at or behind the log copied next, so
+ *   the restored service catches them up (never a read model ahead of its log);
+ * - the event log;
+ * - then the blobs: a blob is durable before the event that names it is appended, and blob
+ *   files are never rewritten or deleted, so every blob the copied log names is in the copy
+ *   (a pack being appended to may end in a torn record, which a start skips, as after a crash);
+ * - the key ring (tokens and links stay valid) and the outbox.
+ */
+import { constants, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { loadConfig, ConfigError } from '../infra/config.js';
+import { fsyncPath } from '../infra/durable-file.js';
+import { openDatabase } from '../infra/sqlite/driver.js';
+
+const DATABASES = ['read-models.sqlite', 'events.sqlite'] as const; // this order: see above
+const DIRECTORIES = ['blobs', 'keys', 'outbox'] as const;
+
+/** Copies `from` into `to` (made), files and directories only, leaving out `skip` names; fsyncs each. */
+async function copyTree(from: string, to: string, skip: Set<string> = new Set()): Promise<number> {
+  mkdirSync(to, { mode: 0o700 });
+  let bytes = 0;
+  for (const entry of readdirSync(from, { withFileTypes: true })) {
+    if (skip.has(entry.name)) continue;
+    const source = path.join(from, entry.name);
+    const target = path.join(to, entry.name);
+    if (entry.isDirectory()) bytes += await copyTree(source, target);
+    else if (entry.isFile() && !entry.name.endsWith('.tmp')) {
+      try {
+        copyFileSync(source, target, constants.COPYFILE_EXCL);
+      } catch (err) {
+        // Gone since the listing: a temporary file renamed into place, by a write the copied
+        // log does not name yet (whatever it names was in place before its event).
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+        throw err;
+      }
+      await fsyncPath(target);
+      bytes += statSync(target).size;
+    }
+  }
+  await fsyncPath(to);
+  return bytes;
+}
+
+async function backup(dataDir: string, target: string): Promise<Record<string, number>> {
+  if (!existsSync(path.join(dataDir, 'events.sqlite'))) throw new Error(`${dataDir} holds no event log (events.sqlite): nothing to back up`);
+  if (existsSync(target) && readdirSync(target).length > 0) throw new Error(`${target} exists and is not empty: name a new directory`);
+  mkdirSync(target, { recursive: true, mode: 0o700 });
+  const sizes: Record<string, number> = {};
+  for (const name of DATABASES) {
+    const source = path.join(dataDir, name);
+    if (!existsSync(source)) continue; // read models: rebuilt from the log at the restored start
+    const db = openDatabase(source, { readonly: true });
+    try {
+      db.prepare('VACUUM INTO ?').run(path.join(target, name));
+    } finally {
+      db.close();
+    }
+    await fsyncPath(path.join(target, name));
+    sizes[name] = statSync(path.join(target, name)).size;
+  }
+  for (const name of DIRECTORIES) {
+    const source = path.join(dataDir, name);
+    if (existsSync(source)) sizes[name] = await copyTree(source, path.join(target, name), new Set(['tmp'])); // tmp/: unfinished writes
+  }
+  await fsyncPath(target);
+  return sizes;
+}
+
+// The copy holds what DATA_DIR holds (password hashes, SMS texts, the key ring): the
+// service user's only, whatever the shell's umask (as services/main.ts does for DATA_DIR).
+process.umask(0o077);
+const target = process.argv[2];
+try {
+  if (!target || process.argv.length > 3) throw new Error('usage: npm run backup -- <new directory>');
+  const config = loadConfig(process.env);
+  if (config.store === 'cluster') {
+    throw new Error('this copies the embedded store; in cluster mode back up EventStoreDB and MongoDB with their own tools, and DATA_DIR (key ring, blobs) as files (docs/DEPLOYMENT.md)');
+  }
+  const dir = path.resolve(target);
+  const inside = path.relative(path.resolve(config.dataDir), dir);
+  if (!inside.startsWith('..') && !path.isAbsolute(inside)) throw new Error(`${dir} is inside DATA_DIR: name a directory outside it`);
+  const started = Date.now();
+  const madeHere = !existsSync(dir);
+  try {
+    const sizes = await backup(path.resolve(config.dataDir), dir);
+    process.stdout.write(`${JSON.stringify({ backup: dir, from: path.resolve(config.dataDir), bytes: sizes, ms: Date.now() - started })}\n`);
+  } catch (err) {
+    if (madeHere) rmSync(dir, { recursive: true, force: true }); // no half backup left to be mistaken for one
+    throw err;
+  }
+} catch (err) {
+  process.stderr.write(`backup failed: ${err instanceof ConfigError ? err.problems.join('; ') : (err as Error).message}\n`);
+  process.exit(1);
+}

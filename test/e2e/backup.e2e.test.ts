@@ -1,0 +1,118 @@
+/**
+ * `npm run backup -- <dir>` while the service runs and takes writes; a service started on
+ * the copy has every write acknowledged before the backup began: accounts, tokens (the key
+ * ring), mail with its attachment bytes (blobs), and nothing readable by other users.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import nodemailer from 'nodemailer';
+import { freePort, spawnService, ROOT } from '../support/spawn.js';
+
+type Json = any;
+
+const post = (url: string, body: unknown, headers: Record<string, string> = {}) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+
+/** `npm run backup -- <target>` (its script's command) on `dataDir`: exit code and output. */
+function runBackup(dataDir: string, target: string): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'services/backup.ts', target], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir } });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    child.on('exit', (code) => resolve({ code, out, err }));
+  });
+}
+
+/** Every file and directory under `dir` with its permission bits for group and others. */
+function modes(dir: string): string[] {
+  const open: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    const file = path.join(entry.parentPath ?? (entry as unknown as { path: string }).path, entry.name);
+    if (statSync(file).mode & 0o077) open.push(path.relative(dir, file));
+  }
+  return open;
+}
+
+let root: string;
+beforeEach(() => (root = mkdtempSync(path.join(os.tmpdir(), 'ais-backup-'))));
+afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+test('a backup taken under load restores every write acknowledged before it: accounts, tokens, mail and attachment bytes', async () => {
+  const dataDir = path.join(root, 'data');
+  const copy = path.join(root, 'copy');
+  const smtpPort = await freePort();
+  const port = String(await freePort()); // the restored service on the same URL: tokens name their issuer
+  const svc = await spawnService({ DATA_DIR: dataDir, PORT: port, SMTP_PORT: String(smtpPort), PASSWORD_HASH_MEMORY_KIB: '1024' });
+  let before: { access: string; identity: Json; attachment: Buffer };
+  const acknowledged: string[] = [];
+  try {
+    // given: an account, an identity, and a mail with an attachment
+    expect((await post(`${svc.url}/api/auth/social/`, { username: 'saved', email: 'saved@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+    const { access } = (await (await post(`${svc.url}/api/auth/login/`, { username: 'saved', password: 'pw' })).json()) as Json;
+    const identity = (await (await post(`${svc.url}/api/identities/`, { name: 'keeper' }, { authorization: `Bearer ${access}` })).json()) as Json;
+    const attachment = Buffer.from(Array.from({ length: 70_000 }, (_, i) => i % 251));
+    await nodemailer
+      .createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true })
+      .sendMail({ from: 'sender@example.com', to: identity.inbox, subject: 'kept', text: 'in the backup', attachments: [{ filename: 'data.bin', content: attachment }] });
+    before = { access, identity, attachment };
+
+    // when: a backup runs while sign-ups keep coming
+    let loading = true;
+    const load = (async () => {
+      for (let i = 0; loading; i++) {
+        const res = await post(`${svc.url}/api/auth/social/`, { username: `busy${i}`, email: `busy${i}@example.com`, password1: 'pw', password2: 'pw' });
+        if (res.status === 201) acknowledged.push(`busy${i}`);
+      }
+    })();
+    while (acknowledged.length < 3) await new Promise((r) => setTimeout(r, 10));
+    const ackedBefore = [...acknowledged];
+    const result = await runBackup(dataDir, copy);
+    loading = false;
+    await load;
+    expect([result.code, result.err]).toEqual([0, '']);
+    expect(JSON.parse(result.out)).toMatchObject({ backup: copy, bytes: { 'events.sqlite': expect.any(Number), blobs: expect.any(Number), keys: expect.any(Number) } });
+    acknowledged.splice(0, acknowledged.length, ...ackedBefore);
+  } finally {
+    svc.child.kill('SIGTERM');
+  }
+  expect(await svc.exited).toBe(0);
+
+  // then: the copy is private, and a service started on it has everything acknowledged before
+  expect(modes(copy)).toEqual([]);
+  const restored = await spawnService({ DATA_DIR: copy, PORT: port, PASSWORD_HASH_MEMORY_KIB: '1024' });
+  try {
+    const auth = { authorization: `Bearer ${before!.access}`, 'x-service-identity': before!.identity.uuid };
+    expect((await fetch(`${restored.url}/api/auth/user/`, { headers: auth })).status).toBe(200); // the key ring came along
+    for (const username of acknowledged) expect([username, (await post(`${restored.url}/api/auth/login/`, { username, password: 'pw' })).status]).toEqual([username, 200]);
+    const messages = (await (await fetch(`${restored.url}/api/email-messages/`, { headers: auth })).json()) as Json[];
+    expect(messages.map((m) => m.subject)).toEqual(['kept']);
+    const download = await fetch(messages[0].attachments[0].download_url, { headers: auth });
+    expect(download.status).toBe(200);
+    expect(Buffer.from(await download.arrayBuffer()).equals(before!.attachment)).toBe(true);
+  } finally {
+    restored.child.kill('SIGTERM');
+  }
+  expect(await restored.exited).toBe(0);
+}, 120_000);
+
+test('refuses a target that is not empty, one inside DATA_DIR, and a DATA_DIR without an event log, leaving nothing behind', async () => {
+  const dataDir = path.join(root, 'data');
+  mkdirSync(dataDir);
+  const empty = await runBackup(dataDir, path.join(root, 'copy'));
+  expect([empty.code, empty.err]).toEqual([1, expect.stringMatching(/^backup failed: .*holds no event log/)]);
+  expect(readdirSync(root)).toEqual(['data']);
+
+  writeFileSync(path.join(dataDir, 'events.sqlite'), '');
+  const inside = await runBackup(dataDir, path.join(dataDir, 'copy'));
+  expect([inside.code, inside.err]).toEqual([1, expect.stringMatching(/inside DATA_DIR/)]);
+
+  mkdirSync(path.join(root, 'used'));
+  writeFileSync(path.join(root, 'used', 'something'), 'x');
+  const used = await runBackup(dataDir, path.join(root, 'used'));
+  expect([used.code, used.err]).toEqual([1, expect.stringMatching(/exists and is not empty/)]);
+  expect(readdirSync(path.join(root, 'used'))).toEqual(['something']);
+}, 60_000);
