@@ -89,11 +89,14 @@ try {
   if (!inside.startsWith('..') && !path.isAbsolute(inside)) throw new Error(`${dir} is inside DATA_DIR: name a directory outside it`);
   const started = Date.now();
   const madeHere = !existsSync(dir);
+  const wasEmpty = !madeHere && readdirSync(dir).length === 0;
   try {
     const sizes = await backup(path.resolve(config.dataDir), dir);
     process.stdout.write(`${JSON.stringify({ backup: dir, from: path.resolve(config.dataDir), bytes: sizes, ms: Date.now() - started })}\n`);
   } catch (err) {
-    if (madeHere) rmSync(dir, { recursive: true, force: true }); // no half backup left to be mistaken for one
+    // No half backup left to be mistaken for one: the directory as it was (absent, or empty).
+    if (madeHere) rmSync(dir, { recursive: true, force: true });
+    else if (wasEmpty) for (const name of readdirSync(dir)) rmSync(path.join(dir, name), { recursive: true, force: true });
     throw err;
   }
 } catch (err) {
