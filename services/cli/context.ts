@@ -73,21 +73,28 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
 
 export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
   const id = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? ctx.config.identity;
-  if (!id && !fenced) throw new CliError('identity_required', 'No identity selected: run `ais identities use <uuid|name>` or pass --identity.', EXIT.usage);
+  // The exit code of the API's own identity_required (docs/CLI.md): the same condition.
+  if (!id && !fenced) throw new CliError('identity_required', 'No identity selected: run `ais identities use <uuid|name>` or pass --identity.', EXIT.api_error);
   return id;
 }
 
 /** Maps SDK errors onto the named conditions. */
-export async function translate(err: unknown, c?: AisClient): Promise<unknown> {
+export async function translate(err: unknown, c?: AisClient, env: NodeJS.ProcessEnv = {}): Promise<unknown> {
   if (err instanceof CryptoError) {
     if (err.code === 'pin_locked') return new CliError('pin_locked', 'PIN entered wrongly 3 times: the vault is locked. Run `ais pin recover` with your recovery key.');
     if (err.code === 'encryption_missing') return new CliError('encryption_missing', 'No PIN is set up for this account: run `ais pin setup` first.');
-    if (err.code === 'wrong_pin') return new CliError('wrong_pin', `Wrong PIN (${err.attemptsLeft} attempt(s) left before the vault locks).`, EXIT.wrong_pin, { attempts_left: err.attemptsLeft });
+    if (err.code === 'wrong_pin') {
+      // The PIN and the device secret are checked together: a device secret replaced by a
+      // `pin recover` on another machine fails the same way as a mistyped PIN.
+      const stale = 'If the PIN is right, this machine\'s device secret is stale (a `pin recover` elsewhere made a new one): set AIS_DEVICE_SECRET to it before trying again.';
+      return new CliError('wrong_pin', `Wrong PIN (${err.attemptsLeft} attempt(s) left before the vault locks). ${stale}`, EXIT.wrong_pin, { attempts_left: err.attemptsLeft });
+    }
     return new CliError(err.code, err.message);
   }
   if (err instanceof ApiRequestError) {
     if (err.code === 'device_code_expired') return new CliError('device_code_expired', 'The login code expired before it was approved: run `ais login` again.');
     if (err.status === 401 && err.code === 'token_expired') return new CliError('token_expired', 'Your session has ended (signed out or password changed elsewhere): run `ais login` again.');
+    if (err.status === 401 && env.AIS_API_KEY) return new CliError('not_authenticated', `AIS_API_KEY was refused (${err.detail}): set a valid key, or unset AIS_API_KEY to use the stored login.`);
     if (err.status === 401) return new CliError('not_authenticated', `Not authenticated (${err.detail}): run \`ais login\`.`);
     if (err.status === 404 && c?.identity) {
       // Is it the configured identity that is gone, or the thing asked for?
@@ -95,7 +102,9 @@ export async function translate(err: unknown, c?: AisClient): Promise<unknown> {
         () => false,
         (e) => e instanceof ApiRequestError && e.status === 404,
       );
-      if (gone) return new CliError('identity_not_found', `The identity ${c.identity} no longer exists: pick another with \`ais identities use\`.`, EXIT.identity_not_found, { identity: c.identity });
+      // A name that named nothing (`--identity typo`) reaches the server as is.
+      const what = isUuid(c.identity) ? `The identity ${c.identity} no longer exists` : `No identity is named ${c.identity}`;
+      if (gone) return new CliError('identity_not_found', `${what}: pick another with \`ais identities use\` (see \`ais identities list\`).`, EXIT.identity_not_found, { identity: c.identity });
     }
     return new CliError(err.code ?? `http_${err.status}`, err.detail, EXIT.api_error, { status: err.status, ...(err.fields ? { fields: err.fields } : {}) });
   }

@@ -152,7 +152,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       } catch {
         c = undefined;
       }
-      throw await translate(err, c);
+      throw await translate(err, c, ctx.env);
     }
     return EXIT.ok;
   } catch (err) {

@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { AisClient } from '../sdk/client.js';
 import { fileLockStore, parseKdf, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
 import { UnlockedVault } from '../sdk/unlocked.js';
-import { configDir } from './config.js';
+import { configDir, updateConfig } from './config.js';
 import { client, type Ctx } from './context.js';
 import { CliError, EXIT } from './errors.js';
 import { readSecret } from './input.js';
@@ -37,7 +37,12 @@ export function lockStore(ctx: Ctx, salt: string) {
 
 export function deviceSecret(ctx: Ctx): string {
   const s = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
-  if (!s) throw new CliError('encryption_missing', 'This machine has no device secret for the vault: run `ais pin setup` (new account) or `ais pin recover`, or set AIS_DEVICE_SECRET.');
+  if (!s) {
+    throw new CliError(
+      'encryption_missing',
+      'This machine has no device secret for the vault: set AIS_DEVICE_SECRET to the one `ais pin setup` printed (`device_secret` in its machine\'s config); it is saved here once the vault opens. New account: `ais pin setup`. Only with the recovery key and no device secret anywhere: `ais pin recover` (it makes a new device secret, which every other machine then needs).',
+    );
+  }
   return s;
 }
 
@@ -59,5 +64,12 @@ export async function unlocked(ctx: Ctx): Promise<UnlockedVault> {
   const secret = deviceSecret(ctx);
   const pin = await readSecret(ctx, 'AIS_PIN', 'PIN');
   const key = await unlock({ pin, deviceSecret: secret, metadata, lockStore: lockStore(ctx, metadata.salt) });
+  // A device secret given by AIS_DEVICE_SECRET that opened the vault is kept beside this
+  // machine's stored login (a new machine, or one whose saved secret a recovery elsewhere
+  // replaced): the next run needs no variable. Without a stored login (AIS_API_KEY only) no
+  // config file is made.
+  if (secret !== ctx.config.device_secret && (ctx.config.access || ctx.config.management_key)) {
+    ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: secret }));
+  }
   return new UnlockedVault(c, key);
 }

@@ -27,7 +27,8 @@ export async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, a
   });
   for await (const e of stream) {
     if (e.event !== kind) continue;
-    ctx.out(ctx.json ? JSON.stringify({ id: e.id, event: e.event, ...(e.data as object) }) : forTerminal(line(e.data)));
+    // The event id leads the human line too: `--since <id>` resumes after it.
+    ctx.out(ctx.json ? JSON.stringify({ id: e.id, event: e.event, ...(e.data as object) }) : forTerminal(`${e.id ?? '-'}  ${line(e.data)}`));
     if (++seen >= max) {
       ac.abort();
       break;

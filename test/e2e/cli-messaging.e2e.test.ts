@@ -182,6 +182,9 @@ describe('email', () => {
     expect(e.preview).toMatch(/free on Friday/);
     expect(typeof e.id).toBe('string');
     threadId = e.thread_id;
+    // The human line leads with the event id (for --since) and names the message (for reply).
+    const replay = await ais(['inbox', 'watch', '--count', '1', '--since', '0']);
+    expect(replay.stdout.trim()).toBe(`${e.id}  alice@example.com  Lunch on Friday?  ${e.preview} [message ${e.message_id}, thread ${e.thread_id}]`);
   });
 
   test('inbox list --unread, show (marks read), then nothing unread', async () => {

@@ -361,6 +361,15 @@ describe('a logged-in agent', () => {
     const fresh = await runCli(['pin', 'recover'], { url: svc.url, home: third, env: { AIS_RECOVERY_KEY: setup.json.recovery_key, AIS_NEW_PIN: '333444' } });
     expect(fresh.code).toBe(0);
     expect(fresh.stdout).toMatch(/NEW device secret[\s\S]*SK1-[\s\S]*AIS_DEVICE_SECRET/);
+    // The first machine's saved secret is now stale: the right PIN fails as a wrong one would,
+    // and the message says why ...
+    const stale = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '333444' } });
+    expect([stale.error?.code, stale.error?.message]).toEqual(['wrong_pin', expect.stringMatching(/device secret is stale/)]);
+    // ... and the new secret, given once, is kept beside the login: the next run needs no variable.
+    const newSecret = /SK1-[A-Za-z0-9-]+/.exec(fresh.stdout)![0];
+    expect((await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '333444', AIS_DEVICE_SECRET: newSecret } })).json?.value).toBe('s3cr3t-value');
+    expect(config().device_secret).toBe(newSecret);
+    expect((await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '333444' } })).json?.value).toBe('s3cr3t-value');
     // This machine takes the vault back under its own device secret (the next tests use PIN 111222).
     expect((await ais(['pin', 'recover', '--json'], { env: { AIS_RECOVERY_KEY: setup.json.recovery_key, AIS_NEW_PIN: '111222' } })).code).toBe(0);
     for (const home of [second, third]) rmSync(home, { recursive: true, force: true });
@@ -454,6 +463,19 @@ describe('a logged-in agent', () => {
     expect(r.error.code).toBe('identity_not_found');
     const secret = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '111222' } });
     expect([secret.code, secret.error?.code]).toEqual([12, 'identity_not_found']);
+    // A name that names nothing is told as such, not as an identity that "no longer exists".
+    const typo = await ais(['sms', 'list', '--identity', 'nosuch', '--json']);
+    expect([typo.code, typo.error?.message]).toEqual([12, expect.stringMatching(/^No identity is named nosuch/)]);
+    // No identity selected at all: the API's condition and exit code.
+    const none = await ais(['sms', 'list', '--json'], { env: { AIS_IDENTITY: '' } });
+    expect([none.code, none.error?.code]).toEqual([20, 'identity_required']);
+  });
+
+  test('a refused AIS_API_KEY says so (`ais login` would not help while it is set)', async () => {
+    const key = (await api('POST', '/api/auth/keys/management/', { label: 'short-lived' }, config().management_key)).body;
+    expect((await api('DELETE', `/api/auth/keys/management/${key.uuid}/`, undefined, config().management_key)).status).toBe(204);
+    const r = await ais(['whoami', '--json'], { env: { AIS_API_KEY: key.key } });
+    expect([r.code, r.error?.message]).toEqual([10, expect.stringMatching(/^AIS_API_KEY was refused .*unset AIS_API_KEY/)]);
   });
 
   test('token_expired: the refresh token was invalidated elsewhere (logout)', async () => {
@@ -466,6 +488,43 @@ describe('a logged-in agent', () => {
     expect(r.code).toBe(11);
     expect(r.error.code).toBe('token_expired');
     expect(r.error.message).toMatch(/log ?in/i);
+  });
+});
+
+describe('logout', () => {
+  /** `ais login` through the device flow, approved through the API by a new account, in `home`. */
+  async function deviceLogin(home: string): Promise<void> {
+    let approved: Promise<unknown> | undefined;
+    const r = await runCli(['login', '--json', '--no-qr'], {
+      url: svc.url,
+      home,
+      onStderr: (s) => {
+        const m = /"user_code":"([A-Z-]+)"/.exec(s);
+        if (!m || approved) return;
+        approved = (async () => {
+          const u = `out${Date.now() % 1e6}${Math.floor(Math.random() * 1000)}`;
+          const reg = await api('POST', '/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
+          expect((await api('POST', '/api/auth/device/approve/', { user_code: m[1] }, reg.body.access)).status).toBe(200);
+        })();
+      },
+    });
+    await approved;
+    expect(r.code).toBe(0);
+  }
+
+  test('revokes the management key the device flow saved (a live key nobody holds otherwise); --keep-key keeps it, valid', async () => {
+    for (const keep of [false, true]) {
+      const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-logout-'));
+      await deviceLogin(home);
+      const file = path.join(home, 'agent-identity/config.json');
+      const key = JSON.parse(readFileSync(file, 'utf8')).management_key as string;
+      const r = await runCli(['logout', '--json', ...(keep ? ['--keep-key'] : [])], { url: svc.url, home });
+      expect([r.code, r.json]).toEqual([0, keep ? { logged_out: true, session_ended: true } : { logged_out: true, session_ended: true, key_revoked: true }]);
+      expect(JSON.parse(readFileSync(file, 'utf8')).management_key).toBe(keep ? key : undefined);
+      const probe = await fetch(`${svc.url}/api/identities/`, { headers: { authorization: `Bearer ${key}` } });
+      expect([keep, probe.status]).toEqual([keep, keep ? 200 : 401]);
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 });
 

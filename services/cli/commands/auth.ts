@@ -17,6 +17,13 @@ async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: C
   }));
 }
 
+/** Revokes a management key with itself (the key names its own uuid through whoami). */
+async function revokeOwnKey(ctx: Ctx, managementKey: string): Promise<void> {
+  const c = createClient({ baseUrl: ctx.baseUrl, managementKey, userAgent: 'ais-cli/1.0' });
+  const me = await c.whoami();
+  if (me.key?.uuid) await c.keys.management.revoke(me.key.uuid);
+}
+
 export const authCommands: Record<string, Command> = {
   login: {
     usage: 'ais login [--username U | --email E] [--no-wait] [--qr | --no-qr]',
@@ -58,15 +65,20 @@ export const authCommands: Record<string, Command> = {
   },
   logout: {
     usage: 'ais logout [--keep-key]',
-    summary: 'End the session on the server and forget the tokens (and the management key unless --keep-key).',
+    summary: 'End the session on the server and forget the tokens; revoke and forget the management key the sign-in saved (--keep-key: keep it, valid).',
     options: { 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
       // An expired session needs no ending; a service out of reach does: said, not hidden.
       const unreached = (err: unknown) => err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
       const ended = ctx.config.access ? await client(ctx).auth.logout().then(() => true, (err: unknown) => !unreached(err)) : true;
-      ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => (v['keep-key'] && management_key ? { ...rest, management_key } : rest));
+      // The device flow's key is a full account credential: forgotten here but left valid, it
+      // would be a live key nobody holds. A key already refused (401) is as good as revoked.
+      const key = v['keep-key'] ? undefined : ctx.config.management_key;
+      const revoked = key ? await revokeOwnKey(ctx, key).then(() => true, (err: unknown) => (err instanceof ApiRequestError && err.status === 401 ? true : unreached(err) ? false : Promise.reject(err))) : null;
+      ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => ((v['keep-key'] || revoked === false) && management_key ? { ...rest, management_key } : rest));
       if (!ended) ctx.err('warning: the service could not be reached (or failed), so the session was not ended there (its refresh token stays valid until it expires).');
-      show(ctx, { logged_out: true, session_ended: ended }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
+      if (revoked === false) ctx.err('warning: the service could not be reached (or failed), so the management key was not revoked; it stays saved here: run `ais logout` again.');
+      show(ctx, { logged_out: true, session_ended: ended, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
     },
   },
   whoami: {

@@ -40,7 +40,7 @@ export const mailCommands: Record<string, Command> = {
     usage: 'ais inbox watch [--count N] [--since ID]',
     summary: 'Print new mail as it arrives (event stream; resumes after disconnects).',
     options: { count: { type: 'string' }, since: { type: 'string' } },
-    run: (ctx, _p, v) => watch(ctx, 'email', v, (d) => `${d.from_email}  ${d.subject}  ${d.preview} [${d.thread_id}]`),
+    run: (ctx, _p, v) => watch(ctx, 'email', v, (d) => `${d.from_email}  ${d.subject}  ${d.preview} [message ${d.message_id ?? '?'}, thread ${d.thread_id}]`),
   },
   send: {
     usage: 'ais send --to ADDR --subject S (--body TEXT | --body-file F) [--cc A] [--bcc A] [--attach FILE...]',

@@ -27,7 +27,7 @@ export const smsCommands: Record<string, Command> = {
     usage: 'ais sms watch [--count N] [--since ID]',
     summary: 'Print inbound SMS as they arrive.',
     options: { count: { type: 'string' }, since: { type: 'string' } },
-    run: (ctx, _p, v) => watch(ctx, 'sms', v, (d) => `${d.from_number}  ${d.preview} [${d.conversation_id}]`),
+    run: (ctx, _p, v) => watch(ctx, 'sms', v, (d) => `${d.from_number}  ${d.preview} [conversation ${d.conversation_id}]`),
   },
   phone: {
     usage: 'ais phone',
