@@ -625,6 +625,11 @@ export class AisClient {
     reply: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply/`, { body }),
     replyAll: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply-all/`, { body }),
     presign: (body: PresignRequest): Promise<Presigned> => this.request('POST', '/api/email-attachments/presign/', { body }),
+    /** An attachment's bytes (of a received or sent message), by its uuid. */
+    download: async (uuid: string): Promise<{ bytes: Uint8Array; contentType: string }> => {
+      const res = await this.send('GET', `/api/email-attachments/${enc(uuid)}/`);
+      return { bytes: new Uint8Array(await res.arrayBuffer()), contentType: res.headers.get('content-type') ?? 'application/octet-stream' };
+    },
     /**
      * Presign + PUT to the upload URL; returns the attachment uuid. The body is streamed in
      * 64 KiB chunks with a Content-Length (presigned cloud URLs refuse chunked uploads), and

@@ -6,7 +6,7 @@
  * upgrade through the admin API and an inbound SMS posted to the webhook.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
@@ -112,6 +112,12 @@ test('setup: sign up through the API, `login --username` (AIS_PASSWORD), plan up
   identity = c.json;
   expect(identity.inbox).toMatch(/^courier[\w.-]*@agents\.localhost$/);
   expect(identity.phone).toMatch(/^\+\d+$/);
+
+  // An identity made without a phone gets one later, and a new name.
+  expect((await ais(['identities', 'create', 'later', '--json'])).code).toBe(0);
+  const updated = await ais(['identities', 'update', 'later', '--phone', '--name', 'later-renamed', '--json']);
+  expect([updated.code, updated.json?.name, updated.json?.phone]).toEqual([0, 'later-renamed', expect.stringMatching(/^\+\d+$/)]);
+  expect((await ais(['identities', 'update', 'later-renamed'])).code).toBe(2); // nothing to change
 });
 
 describe('email', () => {
@@ -155,6 +161,12 @@ describe('email', () => {
     expect(r.json.attachments.map((a: any) => a.filename)).toEqual(['notes.txt']);
     expect(JSON.parse(r.stderr.trim().split('\n')[0])).toEqual({ uploaded: 'notes.txt', bytes: small.length });
     await sink.waitFor((x) => x.parsed.subject === 'json mode');
+    // The attachment's bytes back, by its uuid; an existing file is not overwritten.
+    const out = path.join(files, 'saved-notes.txt');
+    const saved = await ais(['inbox', 'attachment', r.json.attachments[0].uuid, '--out', out, '--json']);
+    expect([saved.code, saved.json]).toEqual([0, { saved: out, bytes: small.length, content_type: expect.stringMatching(/^text\/plain/) }]);
+    expect(readFileSync(out)).toEqual(small);
+    expect((await ais(['inbox', 'attachment', r.json.attachments[0].uuid, '--out', out])).code).toBe(2);
   });
 
   test('a missing attachment file is a usage error before anything is sent', async () => {

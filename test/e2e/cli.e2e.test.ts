@@ -291,6 +291,11 @@ describe('a logged-in agent', () => {
     expect(add.code).toBe(0);
     const pw = await ais(['passwords', 'get', 'github.com', '--json'], { env: { AIS_PIN: '123456' } });
     expect(pw.json).toMatchObject({ domain: 'github.com', username: 'bob', password: 'hunter2' });
+    // A generated password is shown once (the agent types it into the site's sign-up form).
+    const generated = await ais(['passwords', 'add', 'example.org', '--username', 'bot', '--generate'], { env: { AIS_PIN: '123456' } });
+    const shownPassword = /^Password: (\S+)$/m.exec(generated.stdout)?.[1];
+    expect(shownPassword?.length).toBeGreaterThanOrEqual(12);
+    expect((await ais(['passwords', 'get', 'example.org', '--json'], { env: { AIS_PIN: '123456' } })).json.password).toBe(shownPassword);
     // The server holds ciphertext only.
     const raw = await api('GET', `/api/passwords/${pw.json.uuid}/?identity=${identity}`, undefined, config().management_key);
     expect(raw.body.password).toMatch(/^e2e::/);

@@ -1,4 +1,4 @@
-// `ais identities list|create|delete|use`.
+// `ais identities list|create|update|delete|use`.
 import { client, resolveIdentity, type Command } from '../context.js';
 import { updateConfig } from '../config.js';
 import { usage } from '../errors.js';
@@ -22,6 +22,18 @@ export const identitiesCommands: Record<string, Command> = {
       const i = await client(ctx).identities.create({ name: p[0], ...(v['email-identifier'] ? { email_identifier: v['email-identifier'] } : {}), ...(v.phone ? { provision_phone: true } : {}) });
       if (v.use || !ctx.config.identity) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: i.uuid }));
       show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']) + (ctx.config.identity === i.uuid ? '\n(default identity)' : ''));
+    },
+  },
+  'identities update': {
+    usage: 'ais identities update <uuid|name> [--name NEW] [--phone]',
+    summary: 'Rename an identity, or give it a phone number (--phone; a paid plan).',
+    options: { name: { type: 'string' }, phone: { type: 'boolean' } },
+    async run(ctx, p, v) {
+      if (!p[0] || (v.name === undefined && !v.phone)) throw usage(this.usage);
+      const c = client(ctx);
+      const id = await resolveIdentity(c, p[0]);
+      const i = await c.identities.update(id, { ...(v.name !== undefined ? { name: v.name } : {}), ...(v.phone ? { provision_phone: true } : {}) });
+      show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']));
     },
   },
   'identities delete': {

@@ -1,5 +1,5 @@
-// `ais inbox list|show|watch`, `send`, `reply`, `reply-all`: email.
-import { readFileSync } from 'node:fs';
+// `ais inbox list|show|watch|attachment`, `send`, `reply`, `reply-all`: email.
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Attachment } from '../../sdk/client.js';
 import { client, type Command } from '../context.js';
@@ -29,7 +29,7 @@ export const mailCommands: Record<string, Command> = {
           `From: ${m.from_email ?? m.from ?? ''}`,
           `To: ${[].concat(m.to ?? []).join(', ')}`,
           ...(m.cc?.length ? [`Cc: ${m.cc.join(', ')}`] : []),
-          ...(m.attachments ?? []).map((a: any) => `Attachment: ${a.filename} (${a.content_type}, ${formatBytes(a.size)})`),
+          ...(m.attachments ?? []).map((a: any) => `Attachment: ${a.filename} (${a.content_type}, ${formatBytes(a.size)}) [${a.uuid}]`),
           '',
           m.text ?? m.preview ?? '',
         ].join('\n');
@@ -41,6 +41,21 @@ export const mailCommands: Record<string, Command> = {
     summary: 'Print new mail as it arrives (event stream; resumes after disconnects).',
     options: { count: { type: 'string' }, since: { type: 'string' } },
     run: (ctx, _p, v) => watch(ctx, 'email', v, (d) => `${d.from_email}  ${d.subject}  ${d.preview} [message ${d.message_id ?? '?'}, thread ${d.thread_id}]`),
+  },
+  'inbox attachment': {
+    usage: 'ais inbox attachment <attachment_uuid> --out FILE',
+    summary: 'Save an attachment (its uuid is in `inbox show`) to FILE.',
+    options: { out: { type: 'string' } },
+    async run(ctx, p, v) {
+      if (!p[0] || !v.out) throw usage(this.usage);
+      const { bytes, contentType } = await client(ctx, { identity: true }).email.download(p[0]);
+      try {
+        writeFileSync(v.out, bytes, { flag: 'wx' }); // never over a file that exists
+      } catch (err) {
+        throw new CliError('usage', `Cannot write ${v.out}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+      }
+      show(ctx, { saved: path.resolve(v.out), bytes: bytes.byteLength, content_type: contentType }, () => `Saved ${formatBytes(bytes.byteLength)} (${contentType}) to ${v.out}.`);
+    },
   },
   send: {
     usage: 'ais send --to ADDR --subject S (--body TEXT | --body-file F) [--cc A] [--bcc A] [--attach FILE...]',

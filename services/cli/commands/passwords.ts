@@ -28,7 +28,8 @@ export const passwordsCommands: Record<string, Command> = {
       const v = await unlocked(ctx);
       const password = o.generate ? (await v.client.passwords.generate()).password : (o.password ?? (await readSecret(ctx, 'AIS_ENTRY_PASSWORD', 'Password to store', { value: true })));
       const e = await v.addPassword({ domain: p[0], username: o.username, password, notes: o.notes ?? '' });
-      show(ctx, e, () => `Stored ${e.domain} (${e.uuid}).`);
+      // A generated password is shown once here: it is what the agent types into the sign-up form.
+      show(ctx, e, () => `Stored ${e.domain} (${e.uuid}).${o.generate ? `\nPassword: ${password}` : ''}`);
     },
   },
   'passwords get': {
