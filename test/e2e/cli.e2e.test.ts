@@ -250,6 +250,8 @@ describe('a logged-in agent', () => {
     // The new key works for the agent (AIS_API_KEY) ...
     const who = await ais(['whoami', '--json'], { env: { AIS_API_KEY: k.json.key } });
     expect(who.json.kind).toBe('identity_key');
+    const whoHuman = await ais(['whoami'], { env: { AIS_API_KEY: k.json.key } });
+    expect(whoHuman.stdout).toMatch(new RegExp(`^kind: identity_key\nuser: \\S+ <\\S+@example\\.com> \\(pk \\d+\\)\nkey: runner svc_id_\\S+ \\(${k.json.uuid}\\)\nidentity: ${identity}\n`));
     const rv = await ais(['keys', 'revoke', k.json.uuid, '--json']);
     expect(rv.code).toBe(0);
     // ... and not once revoked.

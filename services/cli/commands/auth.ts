@@ -87,7 +87,15 @@ export const authCommands: Record<string, Command> = {
     async run(ctx) {
       const w = await client(ctx).whoami();
       const out = { ...w, default_identity: ctx.config.identity ?? null };
-      show(ctx, out, () => kv(out as Record<string, unknown>));
+      show(ctx, out, () =>
+        kv({
+          kind: w.kind,
+          user: `${w.user.username} <${w.user.email}> (pk ${w.user.pk})`,
+          ...(w.key ? { key: `${w.key.label} ${w.key.masked_key} (${w.key.uuid})` } : {}),
+          identity: w.identity ?? '(none selected)',
+          default_identity: out.default_identity ?? '(none)',
+        }),
+      );
     },
   },
 };
