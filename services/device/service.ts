@@ -288,7 +288,10 @@ export function createDeviceService(deps: DeviceServiceDeps) {
         return expiredAnswer();
       }
       if (status !== 'approved') return err('invalid_grant');
-      const label = `Device sign-up ${new Date().toISOString().slice(0, 10)}`;
+      // Told apart in the key list by the minute and the client's own name (`ais-cli (host)`);
+      // within the 100 characters of a label.
+      const stamp = `Device sign-up ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+      const label = fresh.clientId ? [...`${stamp} (${fresh.clientId})`].slice(0, 100).join('') : stamp;
       const minted = await deps.keys.mint({ ownerPk: user.pk, label });
       const { result: won, append } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
         if (s.status !== 'approved' || effectiveStatus(s, Date.now()) !== 'approved') return { events: [], result: false };

@@ -537,7 +537,9 @@ export class AisClient {
       return bound;
     },
     /** POST /api/auth/device/ (RFC 8628 §3.1). */
-    deviceStart: (): Promise<DeviceAuthorization> => this.request('POST', '/api/auth/device/', { anonymous: true }),
+    /** `clientId`: RFC 8628 `client_id`, informational; it ends up in the label of the key minted for the device. */
+    deviceStart: (clientId?: string): Promise<DeviceAuthorization> =>
+      this.request('POST', '/api/auth/device/', { anonymous: true, ...(clientId ? { body: { client_id: clientId } } : {}) }),
     /**
      * One poll of the token endpoint. Pending answers come back as `{error}`; `expired_token`
      * and `access_denied` throw (code `device_code_expired` for the former, DECISIONS).

@@ -525,6 +525,10 @@ describe('logout', () => {
       await deviceLogin(home);
       const file = path.join(home, 'agent-identity/config.json');
       const key = JSON.parse(readFileSync(file, 'utf8')).management_key as string;
+      // Its label tells this machine's key apart: the minute and the CLI's client_id with the host name.
+      expect((await api('GET', '/api/health/whoami/', undefined, key)).body.key.label).toMatch(
+        new RegExp(`^Device sign-up \\d{4}-\\d{2}-\\d{2} \\d{2}:\\d{2} UTC \\(ais-cli \\(${os.hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\)\\)$`),
+      );
       const r = await runCli(['logout', '--json', ...(keep ? ['--keep-key'] : [])], { url: svc.url, home });
       expect([r.code, r.json]).toEqual([0, keep ? { logged_out: true, session_ended: true } : { logged_out: true, session_ended: true, key_revoked: true }]);
       expect(JSON.parse(readFileSync(file, 'utf8')).management_key).toBe(keep ? key : undefined);

@@ -158,7 +158,7 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     expect(who.status).toBe(200);
     expect(who.body.kind).toBe('management_key');
     expect(who.body.user.pk).toBe(human.user.pk);
-    expect(who.body.key.label).toMatch(/^Device sign-up \d{4}-\d{2}-\d{2}$/);
+    expect(who.body.key.label).toMatch(/^Device sign-up \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/);
     expect((await s.api('GET', '/api/auth/user/', { token: res.body.access })).body.pk).toBe(human.user.pk);
     expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: res.body.refresh } })).status).toBe(200);
 

@@ -1,4 +1,5 @@
 // `ais login`, `logout`, `whoami`: the stored credential.
+import { hostname } from 'node:os';
 import QRCode from 'qrcode';
 import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
 import { configFile, updateConfig, type CliConfig } from '../config.js';
@@ -44,7 +45,8 @@ export const authCommands: Record<string, Command> = {
         await saveLogin(ctx, pair);
         return show(ctx, { user: pair.user, config: configFile(ctx.env) }, () => `Logged in as ${pair.user.username} (${pair.user.email}).`);
       }
-      const auth: DeviceAuthorization = await c.auth.deviceStart();
+      // The host name goes into the minted key's label, to tell this machine's key apart in `keys list`.
+      const auth: DeviceAuthorization = await c.auth.deviceStart(`ais-cli (${hostname().slice(0, 60)})`);
       // The code goes to stderr so --json stdout stays one document; agents read both.
       const lines = [
         `To sign in, open ${auth.verification_uri} and enter the code: ${auth.user_code}`,
