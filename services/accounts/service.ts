@@ -64,9 +64,16 @@ export const toPublicUser = (u: Pick<UserDoc, 'pk' | 'username' | 'email' | 'fir
   last_name: u.lastName,
 });
 
-/** Brute-force limits for sign-in (per account, per client address), over 15 minutes. */
+/**
+ * Brute-force limits for sign-in, over 15 minutes. Failures count per account and client
+ * address (as Auth0's brute-force protection): a stranger guessing from one address locks
+ * that address out of the account, not the owner signing in from another. Guesses spread over
+ * many addresses still meet the account's own budget, and one address guessing at many
+ * accounts meets the address's.
+ */
 const LOGIN_WINDOW_S = 15 * 60;
-const LOGIN_FAILURES_PER_ACCOUNT = 10;
+const LOGIN_FAILURES_PER_ACCOUNT_AND_IP = 10;
+const LOGIN_FAILURES_PER_ACCOUNT = 100;
 const LOGIN_FAILURES_PER_IP = 100;
 /** Lifetime of links sent by mail. */
 const VERIFY_LINK_TTL_S = 3 * 24 * 3600;
@@ -251,13 +258,15 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   /**
    * Checks a login (username or email) and password, with brute-force throttling: failures
    * are counted per account (whichever name it is reached by; per login name when it names
-   * none) and per client address, and checks still running count too, so a burst of
-   * parallel guesses cannot pass the budget while the hashes are being compared.
+   * none) and client address, per account, and per client address, and checks still running
+   * count too, so a burst of parallel guesses cannot pass the budget while the hashes are
+   * being compared.
    */
   async function checkPassword(login: string, password: string, ip: string, field: 'username' | 'email' = 'username'): Promise<UserDoc | null> {
     const user = await findByLogin(login, field);
     const accountKey = user ? `login:acct:${user.pk}` : `login:name:${login.trim().toLowerCase()}`;
     const budgets = [
+      { key: `${accountKey}:ip:${ip}`, limit: LOGIN_FAILURES_PER_ACCOUNT_AND_IP, windowS: LOGIN_WINDOW_S },
       { key: accountKey, limit: LOGIN_FAILURES_PER_ACCOUNT, windowS: LOGIN_WINDOW_S },
       { key: `login:ip:${ip}`, limit: LOGIN_FAILURES_PER_IP, windowS: LOGIN_WINDOW_S },
     ];

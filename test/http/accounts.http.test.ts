@@ -230,6 +230,23 @@ describe('login (POST /api/auth/login/)', () => {
     expect((await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: u.password } })).status).toBe(429);
   });
 
+  it('a stranger guessing from one address locks that address out, not the owner signing in from another; guesses from many addresses meet the account budget of 100', async () => {
+    const t = await startTestServer({ TRUST_PROXY: '1' });
+    try {
+      const u = await t.signUp();
+      const login = (from: string, password: string) =>
+        fetch(`${t.url}/api/auth/login/`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-for': from }, body: JSON.stringify({ username: u.user.username, password }) });
+      for (let i = 0; i < 10; i++) expect((await login('10.0.0.66', `bad${i}`)).status).toBe(400);
+      expect((await login('10.0.0.66', u.password)).status).toBe(429);
+      expect((await login('10.0.0.1', u.password)).status).toBe(200); // the owner, elsewhere
+      // Spread over ten more addresses, 90 more failures reach the account's 100.
+      for (let a = 2; a <= 10; a++) for (let i = 0; i < 10; i++) expect((await login(`10.0.0.${a}`, `bad${i}`)).status).toBe(400);
+      expect((await login('10.0.0.11', u.password)).status).toBe(429);
+    } finally {
+      await t.close();
+    }
+  });
+
   it('a burst of parallel guesses gets no more than the budget checked: 10 wrong answers, the rest 429', async () => {
     const u = await s.signUp();
     const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: `guess${i}` } })));
