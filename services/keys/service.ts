@@ -22,6 +22,7 @@ import { notFound } from '../gateway/errors.js';
 import { KEY_PREFIXES, type KeyRecord } from '../gateway/auth.js';
 import { APIKEYS, type ApiKeyDoc } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
+import { createKeyUses } from './key-uses.js';
 import {
   ApiKeyMinted,
   ApiKeyRevoked,
@@ -78,11 +79,8 @@ export function createKeys(platform: Platform) {
   const { events: store, reads, progress, logger } = platform;
   const keys = reads.collection<ApiKeyDoc>(APIKEYS);
   const identities = reads.collection<IdentityDoc>(IDENTITIES);
-  const lastTouch = new Map<string, number>();
-  /** The latest use of each key seen by this process (recorded or not yet). */
-  const lastUse = new Map<string, number>();
-  /** The use each key's last `ApiKeyUsed` of this process recorded, and the appends in flight. */
-  const recorded = new Map<string, number>();
+  const uses = createKeyUses(TOUCH_INTERVAL_MS);
+  /** `ApiKeyUsed` appends in flight (a graceful stop waits for them). */
   const inFlight = new Set<Promise<unknown>>();
 
   /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
@@ -110,6 +108,7 @@ export function createKeys(platform: Platform) {
       if (!s.exists || s.revoked || s.ownerPk !== ownerPk || s.kind !== kind) throw notFound('Key not found.');
       return { events: [event(ApiKeyRevoked, revokedData(s, keyId, 'owner'))], result: undefined };
     });
+    uses.forget(keyId);
     if (append) await progress.waitFor(append.position);
   }
 
@@ -159,34 +158,24 @@ export function createKeys(platform: Platform) {
     return { keyId: doc.id, kind: 'management_key', userPk: doc.ownerPk };
   }
 
-  /**
-   * Records a use, at most once per key per TOUCH_INTERVAL_MS (fire and forget). The interval
-   * is measured on a monotonic clock: a wall clock set back must not stop the recording.
-   */
+  /** Records a use, at most once per key per TOUCH_INTERVAL_MS (fire and forget; see ./key-uses.ts). */
   function touchKey(keyId: string): void {
     const now = Date.now();
-    lastUse.set(keyId, now);
-    const tick = performance.now();
-    const last = lastTouch.get(keyId);
-    if (last !== undefined && tick - last < TOUCH_INTERVAL_MS) return;
-    lastTouch.set(keyId, tick);
-    recordUse(keyId, now);
+    if (uses.note(keyId, now, performance.now())) recordUse(keyId, now);
   }
 
-  function recordUse(keyId: string, at: number): Promise<unknown> {
-    recorded.set(keyId, at);
+  function recordUse(keyId: string, at: number): void {
     const data: ApiKeyUsedData = { keyId, at: new Date(at).toISOString() };
     const append = store
       .append(apiKeyStream(keyId), [event(ApiKeyUsed, data)], { expectedRevision: 'stream_exists' })
       .catch((err) => logger.warn({ err, keyId }, 'last_used_at not recorded'))
       .finally(() => inFlight.delete(append));
     inFlight.add(append);
-    return append;
   }
 
   /** On shutdown: records the uses seen since each key's last record, so a restart keeps them. */
   async function flushUses(): Promise<void> {
-    for (const [keyId, at] of lastUse) if ((recorded.get(keyId) ?? -Infinity) < at) recordUse(keyId, at);
+    for (const [keyId, at] of uses.takeUnrecorded()) recordUse(keyId, at);
     await Promise.all(inFlight);
   }
 
@@ -202,13 +191,13 @@ export function createKeys(platform: Platform) {
       kind === 'management'
         ? result.items
         : (await Promise.all(result.items.map(async (k) => (k.identityId && (await liveIdentity(k.identityId, ownerPk)) ? k : null)))).filter((k): k is ApiKeyDoc => k !== null);
-    if (kind === 'management' && !live.some((k) => lastUse.has(k.id))) return result; // the cached page as is
+    if (kind === 'management' && !live.some((k) => uses.latest(k.id) !== undefined)) return result; // the cached page as is
     return { items: live.map(withLatestUse), next: result.next };
   }
 
   /** The key with the latest use this process saw, when newer than the recorded one. */
   function withLatestUse(k: ApiKeyDoc): ApiKeyDoc {
-    const seen = lastUse.get(k.id);
+    const seen = uses.latest(k.id);
     if (seen === undefined || (k.lastUsedAt && Date.parse(k.lastUsedAt) >= seen)) return k;
     return { ...k, lastUsedAt: new Date(seen).toISOString() };
   }

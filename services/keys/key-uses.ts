@@ -1,0 +1,68 @@
+/**
+ * The uses of API keys one process has seen: which to record now (an `ApiKeyUsed` at most
+ * once per key per interval, so a busy key does not write an event per request), the latest
+ * use of each key for the lists, and what a graceful stop still has to record.
+ *
+ * Intervals are measured on the monotonic clock (`tick`: a wall clock set back must not stop
+ * the recording); uses are wall-clock times (`at`: what `last_used_at` shows). A key whose
+ * latest use is recorded and whose interval has passed is forgotten (its next use records at
+ * once), so the map holds the keys used lately, not every key this process ever saw.
+ */
+interface KeyUse {
+  /** Monotonic time of the last recorded use. */
+  recordedTick: number;
+  /** Wall-clock time of the last recorded use. */
+  recordedAt: number;
+  /** Wall-clock time of the latest use. */
+  latestAt: number;
+}
+
+/** Uses noted between two sweeps of forgettable keys. */
+const SWEEP_EVERY = 1024;
+
+export function createKeyUses(intervalMs: number) {
+  const uses = new Map<string, KeyUse>();
+  let sinceSweep = 0;
+
+  function sweep(tick: number): void {
+    sinceSweep = 0;
+    for (const [keyId, u] of uses) if (u.recordedAt >= u.latestAt && tick - u.recordedTick >= intervalMs) uses.delete(keyId);
+  }
+
+  return {
+    /** A use of `keyId` at wall time `at`, monotonic `tick`: true when it is to be recorded now. */
+    note(keyId: string, at: number, tick: number): boolean {
+      if (++sinceSweep >= SWEEP_EVERY) sweep(tick);
+      const u = uses.get(keyId);
+      if (u && tick - u.recordedTick < intervalMs) {
+        u.latestAt = at;
+        return false;
+      }
+      uses.set(keyId, { recordedTick: tick, recordedAt: at, latestAt: at });
+      return true;
+    },
+    /** The latest use seen of `keyId`, recorded or not (undefined: none lately). */
+    latest(keyId: string): number | undefined {
+      return uses.get(keyId)?.latestAt;
+    },
+    /** The keys whose latest use is not recorded yet, with that use; they count as recorded from now. */
+    takeUnrecorded(): [keyId: string, at: number][] {
+      const out: [string, number][] = [];
+      for (const [keyId, u] of uses) {
+        if (u.recordedAt >= u.latestAt) continue;
+        out.push([keyId, u.latestAt]);
+        u.recordedAt = u.latestAt;
+      }
+      return out;
+    },
+    /** A revoked key: nothing more to show or record. */
+    forget(keyId: string): void {
+      uses.delete(keyId);
+    },
+    get size(): number {
+      return uses.size;
+    },
+  };
+}
+
+export type KeyUses = ReturnType<typeof createKeyUses>;
