@@ -40,7 +40,7 @@ export function deviceSecret(ctx: Ctx): string {
   if (!s) {
     throw new CliError(
       'encryption_missing',
-      'This machine has no device secret for the vault: set AIS_DEVICE_SECRET to the one `ais pin setup` printed (`device_secret` in its machine\'s config); it is saved here once the vault opens. New account: `ais pin setup`. Only with the recovery key and no device secret anywhere: `ais pin recover` (it makes a new device secret, which every other machine then needs).',
+      'This machine has no device secret for the vault: set AIS_DEVICE_SECRET to the one `ais pin setup` printed (`device_secret` in its machine\'s config); once it opens the vault it is saved beside this machine\'s login. New account: `ais pin setup`. Only with the recovery key and no device secret anywhere: `ais pin recover` (it makes a new device secret, which every other machine then needs).',
     );
   }
   return s;
