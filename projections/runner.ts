@@ -325,7 +325,8 @@ export function createProjectionRunner(deps: {
     rejectDone(failure);
   }
 
-  let feed = deps.feed ?? null;
+  /** What `subscribe` follows now: the event store (null), or the feed once caught up. */
+  let feed: EventFeed | null = null;
 
   function subscribe(): void {
     const mine = ++generation;
@@ -371,6 +372,26 @@ export function createProjectionRunner(deps: {
     if (failure) throw failure;
   }
 
+  /**
+   * Follows the log: the event store, and with a feed (the cluster worker), the event store up
+   * to its head first and the feed from then on. The feed's consumer group resumes at its own
+   * committed offset, which can be past what a projection has (new in this release, a `:vN`
+   * bump, a rebuild, a catch-up cut short by a stop): read from the event store, those events
+   * are not skipped, and once every projection is at the head the group's offset (never past
+   * the head) is at or below every checkpoint.
+   */
+  async function followLog(): Promise<void> {
+    feed = null;
+    subscribe();
+    if (!deps.feed) return;
+    const head = await eventStore.headPosition();
+    if (head) await waitFor(head, Infinity);
+    await pause();
+    feed = deps.feed;
+    subscribe();
+    logger.info({ position: head }, 'projections caught up from the event store: following the feed');
+  }
+
   async function start(): Promise<void> {
     failIfFailed();
     if (started) return;
@@ -387,16 +408,9 @@ export function createProjectionRunner(deps: {
         logger.info({ projection: state.projection.name }, 'building projection from the first event');
       }
     }
-    // A feed's consumer group resumes from its own committed position, past events a projection
-    // without a checkpoint (new in this release, or a `:vN` bump) has never seen: this run
-    // catches up from the event store instead, as a rebuild does; the next start uses the feed.
-    if (feed && states.some((s) => s.position === null) && (await eventStore.headPosition()) !== null) {
-      logger.info({ projections: states.filter((s) => s.position === null).map((s) => s.projection.name) }, 'new projections: reading the event store, not the feed, until the next start');
-      feed = null;
-    }
     processed = seen = minPosition(states.map((s) => s.position));
-    subscribe();
     logger.info({ projections: [...names], from: processed }, 'projection runner started');
+    await followLog();
   }
 
   function waitFor(position: string, timeoutMs = DEFAULT_WAIT_MS): Promise<void> {
@@ -434,11 +448,10 @@ export function createProjectionRunner(deps: {
         state.sinceCommit = 0;
       }
       // The others keep their checkpoints and skip what they already have. The replay reads
-      // the event store: a feed's group resumes from its own position, not from the start.
-      feed = null;
+      // the event store (followLog): a feed's group resumes from its own position, not the start.
       processed = seen = minPosition(states.map((s) => s.position));
       logger.info({ projections: selected.map((s) => s.projection.name) }, 'rebuilding projections');
-      subscribe();
+      await followLog();
       const head = await eventStore.headPosition();
       if (head) await waitFor(head, Infinity);
       logger.info({ projections: selected.map((s) => s.projection.name), position: head }, 'projections rebuilt');

@@ -78,24 +78,32 @@ describe('projection runner on a feed', () => {
     await reads.close();
   });
 
-  it('catches a projection new in this release up from the event store: the feed group has moved past the events it needs', async () => {
-    // given: a log with history, and read models whose `names` projection already has it
+  it('reads the event store up to its head before following the feed: a projection whose first catch-up a stop cut short misses nothing the group has moved past', async () => {
+    // given: a log of four events; `names` has them all, `partial` (new in this release, whose
+    // first catch-up a stop cut short) only the first
     const events = createMemoryEventStore();
     const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
-    const first = await events.append('thing-a', [{ id: randomUUID(), type: 'Named', data: { id: 'a', name: 'Ada' } }]);
-    await reads.ensureCollections(names.collections);
-    await reads.commit(names.name, first.position, [{ collection: 'names', id: 'a', doc: { id: 'a', name: 'Ada' } }]);
-    const renamed: Projection = { ...names, name: 'renamed:v1', collections: [{ name: 'renamed' }], apply: (e) => [{ collection: 'renamed', id: String(e.data.id), evolve: () => ({ id: String(e.data.id), upper: String(e.data.name).toUpperCase() }) }] };
+    const positions: string[] = [];
+    for (const [id, name] of [['a', 'Ada'], ['b', 'Bob'], ['c', 'Cy'], ['d', 'Di']]) {
+      positions.push((await events.append(`thing-${id}`, [{ id: randomUUID(), type: 'Named', data: { id, name } }])).position);
+    }
+    const upper = (name: string): Projection => ({ ...names, name, collections: [{ name: 'partial' }], apply: (e) => [{ collection: 'partial', id: String(e.data.id), evolve: () => ({ id: String(e.data.id), upper: String(e.data.name).toUpperCase() }) }] });
+    const partial = upper('partial:v1');
+    await reads.ensureCollections([...names.collections, ...partial.collections]);
+    await reads.commit(names.name, positions[3]!, []);
+    await reads.commit(partial.name, positions[0]!, [{ collection: 'partial', id: 'a', doc: { id: 'a', upper: 'ADA' } }]);
     const { feed, calls } = manualFeed();
 
-    // when: the new release adds a projection
-    const runner = createProjectionRunner({ eventStore: events, readStore: reads, projections: [names, renamed], feed, logger: { info() {}, warn() {}, error() {} } });
+    // when: the worker starts (its feed group's offset is at the fourth event)
+    const runner = createProjectionRunner({ eventStore: events, readStore: reads, projections: [names, partial], feed, logger: { info() {}, warn() {}, error() {} } });
     await runner.start();
-    await runner.waitFor(first.position);
 
-    // then: it read the event store from the start (the feed would have begun at the group's offset)
-    expect(calls).toHaveLength(0);
-    expect(await reads.collection('renamed').get('a')).toMatchObject({ upper: 'ADA' });
+    // then: it was filled in from the event store, and the runner follows the feed from there
+    expect((await reads.collection('partial').find()).items.map((d) => d.upper)).toEqual(['ADA', 'BOB', 'CY', 'DI']);
+    expect(calls.map((c) => c.options.group)).toEqual([PROJECTIONS_GROUP]);
+    const next = (await calls[0]!.handler(named(Number(positions[3]) + 1, 'e', 'Eve'))) as Pending;
+    await next.settled;
+    expect(await reads.collection('partial').get('e')).toMatchObject({ upper: 'EVE' });
     await runner.stop();
     await reads.close();
   });
