@@ -39,6 +39,7 @@ import {
 import { failureBudgets } from '../kernel/failure-budgets.js';
 import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
 import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
+import { throttleAddress } from '../kernel/client-address.js';
 
 const USERNAME_IS_AN_EMAIL = "This username is another account's e-mail address.";
 
@@ -266,9 +267,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const user = await findByLogin(login, field);
     const accountKey = user ? `login:acct:${user.pk}` : `login:name:${login.trim().toLowerCase()}`;
     const budgets = [
-      { key: `${accountKey}:ip:${ip}`, limit: LOGIN_FAILURES_PER_ACCOUNT_AND_IP, windowS: LOGIN_WINDOW_S },
+      { key: `${accountKey}:ip:${throttleAddress(ip)}`, limit: LOGIN_FAILURES_PER_ACCOUNT_AND_IP, windowS: LOGIN_WINDOW_S },
       { key: accountKey, limit: LOGIN_FAILURES_PER_ACCOUNT, windowS: LOGIN_WINDOW_S },
-      { key: `login:ip:${ip}`, limit: LOGIN_FAILURES_PER_IP, windowS: LOGIN_WINDOW_S },
+      { key: `login:ip:${throttleAddress(ip)}`, limit: LOGIN_FAILURES_PER_IP, windowS: LOGIN_WINDOW_S },
     ];
     const refuse = (retryAfter: number) => throttled(retryAfter, `Too many failed sign-in attempts. Try again in ${retryAfter} seconds.`);
     return loginFailures.attempt(budgets, refuse, async (fail) => {

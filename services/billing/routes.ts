@@ -11,6 +11,7 @@ import { failureBudgets } from '../kernel/failure-budgets.js';
 import type { Accounts } from '../accounts/service.js';
 import type { PlanName, SubscriptionStatus } from './plans.js';
 import type { Billing } from './service.js';
+import { throttleAddress } from '../kernel/client-address.js';
 
 const v = {
   change: validator<{ plan: PlanName; status?: SubscriptionStatus }>('billing.json#SubscriptionChange'),
@@ -36,7 +37,7 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(.+)$/i.exec(header);
     if (!m) throw notAuthenticated();
-    const budgets = [{ key: `admin:ip:${ctx.ip}`, limit: ADMIN_FAILURES_PER_IP, windowS: ADMIN_WINDOW_S }];
+    const budgets = [{ key: `admin:ip:${throttleAddress(ctx.ip)}`, limit: ADMIN_FAILURES_PER_IP, windowS: ADMIN_WINDOW_S }];
     const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong admin tokens. Try again in ${retryAfter} seconds.`);
     await wrongTokens.attempt(budgets, refuse, async (fail) => {
       if (billing.isAdminToken(m[1].trim())) return;

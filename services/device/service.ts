@@ -36,6 +36,7 @@ import {
   type RequestedData,
 } from './events.js';
 import { formatUserCode, hashDeviceCode, hashUserCode, newDeviceCode, newUserCode, normalizeUserCode } from './codes.js';
+import { throttleAddress } from '../kernel/client-address.js';
 
 /** RFC 8628 §3.4: the grant type a standard client sends to the token endpoint. */
 export const DEVICE_GRANT_TYPE = 'urn:ietf:params:oauth:grant-type:device_code';
@@ -135,7 +136,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   // ---- request (RFC 8628 §3.1, §3.2) ----
 
   async function request(input: { clientId: string | null; ip: string }) {
-    const d = await limiter.hit(`device:request:${input.ip}`, REQUESTS_PER_IP, REQUESTS_WINDOW_S);
+    const d = await limiter.hit(`device:request:${throttleAddress(input.ip)}`, REQUESTS_PER_IP, REQUESTS_WINDOW_S);
     if (!d.allowed) throw throttled(d.retryAfter, `Too many device authorization requests. Try again in ${d.retryAfter} seconds.`);
     const id = newId();
     const deviceCode = newDeviceCode();
@@ -331,7 +332,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   /** Wrong codes are counted per account and per address (RFC 8628 §5.1). */
   const guessBudgets = (userPk: number, ip: string) => [
     { key: `device:guess:user:${userPk}`, limit: WRONG_CODES_PER_USER, windowS: WRONG_CODES_WINDOW_S },
-    { key: `device:guess:ip:${ip}`, limit: WRONG_CODES_PER_IP, windowS: WRONG_CODES_WINDOW_S },
+    { key: `device:guess:ip:${throttleAddress(ip)}`, limit: WRONG_CODES_PER_IP, windowS: WRONG_CODES_WINDOW_S },
   ];
   const tooManyWrongCodes = (retryAfter: number) => throttled(retryAfter, `Too many wrong codes. Try again in ${retryAfter} seconds.`);
 

@@ -230,7 +230,7 @@ describe('login (POST /api/auth/login/)', () => {
     expect((await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: u.password } })).status).toBe(429);
   });
 
-  it('a stranger guessing from one address locks that address out, not the owner signing in from another; guesses from many addresses meet the account budget of 100', async () => {
+  it('a stranger guessing from one address locks that address out, not the owner signing in from another; guesses from many addresses meet the account budget of 100; IPv6 by /64', async () => {
     const t = await startTestServer({ TRUST_PROXY: '1' });
     try {
       const u = await t.signUp();
@@ -242,6 +242,13 @@ describe('login (POST /api/auth/login/)', () => {
       // Spread over ten more addresses, 90 more failures reach the account's 100.
       for (let a = 2; a <= 10; a++) for (let i = 0; i < 10; i++) expect((await login(`10.0.0.${a}`, `bad${i}`)).status).toBe(400);
       expect((await login('10.0.0.11', u.password)).status).toBe(429);
+      // IPv6 counts by /64: a client walking its own prefix is one address.
+      const v = await t.signUp();
+      const login6 = (from: string, password: string) =>
+        fetch(`${t.url}/api/auth/login/`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-for': from }, body: JSON.stringify({ username: v.user.username, password }) });
+      for (let i = 1; i <= 10; i++) expect((await login6(`2001:db8:0:7::${i.toString(16)}`, `bad${i}`)).status).toBe(400);
+      expect((await login6('2001:db8:0:7::99', v.password)).status).toBe(429);
+      expect((await login6('2001:db8:0:8::1', v.password)).status).toBe(200);
     } finally {
       await t.close();
     }
