@@ -75,6 +75,11 @@ export interface ContextParts {
    */
   start?(role: ProcessRole): Promise<void>;
   stop?(): Promise<void>;
+  /**
+   * On close, once no request is in flight any more and before the stores close: work that
+   * requests still in flight during {@link ContextParts.stop} could add to (the keys' uses).
+   */
+  drained?(): Promise<void>;
 }
 
 /** Shared services a context may use besides the ports. */
@@ -403,6 +408,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       await drained;
       clearInterval(idle);
       clearTimeout(force);
+      for (const p of parts) await p.drained?.().catch((err) => logger.error({ err, context: p.name }, 'final writes failed'));
       await runner!.stop();
       await events.close();
       await reads.close();

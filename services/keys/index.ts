@@ -69,7 +69,8 @@ export const keysContext: ContextFactory = (shared) => {
     },
     async stop() {
       await revocations.stop();
-      await keys.flushUses();
     },
+    // The uses of requests that finished while the server drained are recorded too.
+    drained: () => keys.flushUses(),
   };
 };

@@ -4,9 +4,11 @@
  * use of each key for the lists, and what a graceful stop still has to record.
  *
  * Intervals are measured on the monotonic clock (`tick`: a wall clock set back must not stop
- * the recording); uses are wall-clock times (`at`: what `last_used_at` shows). A key whose
- * latest use is recorded and whose interval has passed is forgotten (its next use records at
- * once), so the map holds the keys used lately, not every key this process ever saw.
+ * the recording); uses are wall-clock times (`at`: what `last_used_at` shows). A use that
+ * came within a key's interval is recorded once the interval is over (`due`, asked once an
+ * interval), and a key whose latest use is recorded and whose interval has passed is
+ * forgotten (its next use records at once): the map holds the keys used lately, not every
+ * key this process ever saw.
  */
 interface KeyUse {
   /** Monotonic time of the last recorded use. */
@@ -40,6 +42,17 @@ export function createKeyUses(intervalMs: number) {
       }
       uses.set(keyId, { recordedTick: tick, recordedAt: at, latestAt: at });
       return true;
+    },
+    /** The uses still to record whose key's interval is over; they count as recorded from now. */
+    due(tick: number): [keyId: string, at: number][] {
+      const out: [string, number][] = [];
+      for (const [keyId, u] of uses) {
+        if (u.recordedAt >= u.latestAt || tick - u.recordedTick < intervalMs) continue;
+        out.push([keyId, u.latestAt]);
+        Object.assign(u, { recordedTick: tick, recordedAt: u.latestAt });
+      }
+      sweep(tick);
+      return out;
     },
     /** The latest use seen of `keyId`, recorded or not (undefined: none lately). */
     latest(keyId: string): number | undefined {

@@ -82,6 +82,8 @@ export function createKeys(platform: Platform) {
   const uses = createKeyUses(TOUCH_INTERVAL_MS);
   /** `ApiKeyUsed` appends in flight (a graceful stop waits for them). */
   const inFlight = new Set<Promise<unknown>>();
+  /** Records, once an interval, the uses that came within their key's interval (made at the first use). */
+  let dueTimer: NodeJS.Timeout | null = null;
 
   /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
   async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
@@ -131,6 +133,7 @@ export function createKeys(platform: Platform) {
           s.exists && !s.revoked ? { events: [event(ApiKeyRevoked, revokedData(s, k.id, 'identity_deleted'))], result: undefined } : { events: [], result: undefined },
         );
         if (append) last = append.position;
+        uses.forget(k.id);
       }
       if (!last) return; // documents not yet updated by the projection: nothing more to do now
       await progress.waitFor(last);
@@ -162,6 +165,9 @@ export function createKeys(platform: Platform) {
   function touchKey(keyId: string): void {
     const now = Date.now();
     if (uses.note(keyId, now, performance.now())) recordUse(keyId, now);
+    dueTimer ??= setInterval(() => {
+      for (const [id, at] of uses.due(performance.now())) recordUse(id, at);
+    }, TOUCH_INTERVAL_MS).unref();
   }
 
   function recordUse(keyId: string, at: number): void {
@@ -175,6 +181,7 @@ export function createKeys(platform: Platform) {
 
   /** On shutdown: records the uses seen since each key's last record, so a restart keeps them. */
   async function flushUses(): Promise<void> {
+    if (dueTimer) clearInterval(dueTimer);
     for (const [keyId, at] of uses.takeUnrecorded()) recordUse(keyId, at);
     await Promise.all(inFlight);
   }

@@ -38,3 +38,15 @@ test('keys used once and recorded are forgotten after their interval: the map ho
   uses.forget('pending');
   expect(uses.latest('pending')).toBeUndefined();
 });
+
+test('a use within the interval is recorded once the interval is over, and the idle key is then forgotten', () => {
+  const uses = createKeyUses(MINUTE);
+  uses.note('k', 1_000, 0); // recorded at once
+  uses.note('k', 2_000, 10); // within the minute: pending
+  expect(uses.due(MINUTE - 1)).toEqual([]);
+  expect(uses.due(MINUTE)).toEqual([['k', 2_000]]);
+  expect(uses.size).toBe(1);
+  expect(uses.due(2 * MINUTE)).toEqual([]); // an interval after that record, nothing new: forgotten
+  expect(uses.size).toBe(0);
+  expect(uses.takeUnrecorded()).toEqual([]);
+});
