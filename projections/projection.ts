@@ -21,3 +21,11 @@ export interface Projection {
   eventTypes: string[];
   apply(event: RecordedEvent): DocUpdate[];
 }
+
+/**
+ * The event's place in the log as a number, for read models to sort by (`seq`, `lastSeq`):
+ * a strict order that a wall clock set back cannot upset. Embedded positions are exact; a
+ * cluster position (EventStoreDB: commit × 2^64 + prepare) loses its low bits, so events of
+ * one append may tie (lists break ties by id) while appends stay in order.
+ */
+export const logOrder = (e: RecordedEvent): number => Number(e.position);

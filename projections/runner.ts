@@ -435,9 +435,11 @@ export function createProjectionRunner(deps: {
     async rebuild(only) {
       failIfFailed();
       if (stopped) throw new Error('projection runner is stopped');
-      const selected = only ? states.filter((s) => only.includes(s.projection.name)) : states;
-      const unknown = (only ?? []).filter((name) => !names.has(name));
-      if (unknown.length) throw new Error(`unknown projections: ${unknown.join(', ')}`);
+      // A projection is named with or without its version (`mail` or `mail:v2`).
+      const named = (s: ProjectionState, name: string) => s.projection.name === name || s.projection.name.split(':')[0] === name;
+      const selected = only ? states.filter((s) => only.some((name) => named(s, name))) : states;
+      const unknown = (only ?? []).filter((name) => !states.some((s) => named(s, name)));
+      if (unknown.length) throw new Error(`unknown projections: ${unknown.join(', ')} (there are: ${[...names].join(', ')})`);
 
       if (!started) await start();
       await pause();

@@ -31,8 +31,11 @@ async function copyTree(from: string, to: string, skip: Set<string> = new Set())
     if (skip.has(entry.name)) continue;
     const source = path.join(from, entry.name);
     const target = path.join(to, entry.name);
-    if (entry.isDirectory()) bytes += await copyTree(source, target);
-    else if (entry.isFile() && !entry.name.endsWith('.tmp')) {
+    // A link (an operator's: the key ring kept elsewhere) is copied as what it points to; one
+    // that points nowhere fails the backup rather than leave a key out of it.
+    const kind = entry.isSymbolicLink() ? statSync(source) : entry;
+    if (kind.isDirectory()) bytes += await copyTree(source, target);
+    else if (kind.isFile() && !entry.name.endsWith('.tmp')) {
       try {
         copyFileSync(source, target, constants.COPYFILE_EXCL);
       } catch (err) {

@@ -4,7 +4,7 @@
  */
 import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import type { Projection } from '../projection.js';
+import { logOrder, type Projection } from '../projection.js';
 import { ApiKeyMinted, ApiKeyRevoked, ApiKeyUsed, type ApiKeyMintedData, type ApiKeyUsedData, type KeyKind } from '../../services/keys/events.js';
 
 export interface ApiKeyDoc extends Doc {
@@ -49,7 +49,7 @@ export const apiKeysProjection: Projection = {
                 keyHash: d.keyHash,
                 lastUsedAt: null,
                 createdAt: d.at,
-                seq: Number(e.position),
+                seq: logOrder(e),
               } satisfies ApiKeyDoc;
             }
             case ApiKeyUsed: {

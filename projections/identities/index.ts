@@ -5,7 +5,7 @@
  */
 import { streamId, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import type { Projection } from '../projection.js';
+import { logOrder, type Projection } from '../projection.js';
 import {
   IdentityCreated,
   IdentityDeleted,
@@ -59,7 +59,7 @@ export const identitiesProjection: Projection = {
                 inbox: d.inbox,
                 phone: d.phone ?? null,
                 createdAt: d.at,
-                seq: Number(e.position),
+                seq: logOrder(e),
               } satisfies IdentityDoc;
             }
             case IdentityUpdated: {

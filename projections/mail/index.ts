@@ -7,7 +7,7 @@
  */
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import type { DocUpdate, Projection } from '../projection.js';
+import { logOrder, type DocUpdate, type Projection } from '../projection.js';
 import {
   ATTACHMENT_PRESIGNED,
   ATTACHMENT_UPLOADED,
@@ -142,7 +142,7 @@ function threadUpdate(
         lastMessageId: m.messageId,
         lastMessageAt: m.at,
         createdAt: t?.createdAt ?? m.at,
-        lastSeq: Number(e.position),
+        lastSeq: logOrder(e),
         pos: e.position,
       } satisfies ThreadDoc;
     },
@@ -194,7 +194,7 @@ function received(e: RecordedEvent): DocUpdate[] {
     rejected: [],
     sentAt: d.date,
     createdAt: d.at,
-    seq: Number(e.position),
+    seq: logOrder(e),
   };
   return [
     { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
@@ -255,7 +255,7 @@ function queued(e: RecordedEvent): DocUpdate[] {
     rejected: [],
     sentAt: null,
     createdAt: d.at,
-    seq: Number(e.position),
+    seq: logOrder(e),
   };
   return [
     { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },

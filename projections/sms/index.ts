@@ -7,7 +7,7 @@
  */
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import type { DocUpdate, Projection } from '../projection.js';
+import { logOrder, type DocUpdate, type Projection } from '../projection.js';
 import { SmsRead, SmsReceived, type SmsReadData, type SmsReceivedData } from '../../services/sms/events.js';
 import {
   IdentityCreated,
@@ -92,7 +92,7 @@ export const smsProjection: Projection = {
                 mediaUrls: d.mediaUrls ?? [],
                 read: false,
                 receivedAt: d.at,
-                seq: Number(e.position),
+                seq: logOrder(e),
               } satisfies SmsMessageDoc),
           },
           {
@@ -113,7 +113,7 @@ export const smsProjection: Projection = {
                 unreadCount: unreadIds.length,
                 unread: true,
                 lastMessageAt: d.at,
-                lastSeq: Number(e.position),
+                lastSeq: logOrder(e),
                 createdAt: c?.createdAt ?? d.at,
                 position: e.position,
               } satisfies SmsConversationDoc;

@@ -5,7 +5,7 @@
  */
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import type { DocUpdate, Projection } from '../projection.js';
+import { logOrder, type DocUpdate, type Projection } from '../projection.js';
 import {
   EncryptionKeysRewrapped,
   EncryptionKeysUploaded,
@@ -136,7 +136,7 @@ export const vaultProjection: Projection = {
                 notes: d.notes,
                 createdAt: d.at,
                 updatedAt: d.at,
-                seq: Number(e.position),
+                seq: logOrder(e),
               } satisfies PasswordEntryDoc),
           },
         ];
@@ -160,7 +160,7 @@ export const vaultProjection: Projection = {
             evolve: (doc) =>
               doc
                 ? { ...doc, key: d.key, value: d.value, updatedAt: d.at }
-                : ({ id, identityId: d.identityId, secretId: d.secretId, key: d.key, value: d.value, createdAt: d.at, updatedAt: d.at, seq: Number(e.position) } satisfies VaultSecretDoc),
+                : ({ id, identityId: d.identityId, secretId: d.secretId, key: d.key, value: d.value, createdAt: d.at, updatedAt: d.at, seq: logOrder(e) } satisfies VaultSecretDoc),
           },
         ];
       }

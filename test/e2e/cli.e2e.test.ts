@@ -500,7 +500,7 @@ describe('a logged-in agent', () => {
 
 describe('logout', () => {
   /** `ais login` through the device flow, approved through the API by a new account, in `home`. */
-  async function deviceLogin(home: string): Promise<void> {
+  async function deviceLogin(home: string): Promise<CliRun> {
     let approved: Promise<unknown> | undefined;
     const r = await runCli(['login', '--json', '--no-qr'], {
       url: svc.url,
@@ -517,7 +517,21 @@ describe('logout', () => {
     });
     await approved;
     expect(r.code).toBe(0);
+    return r;
   }
+
+  test('a second login on the machine revokes the key of the first (replaced in the config, not left valid)', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-relogin-'));
+    const file = path.join(home, 'agent-identity/config.json');
+    await deviceLogin(home);
+    const first = JSON.parse(readFileSync(file, 'utf8')).management_key as string;
+    const again = await deviceLogin(home);
+    expect(again.json?.previous_key_revoked).toBe(true);
+    const second = JSON.parse(readFileSync(file, 'utf8')).management_key as string;
+    const probe = (key: string) => fetch(`${svc.url}/api/identities/`, { headers: { authorization: `Bearer ${key}` } }).then((r) => r.status);
+    expect([await probe(first), await probe(second)]).toEqual([401, 200]);
+    rmSync(home, { recursive: true, force: true });
+  });
 
   test('revokes the management key the device flow saved (a live key nobody holds otherwise); --keep-key keeps it, valid', async () => {
     for (const keep of [false, true]) {

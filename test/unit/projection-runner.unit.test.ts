@@ -393,7 +393,9 @@ describe('projection runner', () => {
     await r.rebuild(['stats:v1']);
     // then: the others were not replayed (that would double-count nothing here, but would re-apply renames)
     expect(await snapshot()).toEqual(live);
-    await expect(r.rebuild(['nope'])).rejects.toThrow(/unknown projections: nope/);
+    await r.rebuild(['stats']); // named without its version too
+    expect(await snapshot()).toEqual(live);
+    await expect(r.rebuild(['nope'])).rejects.toThrow(/unknown projections: nope \(there are: identities:v1, stats:v1, idle:v1\)/);
   });
 
   it('should stop and reject waiters when a projection throws', async () => {

@@ -61,8 +61,12 @@ export const authCommands: Record<string, Command> = {
       }
       if (!ctx.json) ctx.err(`Waiting for approval (the code expires in ${formatDuration(auth.expires_in)})...`);
       const t = await c.auth.deviceWait(auth, { wait: !v['no-wait'] });
+      // The key an earlier login saved here is replaced: revoked, not left valid with nobody holding it.
+      const previous = ctx.config.management_key !== t.management_key ? ctx.config.management_key : undefined;
       await saveLogin(ctx, t);
-      show(ctx, { user: t.user, management_key_saved: true, config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
+      const replaced = previous ? await revokeOwnKey(ctx, previous).then(() => true, (err: unknown) => err instanceof ApiRequestError && err.status === 401) : null;
+      if (replaced === false) ctx.err('warning: the management key of the previous login here could not be revoked: see `ais keys list --kind management`.');
+      show(ctx, { user: t.user, management_key_saved: true, ...(replaced === null ? {} : { previous_key_revoked: replaced }), config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
     },
   },
   logout: {
@@ -76,10 +80,20 @@ export const authCommands: Record<string, Command> = {
       // The device flow's key is a full account credential: forgotten here but left valid, it
       // would be a live key nobody holds. A key already refused (401) is as good as revoked.
       const key = v['keep-key'] ? undefined : ctx.config.management_key;
-      const revoked = key ? await revokeOwnKey(ctx, key).then(() => true, (err: unknown) => (err instanceof ApiRequestError && err.status === 401 ? true : unreached(err) ? false : Promise.reject(err))) : null;
+      let refused = '';
+      const revoked = key
+        ? await revokeOwnKey(ctx, key).then(
+            () => true,
+            (err: unknown) => {
+              if (err instanceof ApiRequestError && err.status === 401) return true;
+              refused = unreached(err) ? 'the service could not be reached (or failed)' : `the service refused (${(err as Error).message})`;
+              return false;
+            },
+          )
+        : null;
       ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => ((v['keep-key'] || revoked === false) && management_key ? { ...rest, management_key } : rest));
       if (!ended) ctx.err('warning: the service could not be reached (or failed), so the session was not ended there (its refresh token stays valid until it expires).');
-      if (revoked === false) ctx.err('warning: the service could not be reached (or failed), so the management key was not revoked; it stays saved here: run `ais logout` again.');
+      if (revoked === false) ctx.err(`warning: ${refused}, so the management key was not revoked; it stays saved here: run \`ais logout\` again.`);
       show(ctx, { logged_out: true, session_ended: ended, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
     },
   },
