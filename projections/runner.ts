@@ -387,6 +387,7 @@ export function createProjectionRunner(deps: {
     const head = await eventStore.headPosition();
     if (head) await waitFor(head, Infinity);
     await pause();
+    if (stopped || failure) return; // stopped (or failed) during the catch-up: no feed to open
     feed = deps.feed;
     subscribe();
     logger.info({ position: head }, 'projections caught up from the event store: following the feed');

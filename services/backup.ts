@@ -1,7 +1,8 @@
 /**
  * `npm run backup -- <dir>`: a consistent copy of an embedded DATA_DIR, taken while the
  * service runs (it neither stops nor waits for it). Restoring is starting the service with
- * DATA_DIR=<dir> (or copying <dir> over a stopped service's DATA_DIR).
+ * DATA_DIR=<dir>, or replacing a stopped service's DATA_DIR with <dir> (never copying <dir>'s
+ * files into it: its leftover -wal files would be applied to the copied databases).
  *
  * Copying the directory with `cp` while the service writes can tear a SQLite file (a page
  * copied before a commit, the next after it). Here each database is copied as one snapshot
@@ -14,7 +15,7 @@
  *   (a pack being appended to may end in a torn record, which a start skips, as after a crash);
  * - the key ring (tokens and links stay valid) and the outbox.
  */
-import { constants, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { constants, copyFileSync, existsSync, mkdirSync, readdirSync, realpathSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { loadConfig, ConfigError } from '../infra/config.js';
 import { fsyncPath } from '../infra/durable-file.js';
@@ -24,7 +25,11 @@ const DATABASES = ['read-models.sqlite', 'events.sqlite'] as const; // this orde
 const DIRECTORIES = ['blobs', 'keys', 'outbox'] as const;
 
 /** Copies `from` into `to` (made), files and directories only, leaving out `skip` names; fsyncs each. */
-async function copyTree(from: string, to: string, skip: Set<string> = new Set()): Promise<number> {
+async function copyTree(from: string, to: string, skip: Set<string> = new Set(), seen: Set<string> = new Set()): Promise<number> {
+  // A link back to a directory being copied would copy the tree into itself until the disk fills.
+  const real = realpathSync(from);
+  if (seen.has(real)) throw new Error(`${from} links back to ${real}, which is being copied: a symbolic link loop`);
+  seen = new Set(seen).add(real);
   mkdirSync(to, { mode: 0o700 });
   let bytes = 0;
   for (const entry of readdirSync(from, { withFileTypes: true })) {
@@ -34,7 +39,7 @@ async function copyTree(from: string, to: string, skip: Set<string> = new Set())
     // A link (an operator's: the key ring kept elsewhere) is copied as what it points to; one
     // that points nowhere fails the backup rather than leave a key out of it.
     const kind = entry.isSymbolicLink() ? statSync(source) : entry;
-    if (kind.isDirectory()) bytes += await copyTree(source, target);
+    if (kind.isDirectory()) bytes += await copyTree(source, target, new Set(), seen);
     else if (kind.isFile() && !entry.name.endsWith('.tmp')) {
       try {
         copyFileSync(source, target, constants.COPYFILE_EXCL);

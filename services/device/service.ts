@@ -293,7 +293,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       // within the 100 characters of a label.
       const stamp = `Device sign-up ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`;
       // The client_id is the device's unchecked word: no control or bidi characters reach a terminal's key list.
-      const client = fresh.clientId?.replace(/[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '').trim();
+      const client = fresh.clientId?.replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]/g, '').trim();
       const label = client ? [...`${stamp} (${client})`].slice(0, 100).join('') : stamp;
       const minted = await deps.keys.mint({ ownerPk: user.pk, label });
       const { result: won, append } = await execute(store, deviceStream(id), deviceEvolver, (s) => {

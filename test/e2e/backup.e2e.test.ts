@@ -4,10 +4,11 @@
  * ring), mail with its attachment bytes (blobs), and nothing readable by other users.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import nodemailer from 'nodemailer';
+import { openDatabase } from '../../infra/sqlite/driver.js';
 import { freePort, spawnService, ROOT } from '../support/spawn.js';
 
 type Json = any;
@@ -115,4 +116,23 @@ test('refuses a target that is not empty, one inside DATA_DIR, and a DATA_DIR wi
   const used = await runBackup(dataDir, path.join(root, 'used'));
   expect([used.code, used.err]).toEqual([1, expect.stringMatching(/exists and is not empty/)]);
   expect(readdirSync(path.join(root, 'used'))).toEqual(['something']);
+}, 60_000);
+
+test('copies what a symbolic link points to; a link looping back into the copy fails the backup, leaving nothing', async () => {
+  const dataDir = path.join(root, 'data');
+  mkdirSync(path.join(dataDir, 'keys'), { recursive: true });
+  const db = openDatabase(path.join(dataDir, 'events.sqlite'));
+  db.exec('CREATE TABLE t (x)');
+  db.close();
+  writeFileSync(path.join(root, 'hmac.key.real'), 'secret key');
+  symlinkSync(path.join(root, 'hmac.key.real'), path.join(dataDir, 'keys', 'hmac.key')); // an operator keeps the key elsewhere
+  const ok = await runBackup(dataDir, path.join(root, 'copy'));
+  expect([ok.code, ok.err]).toEqual([0, '']);
+  expect(readFileSync(path.join(root, 'copy', 'keys', 'hmac.key'), 'utf8')).toBe('secret key');
+
+  mkdirSync(path.join(dataDir, 'blobs'));
+  symlinkSync(dataDir, path.join(dataDir, 'blobs', 'loop'));
+  const looped = await runBackup(dataDir, path.join(root, 'copy2'));
+  expect([looped.code, looped.err]).toEqual([1, expect.stringMatching(/symbolic link loop/)]);
+  expect(existsSync(path.join(root, 'copy2'))).toBe(false);
 }, 60_000);

@@ -500,18 +500,22 @@ describe('a logged-in agent', () => {
 
 describe('logout', () => {
   /** `ais login` through the device flow, approved through the API by a new account, in `home`. */
-  async function deviceLogin(home: string): Promise<CliRun> {
+  async function deviceLogin(home: string, url = svc.url): Promise<CliRun> {
+    const post = async (p: string, body: unknown, token?: string) => {
+      const res = await fetch(url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) });
+      return { status: res.status, body: (await res.json()) as any };
+    };
     let approved: Promise<unknown> | undefined;
     const r = await runCli(['login', '--json', '--no-qr'], {
-      url: svc.url,
+      url,
       home,
       onStderr: (s) => {
         const m = /"user_code":"([A-Z-]+)"/.exec(s);
         if (!m || approved) return;
         approved = (async () => {
           const u = `out${Date.now() % 1e6}${Math.floor(Math.random() * 1000)}`;
-          const reg = await api('POST', '/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
-          expect((await api('POST', '/api/auth/device/approve/', { user_code: m[1] }, reg.body.access)).status).toBe(200);
+          const reg = await post('/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
+          expect((await post('/api/auth/device/approve/', { user_code: m[1] }, reg.body.access)).status).toBe(200);
         })();
       },
     });
@@ -519,6 +523,23 @@ describe('logout', () => {
     expect(r.code).toBe(0);
     return r;
   }
+
+  test('a login to another service revokes the earlier key at its own service (it is never sent to the other)', async () => {
+    const otherData = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-other-'));
+    const other = await spawnService({ DATA_DIR: otherData, LOG_LEVEL: 'warn', PASSWORD_HASH_MEMORY_KIB: '1024' });
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-switch-'));
+    try {
+      await deviceLogin(home);
+      const first = JSON.parse(readFileSync(path.join(home, 'agent-identity/config.json'), 'utf8')).management_key as string;
+      const moved = await deviceLogin(home, other.url);
+      expect(moved.json?.previous_key_revoked).toBe(true);
+      expect((await fetch(`${svc.url}/api/identities/`, { headers: { authorization: `Bearer ${first}` } })).status).toBe(401);
+    } finally {
+      other.child.kill('SIGTERM');
+      await other.exited;
+      for (const d of [otherData, home]) rmSync(d, { recursive: true, force: true });
+    }
+  });
 
   test('a second login on the machine revokes the key of the first (replaced in the config, not left valid)', async () => {
     const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-relogin-'));

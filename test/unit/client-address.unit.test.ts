@@ -4,6 +4,14 @@ test('IPv4 counts as itself, also mapped into IPv6', () => {
   expect(throttleAddress('203.0.113.7')).toBe('203.0.113.7');
   expect(throttleAddress('::ffff:203.0.113.7')).toBe('203.0.113.7');
   expect(throttleAddress('::FFFF:203.0.113.7')).toBe('203.0.113.7');
+  expect(throttleAddress('0:0:0:0:0:ffff:203.0.113.7')).toBe('203.0.113.7');
+  expect(throttleAddress('::ffff:cb00:7107')).toBe('203.0.113.7');
+});
+
+test('a port or brackets from a proxy header are not part of the address', () => {
+  expect(throttleAddress('203.0.113.7:51234')).toBe('203.0.113.7');
+  expect(throttleAddress('[2001:db8:85a3:42::1]:443')).toBe('2001:db8:85a3:42::/64');
+  expect(throttleAddress('[2001:db8:85a3:42::1]')).toBe('2001:db8:85a3:42::/64');
 });
 
 test('IPv6 counts by its /64, however it is written', () => {

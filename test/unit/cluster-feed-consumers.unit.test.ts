@@ -108,6 +108,27 @@ describe('projection runner on a feed', () => {
     await reads.close();
   });
 
+  it('a stop during the catch-up from the event store opens no feed afterwards', async () => {
+    const events = createMemoryEventStore();
+    await events.append('thing-a', [{ id: randomUUID(), type: 'Named', data: { id: 'a', name: 'Ada' } }]);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const slowHead = { ...events, headPosition: async () => (await held, events.headPosition()) };
+    const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
+    const { feed, calls } = manualFeed();
+    const runner = createProjectionRunner({ eventStore: slowHead, readStore: reads, projections: [names], feed, logger: { info() {}, warn() {}, error() {} } });
+    const started = runner.start().then(
+      () => 'resolved',
+      () => 'rejected',
+    );
+    while (runner.position() === null) await new Promise((r) => setTimeout(r, 5)); // caught up, head not known yet
+    await runner.stop();
+    release();
+    await started;
+    expect(calls).toHaveLength(0);
+    await reads.close();
+  });
+
   it('leaves an event unsettled when the runner fails on it', async () => {
     const reads = openSqliteReadStore({ file: path.join(dir, 'reads.sqlite') });
     const { feed, calls } = manualFeed();

@@ -18,9 +18,12 @@ async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: C
   }));
 }
 
-/** Revokes a management key with itself (the key names its own uuid through whoami). */
-async function revokeOwnKey(ctx: Ctx, managementKey: string): Promise<void> {
-  const c = createClient({ baseUrl: ctx.baseUrl, managementKey, userAgent: 'ais-cli/1.0' });
+/**
+ * Revokes the management key saved in the config with itself (the key names its own uuid
+ * through whoami), at the service it was saved for: never sent to another one.
+ */
+async function revokeOwnKey(baseUrl: string, managementKey: string): Promise<void> {
+  const c = createClient({ baseUrl, managementKey, userAgent: 'ais-cli/1.0' });
   const me = await c.whoami();
   if (me.key?.uuid) await c.keys.management.revoke(me.key.uuid);
 }
@@ -63,9 +66,10 @@ export const authCommands: Record<string, Command> = {
       const t = await c.auth.deviceWait(auth, { wait: !v['no-wait'] });
       // The key an earlier login saved here is replaced: revoked, not left valid with nobody holding it.
       const previous = ctx.config.management_key !== t.management_key ? ctx.config.management_key : undefined;
+      const previousUrl = ctx.config.base_url ?? ctx.baseUrl;
       await saveLogin(ctx, t);
-      const replaced = previous ? await revokeOwnKey(ctx, previous).then(() => true, (err: unknown) => err instanceof ApiRequestError && err.status === 401) : null;
-      if (replaced === false) ctx.err('warning: the management key of the previous login here could not be revoked: see `ais keys list --kind management`.');
+      const replaced = previous ? await revokeOwnKey(previousUrl, previous).then(() => true, (err: unknown) => err instanceof ApiRequestError && err.status === 401) : null;
+      if (replaced === false) ctx.err(`warning: the management key of the previous login here (${previousUrl}) could not be revoked: see \`ais keys list --kind management\` there.`);
       show(ctx, { user: t.user, management_key_saved: true, ...(replaced === null ? {} : { previous_key_revoked: replaced }), config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
     },
   },
@@ -82,7 +86,7 @@ export const authCommands: Record<string, Command> = {
       const key = v['keep-key'] ? undefined : ctx.config.management_key;
       let refused = '';
       const revoked = key
-        ? await revokeOwnKey(ctx, key).then(
+        ? await revokeOwnKey(ctx.config.base_url ?? ctx.baseUrl, key).then(
             () => true,
             (err: unknown) => {
               if (err instanceof ApiRequestError && err.status === 401) return true;
