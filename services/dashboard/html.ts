@@ -29,7 +29,7 @@ export const PAGE_CSP = pageCsp();
  * script, even when opened on its own), nothing loads (remote images neither: no tracking),
  * the mail's own inline styles apply; only this site may frame it.
  */
-export const MAIL_FRAME_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
+export const MAIL_FRAME_CSP = "sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
 
 export interface Nav {
   username: string;

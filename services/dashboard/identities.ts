@@ -125,7 +125,7 @@ ${threads.status !== 200
   : threadList.length === 0
     ? html`<p>No mail yet.</p>`
     : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
-${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td>${fmtDate(t.last_message_at)}</td></tr>`)}
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
 ${pager('threads', threads, 'Older threads')}
 </section>
@@ -151,7 +151,7 @@ ${pager('sms', convs, 'Older conversations')}
 <section aria-labelledby="delete-h"><h2 id="delete-h">Delete</h2>
 <form method="post" action="/identities/${id}/delete" class="card danger">
   ${hidden(ctx, s)}
-  <p>Deleting the identity releases its address and phone number and revokes its keys. This cannot be undone.</p>
+  <p>Deleting the identity revokes its keys and releases its phone number; its mail and SMS can no longer be read here, and its address is retired for good (never given to another identity). This cannot be undone.</p>
   <label for="confirm">Type the identity's name (<strong>${str(i.name)}</strong>) to confirm</label>
   <input id="confirm" name="confirm" required autocomplete="off"${describedBy(errors, 'confirm')}>
   ${fieldErrors(errors, 'confirm')}

@@ -18,11 +18,13 @@ export function mailRoutes(r: Router, kit: PageKit): void {
     if (htmlOf(m)) {
       // The sender's HTML never runs: a sandboxed frame (no allow-scripts, no allow-same-origin)
       // showing a document of its own, whose CSP loads nothing but lets the mail's own styles
-      // apply (a srcdoc frame would inherit this page's `style-src 'self'` and lose them).
+      // apply (a srcdoc frame would inherit this page's `style-src 'self'` and lose them). Its
+      // links open in a new tab of their own (allow-popups, escaping the sandbox: a page the
+      // reader chose to visit), without a Referer naming this page.
       // The frame takes no keyboard focus when the mail has no link, so a long mail could not be
       // scrolled without a mouse: the same document opens on its own too (its CSP sandboxes it there as well).
       const src = `/identities/${identity}/mail-body/${str(m.uuid)}`;
-      return html`<iframe class="mail-html" sandbox="" referrerpolicy="no-referrer" title="Message content" src="${src}"></iframe>
+      return html`<iframe class="mail-html" sandbox="allow-popups allow-popups-to-escape-sandbox" referrerpolicy="no-referrer" title="Message content" src="${src}"></iframe>
 <p><a href="${src}">Open this message on its own</a></p>
 <details><summary>Plain text</summary><pre class="mail-text">${text}</pre></details>`;
     }
@@ -41,7 +43,7 @@ ${messages.map((m) => html`<article class="message card">
 <header><h2 class="message-h">${sender(m)}, ${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</h2>
 <dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
 ${messageBody(m, id)}
-${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<span class="tag">${str(a.filename)} (${String(a.size ?? '')} B)</span> `)}</p>` : ''}
+${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<a class="tag" href="/api/email-attachments/${encodeURIComponent(str(a.uuid))}/?identity=${id}" download="${str(a.filename)}">${str(a.filename)} (${String(a.size ?? '')} B)</a> `)}</p>` : ''}
 </article>`)}`,
       s,
     );
@@ -68,6 +70,7 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     }
     ctx.set('Content-Security-Policy', MAIL_FRAME_CSP);
     ctx.set('X-Frame-Options', 'SAMEORIGIN');
+    ctx.set('Referrer-Policy', 'no-referrer'); // a link followed from the mail names no page of ours
     ctx.type = 'text/html; charset=utf-8';
     // The mail's own HTML is the one value not escaped: the sandbox and the CSP contain it.
     ctx.body = html`<!doctype html><html><head><meta charset="utf-8"><title>${str(m.body.subject) || '(no subject)'}</title><base target="_blank"></head><body>${new Safe(htmlOf(m.body))}</body></html>`.value;

@@ -53,6 +53,8 @@ function slotAfter(literal: string): Slot {
 
 /** Anything that is not plain ASCII may carry right-to-left text or bidi controls. */
 const NOT_ASCII = /[^\t\n\x20-\x7e]/;
+/** Bidi controls: embeddings, overrides, isolates and marks. */
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
 function render(v: Value, slot: Slot): string {
   if (v === null || v === undefined || v === false) return '';
@@ -60,7 +62,10 @@ function render(v: Value, slot: Slot): string {
   if (Array.isArray(v)) return v.map((x) => render(x, slot)).join('');
   const text = escapeHtml(String(v));
   // Element content is bidi-isolated: an override (U+202E...) or right-to-left text in a
-  // subject or a name cannot reorder the page text around it (closed at </bdi>).
+  // subject or a name cannot reorder the page text around it (closed at </bdi>). A <title>
+  // holds no elements: its bidi controls are dropped, so an override cannot reverse the
+  // site's name after it in the tab and the history.
+  if (slot === 'rcdata') return text.replace(BIDI_CONTROLS, '');
   return slot === 'text' && NOT_ASCII.test(text) ? `<bdi>${text}</bdi>` : text;
 }
 

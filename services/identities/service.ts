@@ -242,7 +242,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if ('error' in local) throw badRequest({ email_identifier: [local.error] });
       const inbox = `${local.value}@${domain}`;
       if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes))) {
-        throw conflict('This email address is already taken.');
+        throw conflict('This email address is already taken (addresses are never reused, not even after their identity is deleted).');
       }
       return inbox;
     }

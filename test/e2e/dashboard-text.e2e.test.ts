@@ -156,6 +156,19 @@ describe('dashboard: user text', () => {
     }
   });
 
+  it('a 900-character subject is cut in the thread list (the other columns keep their room); a bidi override leaves the tab title in order', async () => {
+    const ident = await createIdentity('Long \u202Eeman');
+    const subject = `Long ${'word '.repeat(180)}end`; // about 900 characters
+    await mailFromStranger('Partner', ident.inbox, subject, 'x');
+    const row = await threadRow(ident.uuid, subject, '1');
+    const widths = await row.locator('td').evaluateAll((cells) => cells.map((c) => (c as unknown as { getBoundingClientRect(): { width: number } }).getBoundingClientRect().width));
+    expect(widths[0]).toBeLessThan(600);
+    const lastLine = await row.locator('td').nth(3).evaluate((c) => (c as unknown as { getClientRects(): unknown[] }).getClientRects().length);
+    expect(lastLine).toBe(1); // the date on one line
+    // The <title> holds the name without its override: the site's name after it reads in order.
+    expect(await page.title()).toBe('Identity Long eman · Agent Identity Service');
+  });
+
   it('deletes an identity when its name is typed as the API compares names (Unicode NFC, any case)', async () => {
     const nfd = 'Cafe\u0301 agent';
     const ident = await createIdentity(nfd);

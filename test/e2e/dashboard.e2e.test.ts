@@ -172,7 +172,7 @@ describe('dashboard', () => {
     const hook = await fetch(`${s.url}/api/webhooks/sms/`, {
       method: 'POST',
       headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-webhook-secret': 'y' },
-      body: new URLSearchParams({ From: '+15550199', To: phone, Body: 'Your code is 4711 <b>not bold</b>', MessageSid: `SM${Date.now()}` }),
+      body: new URLSearchParams({ From: '+15550199', To: phone, Body: 'Your code is 4711 <b>not bold</b>\nSecond line', MessageSid: `SM${Date.now()}` }),
     });
     expect(hook.status).toBe(200);
 
@@ -191,7 +191,8 @@ describe('dashboard', () => {
     await Promise.all([page.waitForLoadState('load'), link.click()]);
     expect(await page.textContent('h1')).toBe('SMS with +15550199');
     const message = page.locator('ol.sms li').first();
-    expect(await message.locator('.sms-body').textContent()).toBe('Your code is 4711 <b>not bold</b>');
+    expect(await message.locator('.sms-body').textContent()).toBe('Your code is 4711 <b>not bold</b>\nSecond line');
+    expect(await message.locator('.sms-body').innerText()).toBe('Your code is 4711 <b>not bold</b>\nSecond line'); // the line break shows
     expect(await message.locator('.meta').textContent()).toContain(`+15550199 → ${phone}`);
     expect(await page.locator('ol.sms b').count()).toBe(0);
     await shot('sms-conversation');
@@ -282,14 +283,18 @@ describe('dashboard', () => {
     expect(polled.body.user.username).toBe(username);
   });
 
-  it('shows a received mail, its HTML sandboxed and never executed', async () => {
+  it('shows a received mail, its HTML sandboxed and never executed, its links opening a tab of their own, its attachments downloadable', async () => {
     const other = await s.signUp();
     const sender = await s.api('POST', '/api/identities/', { token: other.access, body: { name: 'Sender' } });
     expect(sender.status).toBe(201);
+    const bytes = Buffer.from('%PDF-1.4 quarterly numbers');
+    const presigned = await s.api('POST', '/api/email-attachments/presign/', { token: other.access, identity: sender.body.uuid, body: { filename: 'numbers.pdf', content_type: 'application/pdf', size: bytes.length } });
+    expect(presigned.status).toBe(201);
+    expect((await fetch(presigned.body.upload_url, { method: 'PUT', headers: presigned.body.headers, body: bytes })).ok).toBe(true);
     const sent = await s.api('POST', '/api/email-messages/compose/', {
       token: other.access,
       identity: sender.body.uuid,
-      body: { to: inbox, subject: 'Hello from a peer', body: '<style>b { font-style: italic }</style><p id="p" style="color: rgb(200, 0, 0)">Quarterly <b>numbers</b></p><script>document.title="pwned"</script><img src="https://tracker.example/x.png">', cc: '', bcc: '', attachment_uuids: [] },
+      body: { to: inbox, subject: 'Hello from a peer', body: `<style>b { font-style: italic }</style><p id="p" style="color: rgb(200, 0, 0)">Quarterly <b>numbers</b> <a id="go" href="${s.url}/api/health/">next</a></p><script>document.title="pwned"</script><img src="https://tracker.example/x.png">`, cc: '', bcc: '', attachment_uuids: [presigned.body.uuid] },
     });
     expect(sent.status).toBe(201);
 
@@ -303,15 +308,22 @@ describe('dashboard', () => {
     await Promise.all([page.waitForLoadState('load'), link.click()]);
     expect(await page.textContent('h1')).toBe('Hello from a peer');
     const frame = page.locator('iframe.mail-html');
-    expect(await frame.getAttribute('sandbox')).toBe('');
+    expect(await frame.getAttribute('sandbox')).toBe('allow-popups allow-popups-to-escape-sandbox'); // no scripts, no same origin
     const inner = page.frameLocator('iframe.mail-html');
-    expect(await inner.locator('#p').textContent()).toBe('Quarterly numbers');
+    expect(await inner.locator('#p').textContent()).toBe('Quarterly numbers next');
     // The mail's own styles apply (inline and <style>); nothing else does.
     expect(await inner.locator('#p').evaluate((el) => (globalThis as any).getComputedStyle(el).color)).toBe('rgb(200, 0, 0)');
     expect(await inner.locator('#p b').evaluate((el) => (globalThis as any).getComputedStyle(el).fontStyle)).toBe('italic');
     const bodyUrl = await frame.getAttribute('src');
     const direct = await fetch(`${s.url}${bodyUrl}`, { headers: { cookie: (await context.cookies()).map((c) => `${c.name}=${c.value}`).join('; ') } });
-    expect(direct.headers.get('content-security-policy')).toMatch(/^sandbox; default-src 'none'/);
+    expect(direct.headers.get('content-security-policy')).toMatch(/^sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'/);
+    expect(direct.headers.get('referrer-policy')).toBe('no-referrer');
+    // Links in the mail may open a tab of their own (they did nothing: the sandbox had no
+    // allow-popups); the frame still runs no script and has no origin (flags checked above).
+    // The attachment is a download link.
+    const attachment = page.getByRole('link', { name: /numbers\.pdf/ });
+    const download = await fetch(`${s.url}${await attachment.getAttribute('href')}`, { headers: { cookie: (await context.cookies()).map((c) => `${c.name}=${c.value}`).join('; ') } });
+    expect([download.status, Buffer.from(await download.arrayBuffer()).equals(bytes)]).toEqual([200, true]);
     expect(await page.title()).not.toBe('pwned');
     expect(await inner.locator('html').evaluate((el) => el.ownerDocument.title)).not.toBe('pwned');
     await shot('mail-thread');

@@ -38,6 +38,11 @@ describe('device pages escape every value they interpolate', () => {
     expect(page).toContain('&quot;&#39;&gt;&lt;script&gt;');
   });
 
+  test.each(pages)('%s: the <title> holds no bidi control (it would reorder the tab title around it)', (_, render) => {
+    const title = /<title>([\s\S]*?)<\/title>/.exec(render(HOSTILE).value)![1]!;
+    expect(title).not.toMatch(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/);
+  });
+
   test.each(pages)('%s: a bidi override in element text is inside <bdi>', (_, render) => {
     const text = elementText(render(HOSTILE));
     let open = 0;
