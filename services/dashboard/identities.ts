@@ -139,6 +139,14 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
 </tbody></table>`)}
 ${pager('sms', convs, 'Older conversations')}
 </section>
+${str(i.phone)
+  ? ''
+  : html`<section aria-labelledby="phone-h"><h2 id="phone-h">Phone number</h2>
+<form method="post" action="/identities/${id}/phone" class="card">
+  ${hidden(ctx, s)}
+  <p>This identity has no phone number. A number receives SMS; plans with phones: developer, team.</p>
+  <button type="submit">Get a phone number</button>
+</form></section>`}
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
 <form method="post" action="/identities/${id}/rename" class="card">
   ${hidden(ctx, s)}
@@ -179,7 +187,7 @@ ${pager('sms', convs, 'Older conversations')}
     if (values.provision_phone) payload.provision_phone = true;
     const a = await api(ctx, s, 'POST', '/api/identities/', { body: payload });
     if (a.status === 201) return seeOther(ctx, `/identities/${str(a.body.uuid)}?created=1`);
-    if (a.status === 402) return homePage(ctx, s, { kind: 'error', text: `Your plan does not allow this: ${errorText(a)}` }, null, values);
+    if (a.status === 402) return homePage(ctx, s, { kind: 'error', text: errorText(a) }, null, values); // the API's detail names the plan needed
     // Each error once: next to its field (the flash says so), or, about no field, in the flash alone.
     const errors = apiErrors(a, ['name', 'email_identifier', 'provision_phone']);
     return homePage(ctx, s, { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) }, errors, values, a.status >= 400 && a.status < 500 ? a.status : 400);
@@ -189,7 +197,8 @@ ${pager('sms', convs, 'Older conversations')}
     const s = await requireSession(ctx);
     const id = s && uuidParam(ctx);
     if (!s || !id) return;
-    await identityPage(ctx, s, id, ctx.query.created ? { kind: 'ok', text: 'Identity created.' } : ctx.query.renamed ? { kind: 'ok', text: 'Identity renamed.' } : null);
+    const done = ctx.query.created ? 'Identity created.' : ctx.query.renamed ? 'Identity renamed.' : ctx.query.phone ? 'Phone number added.' : null;
+    await identityPage(ctx, s, id, done ? { kind: 'ok', text: done } : null);
   });
   r.post('/identities/:id/rename', async (ctx) => {
     const s = await requireSession(ctx);
@@ -201,6 +210,16 @@ ${pager('sms', convs, 'Older conversations')}
     if (a.status === 200) return seeOther(ctx, `/identities/${id}?renamed=1`);
     const errors = apiErrors(a, ['name']);
     await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors);
+  });
+  r.post('/identities/:id/phone', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    const f = await form(ctx, s);
+    if (!f) return;
+    const a = await api(ctx, s, 'PATCH', `/api/identities/${id}/`, { body: { provision_phone: true } });
+    if (a.status === 200) return seeOther(ctx, `/identities/${id}?phone=1`);
+    await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
   });
   r.post('/identities/:id/delete', async (ctx) => {
     const s = await requireSession(ctx);

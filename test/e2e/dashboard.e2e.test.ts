@@ -146,9 +146,13 @@ describe('dashboard', () => {
     await page.getByLabel('Name', { exact: true }).fill('Phone agent');
     await page.getByLabel(/Provision a phone number/).check();
     await submit(page, 'Create identity');
-    expect(await page.textContent('.flash.error')).toContain('Your plan does not allow this');
+    expect(await page.textContent('.flash.error')).toMatch(/^Your plan \(free\) does not include a phone number; upgrade to developer/);
     expect(await page.locator('tbody tr').count()).toBe(1);
     await shot('home-plan-402');
+    // An existing identity asks for a number: refused the same way on the free plan.
+    await page.goto(`${s.url}/identities/${identityId}`);
+    await submit(page, 'Get a phone number');
+    expect(await page.textContent('.flash.error')).toMatch(/^Your plan \(free\) does not include a phone number/);
   });
 
   it('after a plan upgrade (admin API), creates an identity with a phone and shows its SMS conversation', async () => {
@@ -168,6 +172,12 @@ describe('dashboard', () => {
     const phoneId = new URL(page.url()).pathname.split('/')[2];
     const phone = (await page.locator('dl.kv dd').nth(1).textContent())!.trim();
     expect(phone).toMatch(/^\+\d{8,15}$/);
+    // The identity made earlier gets a number from its page.
+    await page.goto(`${s.url}/identities/${identityId}`);
+    await submit(page, 'Get a phone number');
+    expect(await page.textContent('.flash.ok')).toContain('Phone number added.');
+    expect((await page.locator('dl.kv dd').nth(1).textContent())!.trim()).toMatch(/^\+\d{8,15}$/);
+    expect(await page.getByRole('button', { name: 'Get a phone number' }).count()).toBe(0);
 
     const hook = await fetch(`${s.url}/api/webhooks/sms/`, {
       method: 'POST',
@@ -197,9 +207,9 @@ describe('dashboard', () => {
     expect(await page.locator('ol.sms b').count()).toBe(0);
     await shot('sms-conversation');
 
-    // The subscription now counts the phone.
+    // The subscription now counts the phones (this identity's and the earlier one's).
     await page.goto(`${s.url}/`);
-    expect(await page.textContent('#sub-h + dl')).toContain('1 of 3 used');
+    expect(await page.textContent('#sub-h + dl')).toContain('2 of 3 used');
     const del = await s.api('DELETE', `/api/identities/${phoneId}/`, { token: me.body.access });
     expect(del.status).toBe(204);
   });
