@@ -12,13 +12,15 @@ export interface SessionDoc extends Doc {
   expiresAt: string;
   revoked: boolean;
   kind: 'token' | 'cookie';
+  /** The management key handed out with it (device flow), else null. */
+  keyId?: string | null;
 }
 
 export const SESSIONS = 'sessions';
 
 export const sessionsProjection: Projection = {
   name: 'sessions',
-  collections: [{ name: SESSIONS, indexes: [['userPk']] }],
+  collections: [{ name: SESSIONS, indexes: [['userPk'], ['keyId']] }],
   eventTypes: [SessionStarted, SessionRefreshed, SessionRevoked],
   apply(e: RecordedEvent) {
     const id = streamId(e.stream);
@@ -29,7 +31,7 @@ export const sessionsProjection: Projection = {
         evolve: (doc) => {
           if (e.type === SessionStarted) {
             const d = e.data as SessionStartedData;
-            return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token' } satisfies SessionDoc;
+            return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token', keyId: d.keyId ?? null } satisfies SessionDoc;
           }
           if (!doc) return doc;
           if (e.type === SessionRefreshed) {

@@ -81,6 +81,8 @@ export interface SessionStartedData {
   via?: string;
   /** Absent in events written before dashboard sessions existed: `token`. */
   kind?: 'token' | 'cookie';
+  /** The management key handed out with the session (the device flow): revoking it ends the session. */
+  keyId?: string;
   at: string;
 }
 

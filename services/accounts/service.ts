@@ -284,13 +284,13 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   /** Starts a session family and returns its first token pair. */
-  async function startSession(user: UserDoc, opts: { identity?: string | null; via: string; kind?: 'token' | 'cookie' }) {
+  async function startSession(user: UserDoc, opts: { identity?: string | null; via: string; kind?: 'token' | 'cookie'; keyId?: string }) {
     const sessionId = newId();
     const tokenId = newId();
     const refresh = await tokens.issueRefresh({ userPk: user.pk, sessionId, identity: opts.identity, jti: tokenId });
     const appended = await store.append(
       sessionStream(sessionId),
-      [event(SessionStarted, { userPk: user.pk, identity: opts.identity ?? null, generation: user.sessionGeneration, tokenId, expiresAt: refresh.expiresAt, via: opts.via, kind: opts.kind ?? 'token', at: nowIso() })],
+      [event(SessionStarted, { userPk: user.pk, identity: opts.identity ?? null, generation: user.sessionGeneration, tokenId, expiresAt: refresh.expiresAt, via: opts.via, kind: opts.kind ?? 'token', ...(opts.keyId ? { keyId: opts.keyId } : {}), at: nowIso() })],
       { expectedRevision: 'no_stream' },
     );
     await settle(appended.position);
@@ -348,6 +348,12 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       return { events: [event(SessionRevoked, { reason, at: nowIso() })], result: undefined };
     });
     await settle(append?.position);
+  }
+
+  /** Ends the sessions handed out with a management key (a device sign-up) once the key is revoked. */
+  async function revokeSessionsOfKey(keyId: string, reason: string): Promise<void> {
+    const bound = await sessions.find({ where: { keyId, revoked: false }, limit: 100 });
+    for (const s of bound.items) await revokeSession(s.id, reason);
   }
 
   /** A live session (cookie sessions of the dashboard, and token families). */
@@ -569,6 +575,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     refresh,
     revokeAllSessions,
     revokeSession,
+    revokeSessionsOfKey,
     liveSession,
     updateProfile,
     setPassword,

@@ -77,7 +77,7 @@ ${identities.length
       `Revoke ${kind} key ${str(k.label)}?`,
       html`<form method="post" action="/keys/${kind}/${id}/revoke" class="card danger">${hidden(ctx, s)}
 <dl class="kv"><dt>Label</dt><dd>${str(k.label)}</dd><dt>Key</dt><dd><code>${str(k.masked_key)}</code></dd><dt>Last used</dt><dd>${fmtDate(k.last_used_at)}</dd></dl>
-<p>Requests with this key fail at once. This cannot be undone. An agent signed in through the device flow also holds session tokens: those end when you change your password (a token already issued then works until it expires, within the hour).</p>
+<p>Requests with this key fail at once, and an agent that got it by signing in through the device flow is signed out (a token it already holds works until it expires, within the hour). This cannot be undone.</p>
 <p class="actions"><button type="submit" class="danger">Revoke</button> <a href="/keys">Cancel</a></p>
 </form>`,
       s,

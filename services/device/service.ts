@@ -311,7 +311,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       }
       lastPoll.delete(id);
       await settle(append?.position);
-      const session = await accounts.startSession(user, { via: 'device', kind: 'token' });
+      const session = await accounts.startSession(user, { via: 'device', kind: 'token', keyId: minted.keyId });
       logger.info({ deviceAuthId: id, userPk: user.pk, keyId: minted.keyId }, 'device authorization redeemed');
       return { status: 200, body: { access: session.access, refresh: session.refresh, management_key: minted.key, user: toPublicUser(user) } };
     });

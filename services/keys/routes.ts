@@ -97,6 +97,8 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
         const id = String(ctx.params.uuid).toLowerCase();
         if (!isUuid(id)) throw notFound('Key not found.');
         await keys.revoke(p.userPk, 'management', id);
+        // A device sign-up handed out a session with this key: the agent is signed out too.
+        await deps.accounts.revokeSessionsOfKey(id, 'key_revoked');
         noContent(ctx);
       });
 

@@ -372,7 +372,7 @@ describe('pages: accessibility', () => {
       await submit(p, 'Revoke management key nightly job');
       // Nothing revoked yet: a page that asks.
       expect(await p.getByRole('heading', { level: 1 }).textContent()).toBe('Revoke management key nightly job?');
-      expect(await p.textContent('main')).toContain('Requests with this key fail at once.');
+      expect(await p.textContent('main')).toContain('Requests with this key fail at once, and an agent that got it by signing in through the device flow is signed out');
       expect(await works()).toBe(200);
       // Cancel: back to the list, the key still there and working.
       const cancel = p.getByRole('link', { name: 'Cancel' });

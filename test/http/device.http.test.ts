@@ -176,6 +176,20 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     expect(JSON.stringify(events)).not.toContain(res.body.management_key);
   });
 
+  it('revoking the management key a device sign-up got also signs that device out: its refresh token is refused', async () => {
+    const d = await start();
+    expect((await approve(d.user_code)).status).toBe(200);
+    const res = await poll(d.device_code);
+    expect(res.status).toBe(200);
+    // Another sign-in of the same person is not the device's: it stays.
+    const other = await s.api('POST', '/api/auth/login/', { body: { username: human.user.username, password: human.password } });
+    const key = (await s.api('GET', '/api/health/whoami/', { token: res.body.management_key })).body.key.uuid;
+    expect((await s.api('DELETE', `/api/auth/keys/management/${key}/`, { token: human.access })).status).toBe(204);
+    const refreshed = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: res.body.refresh } });
+    expect([refreshed.status, refreshed.body.code]).toEqual([401, 'token_expired']);
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: other.body.refresh } })).status).toBe(200);
+  });
+
   it('denied → 400 access_denied; deciding again the other way → 409', async () => {
     const d = await start();
     const res = await deny(d.user_code);
