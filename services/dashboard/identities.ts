@@ -193,6 +193,15 @@ ${str(i.phone)
     return homePage(ctx, s, { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) }, errors, values, a.status >= 400 && a.status < 500 ? a.status : 400);
   });
 
+  /** A form posted about one identity: the session, the identity's uuid and the fields (null: answered already). */
+  async function identityForm(ctx: Context) {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return null;
+    const f = await form(ctx, s);
+    return f ? { s, id, f } : null;
+  }
+
   r.get('/identities/:id', async (ctx) => {
     const s = await requireSession(ctx);
     const id = s && uuidParam(ctx);
@@ -201,32 +210,26 @@ ${str(i.phone)
     await identityPage(ctx, s, id, done ? { kind: 'ok', text: done } : null);
   });
   r.post('/identities/:id/rename', async (ctx) => {
-    const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    const f = await form(ctx, s);
-    if (!f) return;
+    const post = await identityForm(ctx);
+    if (!post) return;
+    const { s, id, f } = post;
     const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name: (f.name ?? '').trim() } });
     if (a.status === 200) return seeOther(ctx, `/identities/${id}?renamed=1`);
     const errors = apiErrors(a, ['name']);
     await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors);
   });
   r.post('/identities/:id/phone', async (ctx) => {
-    const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    const f = await form(ctx, s);
-    if (!f) return;
+    const post = await identityForm(ctx);
+    if (!post) return;
+    const { s, id, f } = post;
     const a = await api(ctx, s, 'PATCH', `/api/identities/${id}/`, { body: { provision_phone: true } });
     if (a.status === 200) return seeOther(ctx, `/identities/${id}?phone=1`);
     await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
   });
   r.post('/identities/:id/delete', async (ctx) => {
-    const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    const f = await form(ctx, s);
-    if (!f) return;
+    const post = await identityForm(ctx);
+    if (!post) return;
+    const { s, id, f } = post;
     const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
     if (current.status !== 200) return seeOther(ctx, '/');
     if (nameKey(f.confirm ?? '') !== nameKey(str(current.body.name))) {

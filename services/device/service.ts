@@ -37,6 +37,7 @@ import {
 } from './events.js';
 import { formatUserCode, hashDeviceCode, hashUserCode, newDeviceCode, newUserCode, normalizeUserCode } from './codes.js';
 import { throttleAddress } from '../kernel/client-address.js';
+import { withoutControls } from '../kernel/text.js';
 
 /** RFC 8628 §3.4: the grant type a standard client sends to the token endpoint. */
 export const DEVICE_GRANT_TYPE = 'urn:ietf:params:oauth:grant-type:device_code';
@@ -292,8 +293,8 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       // Told apart in the key list by the minute and the client's own name (`ais-cli (host)`);
       // within the 100 characters of a label.
       const stamp = `Device sign-up ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`;
-      // The client_id is the device's unchecked word: no control or bidi characters reach a terminal's key list.
-      const client = fresh.clientId?.replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]/g, '').trim();
+      // The client_id is the device's unchecked word: no control or bidi character reaches a terminal's key list.
+      const client = fresh.clientId && withoutControls(fresh.clientId).trim();
       const label = client ? [...`${stamp} (${client})`].slice(0, 100).join('') : stamp;
       const minted = await deps.keys.mint({ ownerPk: user.pk, label });
       const { result: won, append } = await execute(store, deviceStream(id), deviceEvolver, (s) => {

@@ -4,6 +4,8 @@
  * lands unless it is already Safe (another html fragment); arrays are concatenated. User
  * text is also made harmless to the page around it (see cleanText, render).
  */
+import { withoutControls } from '../kernel/text.js';
+
 export class Safe {
   constructor(readonly value: string) {}
   toString(): string {
@@ -53,8 +55,6 @@ function slotAfter(literal: string): Slot {
 
 /** Anything that is not plain ASCII may carry right-to-left text or bidi controls. */
 const NOT_ASCII = /[^\t\n\x20-\x7e]/;
-/** Bidi controls: embeddings, overrides, isolates and marks. */
-const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
 function render(v: Value, slot: Slot): string {
   if (v === null || v === undefined || v === false) return '';
@@ -63,9 +63,9 @@ function render(v: Value, slot: Slot): string {
   const text = escapeHtml(String(v));
   // Element content is bidi-isolated: an override (U+202E...) or right-to-left text in a
   // subject or a name cannot reorder the page text around it (closed at </bdi>). A <title>
-  // holds no elements: its bidi controls are dropped, so an override cannot reverse the
-  // site's name after it in the tab and the history.
-  if (slot === 'rcdata') return text.replace(BIDI_CONTROLS, '');
+  // holds no elements: its bidi and invisible controls are dropped, so an override cannot
+  // reverse the site's name after it in the tab and the history.
+  if (slot === 'rcdata') return withoutControls(text);
   return slot === 'text' && NOT_ASCII.test(text) ? `<bdi>${text}</bdi>` : text;
 }
 

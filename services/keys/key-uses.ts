@@ -6,7 +6,7 @@
  * Intervals are measured on the monotonic clock (`tick`: a wall clock set back must not stop
  * the recording); uses are wall-clock times (`at`: what `last_used_at` shows). A use that
  * came within a key's interval is recorded once the interval is over (`due`, asked once an
- * interval), and a key whose latest use is recorded and whose interval has passed is
+ * interval, and for everything at a stop), and a key whose latest use is recorded and whose interval has passed is
  * forgotten (its next use records at once): the map holds the keys used lately, not every
  * key this process ever saw.
  */
@@ -43,7 +43,10 @@ export function createKeyUses(intervalMs: number) {
       uses.set(keyId, { recordedTick: tick, recordedAt: at, latestAt: at });
       return true;
     },
-    /** The uses still to record whose key's interval is over; they count as recorded from now. */
+    /**
+     * The uses still to record whose key's interval is over; they count as recorded from now.
+     * `due(Infinity)`: every use not recorded yet (a stop).
+     */
     due(tick: number): [keyId: string, at: number][] {
       const out: [string, number][] = [];
       for (const [keyId, u] of uses) {
@@ -57,16 +60,6 @@ export function createKeyUses(intervalMs: number) {
     /** The latest use seen of `keyId`, recorded or not (undefined: none lately). */
     latest(keyId: string): number | undefined {
       return uses.get(keyId)?.latestAt;
-    },
-    /** The keys whose latest use is not recorded yet, with that use; they count as recorded from now. */
-    takeUnrecorded(): [keyId: string, at: number][] {
-      const out: [string, number][] = [];
-      for (const [keyId, u] of uses) {
-        if (u.recordedAt >= u.latestAt) continue;
-        out.push([keyId, u.latestAt]);
-        u.recordedAt = u.latestAt;
-      }
-      return out;
     },
     /** A revoked key: nothing more to show or record. */
     forget(keyId: string): void {

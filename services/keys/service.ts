@@ -182,7 +182,7 @@ export function createKeys(platform: Platform) {
   /** On shutdown: records the uses seen since each key's last record, so a restart keeps them. */
   async function flushUses(): Promise<void> {
     if (dueTimer) clearInterval(dueTimer);
-    for (const [keyId, at] of uses.takeUnrecorded()) recordUse(keyId, at);
+    for (const [keyId, at] of uses.due(Infinity)) recordUse(keyId, at);
     await Promise.all(inFlight);
   }
 
