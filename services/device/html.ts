@@ -71,13 +71,14 @@ ${signedInFooter(opts.signedInAs ?? null, '', opts.csrf)}`,
 }
 
 /** Signed in: approve or deny (RFC 8628 §3.3), with the code shown to compare. */
-export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice }): Safe {
+export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice; request?: DeviceRequest }): Safe {
   return layout(
     'Approve device',
     html`<h1>Approve this device?</h1>
 ${notice(opts.notice)}
 <p>An agent or device is asking for access to your account. Approve only if it shows this code:</p>
 ${codeShown(opts.userCode)}
+${opts.request ? requestFacts(opts.request) : ''}
 <p class="muted">Approving gives it a new management key for your account (you can revoke it any time) and signs it in as you.</p>
 <div class="actions">
   <form method="post" action="/device/approve">
@@ -92,6 +93,35 @@ ${codeShown(opts.userCode)}
 ${signedInFooter(opts.signedInAs, opts.userCode, opts.csrf)}`,
     opts.notice,
   );
+}
+
+/** What the page knows of a pending request: when it came, when its code ends, what the device calls itself. */
+export interface DeviceRequest {
+  clientId: string | null;
+  requestedAt: string;
+  expiresAt: string;
+  now: number;
+}
+
+/** "3 minutes" (at least 1): the page has no script, so times are said relative to the page's rendering. */
+function minutes(ms: number): string {
+  const n = Math.max(1, Math.round(ms / 60_000));
+  return `${n} minute${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * RFC 8628 §5.4 (remote phishing): the person should know what they approve. The client_id
+ * is the device's own unchecked word (public clients), so the page says so; a request made
+ * long ago by a device not in front of them is a hint too.
+ */
+function requestFacts(r: DeviceRequest): Safe {
+  const asked = Date.parse(r.requestedAt);
+  const ends = Date.parse(r.expiresAt);
+  return html`<dl class="facts">
+${r.clientId ? html`<dt>The device calls itself</dt><dd><bdi>${r.clientId}</bdi> <span class="muted">(its own word, not checked)</span></dd>` : ''}
+${Number.isFinite(asked) ? html`<dt>Asked</dt><dd>${r.now - asked < 60_000 ? 'less than a minute ago' : `${minutes(r.now - asked)} ago`}</dd>` : ''}
+${Number.isFinite(ends) ? html`<dt>The code ends</dt><dd>in ${minutes(ends - r.now)}</dd>` : ''}
+</dl>`;
 }
 
 export function resultPage(opts: { title: string; notice: Notice; userCode?: string; again?: boolean }): Safe {

@@ -27,7 +27,11 @@ import type { Safe } from '../gateway/html.js';
 import { seeOther, type WebSession } from '../gateway/web-session.js';
 import { formatUserCode, normalizeUserCode } from './codes.js';
 import { approvePage, enterCodePage, resultPage, type Notice } from './html.js';
-import type { DeviceService } from './service.js';
+import type { DeviceService, AuthorizationView } from './service.js';
+import { withoutControls } from '../kernel/text.js';
+
+/** The words of an API error for a person: the field messages or the detail. */
+const errorText = (err: ApiError): string => (err.fields ? Object.values(err.fields).flat().join(' ') : err.detail);
 
 const CSS = readFileSync(new URL('./device.css', import.meta.url), 'utf8');
 
@@ -83,7 +87,40 @@ export function devicePage(deps: DevicePageDeps) {
         csp: 'strict',
       });
     }
-    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs: displayName(who.user), notice }));
+    const signedInAs = displayName(who.user);
+    let found: AuthorizationView;
+    try {
+      found = await service.inspect({ userPk: who.user.pk, userCode: shown, ip: ctx.ip });
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status >= 500) throw err;
+      for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
+      return send(ctx, err.status, enterCodePage({ notice: { kind: 'error', text: errorText(err) }, value: raw, invalid: err.status === 404, signedInAs, csrf }));
+    }
+    // A code that cannot be approved says so now, not after the click (the same words as the decision's).
+    const settled = settledNotice(found, who.user.pk);
+    if (settled) return send(ctx, settled.status, resultPage({ title: settled.title, notice: settled.notice, userCode: shown, again: settled.notice.kind === 'error' }));
+    const request = { clientId: found.clientId && withoutControls(found.clientId), requestedAt: found.requestedAt, expiresAt: found.expiresAt, now: Date.now() };
+    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }));
+  }
+
+  /** The page for a code that is no longer pending, or null while it is. */
+  function settledNotice(v: AuthorizationView, userPk: number): { status: number; title: string; notice: Notice } | null {
+    const again = 'Start again on your device to get a new one.';
+    switch (v.status) {
+      case 'pending':
+        return null;
+      case 'expired':
+        return { status: 400, title: 'This code cannot be used', notice: { kind: 'error', text: `This code has expired. ${again}` } };
+      case 'redeemed':
+        return { status: 409, title: 'This code cannot be used', notice: { kind: 'error', text: `This code was already used: its device has its tokens. ${again}` } };
+      case 'approved':
+      case 'denied':
+        return v.userPk === userPk
+          ? { status: 200, title: v.status === 'approved' ? 'Device approved' : 'Device denied', notice: { kind: 'success', text: `You already ${v.status} this device. You can close this page.` } }
+          : { status: 409, title: 'This code cannot be used', notice: { kind: 'error', text: `This code was already ${v.status}. ${again}` } };
+      default:
+        return { status: 404, title: 'This code cannot be used', notice: { kind: 'error', text: 'Unknown code. Check the code shown on your device.' } };
+    }
   }
 
   async function logout(ctx: Context): Promise<void> {
@@ -119,8 +156,7 @@ export function devicePage(deps: DevicePageDeps) {
     } catch (err) {
       if (!(err instanceof ApiError) || err.status >= 500) throw err;
       for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
-      const text = err.fields ? Object.values(err.fields).flat().join(' ') : err.detail;
-      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text }, again: true }));
+      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text: errorText(err) }, again: true }));
     }
   }
 

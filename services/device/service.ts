@@ -77,12 +77,16 @@ export interface PollAnswer {
 
 export type DecideAction = 'approve' | 'deny';
 
-export interface PendingView {
+/** A device authorization as the person deciding on it sees it (services/device/page.ts). */
+export interface AuthorizationView {
   id: string;
   userCode: string;
   status: ReturnType<typeof effectiveStatus>;
+  requestedAt: string;
   expiresAt: string;
   clientId: string | null;
+  /** The account that approved or denied it (null while pending). */
+  userPk: number | null;
 }
 
 
@@ -320,17 +324,6 @@ export function createDeviceService(deps: DeviceServiceDeps) {
 
   // ---- the human's side (RFC 8628 §3.3) ----
 
-  /** The authorization a user code names, or null (unknown or malformed). */
-  async function findByUserCode(input: string): Promise<PendingView | null> {
-    const normalized = normalizeUserCode(input);
-    if (!normalized) return null;
-    const owner = await holderOf(store, USER_CODE_RESERVATION, hashUserCode(hmacKey, normalized));
-    if (!owner) return null;
-    const s = await load(owner);
-    if (s.status === 'none') return null;
-    return { id: owner, userCode: formatUserCode(normalized), status: effectiveStatus(s, Date.now()), expiresAt: s.expiresAt, clientId: s.clientId };
-  }
-
   const wrongCodes = failureBudgets(limiter);
   /** Wrong codes are counted per account and per address (RFC 8628 §5.1). */
   const guessBudgets = (userPk: number, ip: string) => [
@@ -344,8 +337,12 @@ export function createDeviceService(deps: DeviceServiceDeps) {
    * Repeating the same decision by the same account is a no-op; anything else on a
    * settled code is a 409.
    */
-  async function decide(input: { userPk: number; userCode: string; action: DecideAction; via: string; ip: string }): Promise<{ userCode: string; clientId: string | null }> {
-    const { normalized, id } = await wrongCodes.attempt(guessBudgets(input.userPk, input.ip), tooManyWrongCodes, async (fail) => {
+  /**
+   * The authorization a user code names, for a signed-in person about to decide on it. A
+   * malformed or unknown code counts as a wrong guess (RFC 8628 §5.1), looked at or decided.
+   */
+  async function locate(input: { userPk: number; userCode: string; ip: string }): Promise<{ normalized: string; id: string }> {
+    return wrongCodes.attempt(guessBudgets(input.userPk, input.ip), tooManyWrongCodes, async (fail) => {
       const normalized = normalizeUserCode(input.userCode);
       if (!normalized) {
         await fail();
@@ -358,6 +355,22 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       }
       return { normalized, id };
     });
+  }
+
+  /** What the /device page shows before the decision: the state, the device's own name for itself, its times. */
+  async function inspect(input: { userPk: number; userCode: string; ip: string }): Promise<AuthorizationView> {
+    const { normalized, id } = await locate(input);
+    const s = await load(id);
+    return { id, userCode: formatUserCode(normalized), status: effectiveStatus(s, Date.now()), requestedAt: s.requestedAt, expiresAt: s.expiresAt, clientId: s.clientId, userPk: s.userPk };
+  }
+
+  /**
+   * Approves or denies the authorization named by `userCodeInput` on behalf of `userPk`.
+   * Repeating the same decision by the same account is a no-op; anything else on a
+   * settled code is a 409.
+   */
+  async function decide(input: { userPk: number; userCode: string; action: DecideAction; via: string; ip: string }): Promise<{ userCode: string; clientId: string | null }> {
+    const { normalized, id } = await locate(input);
     type Outcome = 'done' | 'expired' | 'conflict' | 'used';
     const { result, append, state } = await execute<DeviceAuthState, Outcome>(store, deviceStream(id), deviceEvolver, (s) => {
       const status = effectiveStatus(s, Date.now());
@@ -416,7 +429,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
     for (const id of [...waiters.keys()]) wake(id);
   }
 
-  return { request, poll, decide, findByUserCode, start, stop, waitingCount: () => [...waiters.values()].reduce((n, s) => n + s.size, 0) };
+  return { request, poll, decide, inspect, start, stop, waitingCount: () => [...waiters.values()].reduce((n, s) => n + s.size, 0) };
 }
 
 export type DeviceService = ReturnType<typeof createDeviceService>;

@@ -95,6 +95,12 @@ describe('/device in a browser: local password sign-in', () => {
     await page.fill('#password', user.password);
     await page.click('#sign-in');
 
+    await page.locator('#approve').waitFor();
+    // RFC 8628 §5.4: the person sees what asks, in the device's own (unchecked) words, and when.
+    const facts = (await page.innerText('.facts')).replace(/\s+/g, ' ');
+    expect(facts).toContain('The device calls itself e2e-agent (its own word, not checked)');
+    expect(facts).toContain('Asked less than a minute ago');
+    expect(facts).toMatch(/The code ends in (9|10) minutes/);
     await approveOnPage(page, a.user_code, 'local');
     const res = await a.result;
     expect(res.status).toBe(200);
@@ -124,6 +130,32 @@ describe('/device in a browser: local password sign-in', () => {
     const res = await a.result;
     expect(res.status).toBe(400);
     expect(res.body.error).toBe('access_denied');
+  });
+
+  it('says at once when a code cannot be approved: unknown, already decided, already used', async () => {
+    const page = await context.newPage(); // signed in
+    const url = (code: string) => `${s.runtime.config.publicUrl}/device?user_code=${code}`;
+    let res = await page.goto(url('BCDF-GHJK'));
+    expect(res!.status()).toBe(404);
+    expect(await page.textContent('[role="alert"]')).toContain('Unknown code');
+    expect(await page.locator('#approve').count()).toBe(0);
+    expect(await page.inputValue('#user_code')).toBe('BCDF-GHJK'); // kept, to correct a typo
+    expect(await page.getAttribute('#user_code', 'aria-invalid')).toBe('true');
+
+    const d = (await s.api('POST', '/api/auth/device/')).body; // a device that has not polled yet
+    await page.goto(url(d.user_code));
+    expect(await page.locator('.facts').innerText()).not.toContain('calls itself'); // it sent no client_id
+    await page.click('#approve');
+    await page.getByRole('heading', { name: 'Device approved' }).waitFor();
+    res = await page.goto(url(d.user_code)); // back to it, before the device has collected its tokens
+    expect(res!.status()).toBe(200);
+    expect(await page.textContent('[role="status"]')).toContain('You already approved this device');
+    expect((await s.api('POST', '/api/auth/device/token/', { body: { device_code: d.device_code } })).status).toBe(200);
+    res = await page.goto(url(d.user_code)); // and after
+    expect(res!.status()).toBe(409);
+    expect(await page.textContent('[role="alert"]')).toContain('already used');
+    expect(await page.locator('#approve').count()).toBe(0);
+    await page.close();
   });
 });
 
