@@ -9,9 +9,9 @@
  *
  * Security: the session cookie is HttpOnly, SameSite=Lax, Secure when PUBLIC_URL is https;
  * every POST form carries a CSRF token (gateway/web-session.ts); pages are sent with a strict
- * CSP (no inline script), `no-store`, and never framed. A freshly minted API key is rendered
- * once in the response to the POST that created it and is never put in a cookie or browser
- * storage.
+ * CSP (no inline script), `no-store`, and never framed. A freshly minted API key is shown
+ * once, on the page its POST redirects to (keys.ts), carried there in a sealed cookie;
+ * never in plain in a cookie, in browser storage or in a URL.
  *
  * Where the pages are: sign-up.ts (sign-in page glue, register, sign-out), account.ts
  * (account, password reset, email verification), identities.ts (home, an identity),

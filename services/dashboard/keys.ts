@@ -7,10 +7,32 @@ import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
 import { fmtDate, tableRegion } from './html.js';
 import { api, apiAll, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
-import { seeOther } from '../gateway/web-session.js';
+import { clearCookie, createSealer, seeOther, setCookie } from '../gateway/web-session.js';
+
+/** The sealed cookie carrying a minted key from the POST to the page that shows it once. */
+const MINTED_COOKIE = 'ais_minted';
+const MINTED_TTL_S = 120;
+interface Minted {
+  key: string;
+  label: string;
+  kind: string;
+  /** The session that minted it: another session's browser never sees it. */
+  sid: string;
+}
 
 export function keyRoutes(r: Router, kit: PageKit): void {
-  const { send, hidden, requireSession, form } = kit;
+  const { send, hidden, requireSession, form, web } = kit;
+  const cookieOpts = web.cookieOpts;
+  const mintedSealer = createSealer(kit.hmacKey, 'web-minted-key');
+
+  /** The key minted by this session's last POST, once: the cookie is cleared as it is read. */
+  function takeMinted(ctx: Context, s: DashboardSession): Minted | null {
+    const sealed = ctx.cookies.get(MINTED_COOKIE);
+    if (sealed === undefined) return null;
+    clearCookie(ctx, MINTED_COOKIE, cookieOpts, '/keys');
+    const m = mintedSealer.open<Minted>(sealed);
+    return m && m.sid === s.sessionId && typeof m.key === 'string' ? m : null;
+  }
 
   async function keysPage(ctx: Context, s: DashboardSession, minted: { key: string; label: string; kind: string } | null = null, flash: Flash = null, status = 200) {
     const [mgmt, idk, ids] = await Promise.all([
@@ -86,7 +108,10 @@ ${identities.length
 
   r.get('/keys', async (ctx) => {
     const s = await requireSession(ctx);
-    if (s) await keysPage(ctx, s, null, ctx.query.revoked ? { kind: 'ok', text: 'Key revoked. It no longer works.' } : null);
+    if (!s) return;
+    const minted = takeMinted(ctx, s);
+    if (minted) return keysPage(ctx, s, minted, { kind: 'ok', text: 'Key created.' });
+    await keysPage(ctx, s, null, ctx.query.revoked ? { kind: 'ok', text: 'Key revoked. It no longer works.' } : null);
   });
   r.post('/keys/:kind', async (ctx) => {
     const s = await requireSession(ctx);
@@ -99,7 +124,11 @@ ${identities.length
     if (kind === 'identity') payload.identity_uuid = (f.identity ?? '').trim();
     const a = await api(ctx, s, 'POST', `/api/auth/keys/${kind}/`, { body: payload });
     if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
-    await keysPage(ctx, s, { key: a.body.key, label: str(a.body.label), kind }, { kind: 'ok', text: 'Key created.' });
+    // Post/redirect/get: the key travels sealed to the one GET that shows it, so reloading that
+    // page mints nothing (it re-posted the form before) and shows the list without the key.
+    const minted: Minted = { key: a.body.key, label: str(a.body.label), kind, sid: s.sessionId };
+    setCookie(ctx, MINTED_COOKIE, mintedSealer.seal(minted, MINTED_TTL_S), cookieOpts, MINTED_TTL_S, '/keys');
+    seeOther(ctx, '/keys');
   });
   /** The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered (sign-in, 404). */
   const keyTarget = async (ctx: Context) => {

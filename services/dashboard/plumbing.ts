@@ -184,7 +184,10 @@ export function pageKit(shared: Shared, web: WebSignIn) {
 
   const signIn = (ctx: Context, user: Awaited<ReturnType<typeof accounts.getUser>>) => web.startSession(ctx, user, 'dashboard');
 
-  return { platform, accounts, web, send, hidden, session, requireSession, form, loginPage, signIn };
+  /** The server key, for the pages' own sealed cookies (web-session.ts createSealer). */
+  const hmacKey = shared.keys.hmacKey;
+
+  return { platform, accounts, web, hmacKey, send, hidden, session, requireSession, form, loginPage, signIn };
 }
 
 export type PageKit = ReturnType<typeof pageKit>;

@@ -12,7 +12,7 @@
  * HttpOnly cookie `ais_presession` (sign-in, register and reset forms: no login CSRF). A
  * token minted before sign-in is worthless after it. Compared in constant time.
  */
-import { randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
 import { macOf, sameSecret } from '../kernel/secrets.js';
 import type { Context } from 'koa';
 import type { Accounts } from '../accounts/service.js';
@@ -151,24 +151,34 @@ export function safeReturnPath(raw: unknown): string | null {
   return `${u.pathname}${u.search}${u.hash}`;
 }
 
-/** A value the browser keeps for us but cannot read-modify (HMAC-signed, with an expiry). */
+/**
+ * A value the browser keeps for us but can neither read nor alter: AES-256-GCM under a key
+ * derived from the server key and the purpose (a value sealed for one purpose does not open
+ * for another), with an expiry inside. Read by the OIDC sign-in (PKCE verifier, state, nonce)
+ * and by the keys page (a minted key on its way to the one page that shows it).
+ */
 export function createSealer(hmacKey: Buffer, purpose: string) {
-  const mac = (payload: string) => macOf(hmacKey, purpose, payload);
+  const key = createHmac('sha256', hmacKey).update(`sealer\0${purpose}`).digest();
+  const aad = Buffer.from(purpose);
   return {
     seal(value: object, ttlS: number): string {
-      const payload = Buffer.from(JSON.stringify({ ...value, exp: Math.floor(Date.now() / 1000) + ttlS })).toString('base64url');
-      return `${payload}.${mac(payload)}`;
+      const iv = randomBytes(12);
+      const cipher = createCipheriv('aes-256-gcm', key, iv).setAAD(aad);
+      const plain = Buffer.from(JSON.stringify({ ...value, exp: Math.floor(Date.now() / 1000) + ttlS }));
+      return Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]).toString('base64url');
     },
     open<T extends object>(sealed: string | undefined): T | null {
-      if (!sealed) return null;
-      const [payload, sig] = sealed.split('.');
-      if (!payload || !sig) return null;
-      if (!sameSecret(sig, mac(payload))) return null;
+      if (!sealed || !/^[A-Za-z0-9_-]+$/.test(sealed)) return null;
+      const raw = Buffer.from(sealed, 'base64url');
+      if (raw.length < 12 + 16 + 2) return null;
       try {
-        const v = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+        const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12)).setAAD(aad);
+        decipher.setAuthTag(raw.subarray(raw.length - 16));
+        const plain = Buffer.concat([decipher.update(raw.subarray(12, raw.length - 16)), decipher.final()]);
+        const v = JSON.parse(plain.toString('utf8'));
         return v && typeof v.exp === 'number' && v.exp * 1000 > Date.now() ? (v as T) : null;
       } catch {
-        return null;
+        return null; // altered, sealed for another purpose or under another key
       }
     },
   };

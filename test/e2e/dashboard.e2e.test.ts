@@ -272,6 +272,14 @@ describe('dashboard', () => {
     await submit(page, 'Create management key');
     const key = await page.locator('#new-key').inputValue();
     expect(key).toMatch(/^svc_mgmt_/);
+    // Post/redirect/get: the key is on a GET page; a reload mints nothing and no longer shows it.
+    expect(new URL(page.url()).pathname).toBe('/keys');
+    expect((await context.cookies()).map((c) => c.name)).not.toContain('ais_minted'); // read once, cleared
+    await page.reload();
+    expect(await page.locator('#new-key').count()).toBe(0);
+    expect(await page.textContent('main')).not.toContain(key);
+    const listed = await page.locator('table').first().locator('tbody tr', { hasText: /^ci/ }).count();
+    expect(listed).toBe(1);
     const res = await fetch(`${s.url}/api/identities/`, { headers: { authorization: `Bearer ${key}` } });
     expect(res.status).toBe(200);
     expect(((await res.json()) as Array<{ uuid: string }>).map((i: { uuid: string }) => i.uuid)).toEqual([identityId]);
