@@ -535,7 +535,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     await requestMail(user.pk, 'reset-password', RESET_LINK_TTL_S);
   }
 
-  async function confirmPasswordReset(uid: string, token: string, password: string): Promise<void> {
+  /** The user a reset link (uid, token) is for, while it is alive; else a 400 naming the dead part. */
+  async function resetLinkUser(uid: string, token: string): Promise<UserDoc> {
     let pk = NaN;
     try {
       pk = Number(Buffer.from(uid, 'base64url').toString('utf8'));
@@ -549,6 +550,16 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!Number.isSafeInteger(exp) || exp * 1000 < Date.now() || !sameSecret(token, resetToken(user, exp))) {
       throw badRequest({ token: ['Invalid value'] });
     }
+    return user;
+  }
+
+  /** Throws (400) unless the reset link can still be used: its page says so before the form. */
+  async function checkPasswordReset(uid: string, token: string): Promise<void> {
+    await resetLinkUser(uid, token);
+  }
+
+  async function confirmPasswordReset(uid: string, token: string, password: string): Promise<void> {
+    const user = await resetLinkUser(uid, token);
     await setPassword(user.pk, password, 'reset');
   }
 
@@ -582,6 +593,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     resendVerification,
     verifyEmail,
     requestPasswordReset,
+    checkPasswordReset,
     confirmPasswordReset,
     findOrCreateExternal,
     getUser,

@@ -164,7 +164,13 @@ ${fieldErrors(errors, 'new_password2')}
       errors ? 400 : 200,
     );
   };
-  r.get('/reset-password', async (ctx) => resetPage(ctx, str(ctx.query.uid), str(ctx.query.token)));
+  r.get('/reset-password', async (ctx) => {
+    const [uid, tok] = [str(ctx.query.uid), str(ctx.query.token)];
+    // A spent or expired link says so before asking for a new password, not after.
+    const alive = await accounts.checkPasswordReset(uid, tok).then(() => true, (err) => (fieldsOf(err), false));
+    if (!alive) return deadResetLink(ctx);
+    resetPage(ctx, uid, tok);
+  });
   r.post('/reset-password', async (ctx) => {
     const f = await form(ctx, null);
     if (!f) return;
