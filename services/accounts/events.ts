@@ -14,6 +14,8 @@ export const UserEmailVerified = 'UserEmailVerified';
 /** A mail sent by the account mail reactor (kept under these names: older versions sent first, then recorded). */
 export const PasswordResetRequested = 'PasswordResetRequested';
 export const EmailVerificationSent = 'EmailVerificationSent';
+/** The owner was told by mail that the account's password changed. */
+export const PasswordChangeNotified = 'PasswordChangeNotified';
 /**
  * A reset or verification mail asked for: the intent, appended before anything is sent, so
  * a crash or a relay outage delays the mail instead of losing it (services/accounts/mail.ts).
@@ -21,10 +23,13 @@ export const EmailVerificationSent = 'EmailVerificationSent';
  */
 export const AccountMailRequested = 'AccountMailRequested';
 export interface AccountMailRequestedData {
-  kind: 'verify-email' | 'reset-password';
-  /** Unix seconds: the link's expiry, signed into it. */
+  /** `password-changed` is never appended: it is read off a `UserPasswordChanged` (service.ts accountMailRequestOf). */
+  kind: 'verify-email' | 'reset-password' | 'password-changed';
+  /** Unix seconds: the link's expiry, signed into it (a notice: until when it is worth sending). */
   exp: number;
   at: string;
+  /** password-changed: `change` or `reset`. */
+  reason?: string;
 }
 export const UserNumberAllocated = 'UserNumberAllocated';
 

@@ -1,8 +1,9 @@
 /**
- * The account mail reactor: sign-up verification and password reset mails.
+ * The account mail reactor: sign-up verification and password reset mails, and the notice
+ * that a password changed.
  *
- * A request is an event first (`UserRegistered` with an unverified email, or
- * `AccountMailRequested`), so a crash or a relay outage delays the mail instead of losing it,
+ * A request is an event first (`UserRegistered` with an unverified email,
+ * `AccountMailRequested`, or `UserPasswordChanged`), so a crash or a relay outage delays the mail instead of losing it,
  * and a request never fails because the relay is down (it answered 500 before, and only for
  * known addresses: an account oracle). This reactor follows those events from its own
  * checkpoint, builds each mail (signing its link then: no link is ever kept),
@@ -15,7 +16,7 @@
 import { streamPrefix, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { ContextFactory } from '../../infra/runtime.js';
 import { createReactor, type JobRun } from '../kernel/reactor.js';
-import { AccountMailRequested, USER, UserRegistered } from './events.js';
+import { AccountMailRequested, USER, UserPasswordChanged, UserRegistered } from './events.js';
 import { accountMailRequestOf, type AccountMail } from './service.js';
 
 export const CHECKPOINT = 'reactor:account-mail';
@@ -67,7 +68,7 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
   // asked from then on, not every unverified sign-up of the log's past.
   const reactor = createReactor(
     { events, reads, feed, log },
-    { checkpoint: CHECKPOINT, group: GROUP, filter: { eventTypes: [UserRegistered, AccountMailRequested], streamPrefixes: [streamPrefix(USER)] }, fromHeadOnFirstStart: true, job: send },
+    { checkpoint: CHECKPOINT, group: GROUP, filter: { eventTypes: [UserRegistered, AccountMailRequested, UserPasswordChanged], streamPrefixes: [streamPrefix(USER)] }, fromHeadOnFirstStart: true, job: send },
   );
 
   return {

@@ -18,6 +18,7 @@ import type { TokenService } from './tokens.js';
 import {
   AccountMailRequested,
   EmailVerificationSent,
+  PasswordChangeNotified,
   PasswordResetRequested,
   SessionRefreshed,
   SessionRevoked,
@@ -34,6 +35,7 @@ import {
   userSequenceStream,
   userStream,
   type AccountMailRequestedData,
+  type UserPasswordChangedData,
   type UserRegisteredData,
 } from './events.js';
 import { failureBudgets } from '../kernel/failure-budgets.js';
@@ -79,10 +81,18 @@ const LOGIN_FAILURES_PER_IP = 100;
 /** Lifetime of links sent by mail. */
 const VERIFY_LINK_TTL_S = 3 * 24 * 3600;
 const RESET_LINK_TTL_S = 3600;
+/** A password-change notice still worth sending this long after the change (a relay outage). */
+const PASSWORD_NOTICE_TTL_S = 3 * 24 * 3600;
 
 /** The mail an account event asks for, read from the event alone (null: none). */
 export function accountMailRequestOf(e: RecordedEvent): AccountMailRequestedData | null {
   if (e.type === AccountMailRequested) return e.data as AccountMailRequestedData;
+  if (e.type === UserPasswordChanged) {
+    // The owner hears of every password change: one made with a stolen token or cookie
+    // (SPEC's change takes no old password) or a reset link from a read mailbox.
+    const d = e.data as UserPasswordChangedData;
+    return { kind: 'password-changed', exp: Math.floor(Date.parse(d.at) / 1000) + PASSWORD_NOTICE_TTL_S, at: d.at, reason: d.reason };
+  }
   if (e.type !== UserRegistered) return null;
   const d = e.data as UserRegisteredData;
   return d.emailVerified || !d.email ? null : { kind: 'verify-email', exp: Math.floor(Date.parse(d.at) / 1000) + VERIFY_LINK_TTL_S, at: d.at };
@@ -482,6 +492,14 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       const key = verificationKey(user.pk, user.email, request.exp);
       const link = `${config.publicUrl}/verify-email?key=${encodeURIComponent(key)}`;
       return mail(EmailVerificationSent, 'Confirm your email address', `Confirm your email address by opening this link:\n\n${link}\n\nOr send this key to POST /api/auth/social/verify-email/:\n${key}\n`);
+    }
+    if (request.kind === 'password-changed') {
+      const how = request.reason === 'reset' ? 'with a password reset link' : 'by a signed-in client (the dashboard, the API or the CLI)';
+      return mail(
+        PasswordChangeNotified,
+        'Your password was changed',
+        `The password of ${user.username} was changed on ${request.at.replace('T', ' ').slice(0, 16)} UTC, ${how}. Every session of the account was signed out; API keys keep working.\n\nIf it was you, there is nothing to do.\n\nIf it was not: reset your password at once at ${config.publicUrl}/forgot-password, then look at your API keys at ${config.publicUrl}/keys and revoke any you do not know.\n`,
+      );
     }
     const uid = Buffer.from(String(user.pk)).toString('base64url');
     const token = resetToken(user, request.exp);

@@ -406,6 +406,18 @@ describe('password change, logout and reset', () => {
     expect((await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: 'brand-new' } })).status).toBe(200);
   });
 
+  it('a password change is mailed to the owner (a stolen token takes no old password), without the password', async () => {
+    const u = await s.signUp();
+    expect((await s.api('POST', '/api/auth/password/change/', { token: u.access, body: { new_password1: 'changed-Pass-1', new_password2: 'changed-Pass-1' } })).status).toBe(200);
+    const mail = await sink.waitFor((m) => m.envelope.to.includes(u.user.email) && m.parsed.subject === 'Your password was changed');
+    const text = mail.parsed.text ?? '';
+    expect(text).toContain(`The password of ${u.user.username} was changed`);
+    expect(text).toContain('by a signed-in client');
+    expect(text).toContain(`${s.runtime.config.publicUrl}/forgot-password`);
+    expect(text).not.toContain('changed-Pass-1');
+    expect(mail.raw.toString()).not.toMatch(/argon2/);
+  });
+
   it('password change validates: both required, 1 to 128, matching', async () => {
     const u = await s.signUp();
     expect((await s.api('POST', '/api/auth/password/change/', { body: { new_password1: 'a', new_password2: 'a' } })).status).toBe(401);
@@ -476,6 +488,8 @@ describe('password change, logout and reset', () => {
     expect(again.status).toBe(400); // single use
     expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } })).body.code).toBe('token_expired');
     expect((await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: 'after-reset' } })).status).toBe(200);
+    const notice = await sink.waitFor((m) => m.envelope.to.includes(u.user.email) && m.parsed.subject === 'Your password was changed');
+    expect(notice.parsed.text).toContain('with a password reset link');
   });
 
   it('password reset answers the same for an unknown address (no enumeration)', async () => {
