@@ -14,13 +14,19 @@ export interface SessionDoc extends Doc {
   kind: 'token' | 'cookie';
   /** The management key handed out with it (device flow), else null. */
   keyId?: string | null;
+  /** How it began (`dashboard`, `password`, `device`, …: SessionStarted.via), for the account page's list. */
+  via: string;
+  startedAt: string;
+  /** Its last refresh (a browser session is never refreshed: its start). */
+  lastUsedAt: string;
 }
 
 export const SESSIONS = 'sessions';
 
 export const sessionsProjection: Projection = {
-  name: 'sessions',
-  collections: [{ name: SESSIONS, indexes: [['userPk'], ['keyId']] }],
+  // v2: via, startedAt, lastUsedAt (the account page lists a user's live sessions).
+  name: 'sessions:v2',
+  collections: [{ name: SESSIONS, indexes: [['userPk'], ['keyId'], ['userPk', 'revoked', 'generation', 'expiresAt']] }],
   eventTypes: [SessionStarted, SessionRefreshed, SessionRevoked],
   apply(e: RecordedEvent) {
     const id = streamId(e.stream);
@@ -31,12 +37,13 @@ export const sessionsProjection: Projection = {
         evolve: (doc) => {
           if (e.type === SessionStarted) {
             const d = e.data as SessionStartedData;
-            return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token', keyId: d.keyId ?? null } satisfies SessionDoc;
+            const startedAt = d.at ?? e.recordedAt;
+            return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token', keyId: d.keyId ?? null, via: d.via ?? 'password', startedAt, lastUsedAt: startedAt } satisfies SessionDoc;
           }
           if (!doc) return doc;
           if (e.type === SessionRefreshed) {
             const d = e.data as SessionRefreshedData;
-            return { ...doc, tokenId: d.tokenId, expiresAt: d.expiresAt };
+            return { ...doc, tokenId: d.tokenId, expiresAt: d.expiresAt, lastUsedAt: d.at ?? e.recordedAt };
           }
           if (e.type === SessionRevoked) return { ...doc, revoked: true };
           return doc;

@@ -366,6 +366,24 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     for (const s of bound.items) await revokeSession(s.id, reason);
   }
 
+  /**
+   * The user's live sessions (browser sessions and token families), the most recently active
+   * first (a refresh moves a session's expiry on), at most `limit`; `more` when others are
+   * live too. Ended, expired and older-generation ones (a sign-out everywhere, a password
+   * change) are not listed.
+   */
+  async function listSessions(pk: number, limit = 50): Promise<{ items: SessionDoc[]; more: boolean }> {
+    const user = await users.get(userDocId(pk));
+    if (!user) return { items: [], more: false };
+    const page = await sessions.find({
+      where: { userPk: pk, revoked: false, generation: user.sessionGeneration },
+      range: { expiresAt: { gt: new Date().toISOString() } },
+      orderBy: { field: 'expiresAt', direction: 'desc' },
+      limit: limit + 1,
+    });
+    return { items: page.items.slice(0, limit), more: page.items.length > limit };
+  }
+
   /** A live session (cookie sessions of the dashboard, and token families). */
   async function liveSession(sessionId: string): Promise<SessionDoc | null> {
     const s = await sessions.get(sessionId);
@@ -605,6 +623,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     revokeAllSessions,
     revokeSession,
     revokeSessionsOfKey,
+    listSessions,
     liveSession,
     updateProfile,
     setPassword,

@@ -1,14 +1,16 @@
 /**
  * The person's account: GET /account (details, profile, password change, resend
- * verification), the emailed links (verify email, reset password) and /forgot-password.
+ * verification, signed-in sessions), the emailed links (verify email, reset password) and
+ * /forgot-password.
  */
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { validator } from '../gateway/validate.js';
 import { normalUsername } from '../accounts/service.js';
+import type { SessionDoc } from '../../projections/sessions/index.js';
 import { html } from '../gateway/html.js';
-import { fieldErrors, describedBy } from './html.js';
-import { fieldsOf, str, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
+import { fieldsOf, str, uuidParam, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { resetCurrentSession, seeOther } from '../gateway/web-session.js';
 
 const v = {
@@ -18,12 +20,50 @@ const v = {
   profile: validator<{ username: string; first_name: string; last_name: string }>('accounts.json#UserPut'),
 };
 
+/** Live sessions listed on the account page (the most recently active first). */
+const SESSIONS_SHOWN = 50;
+
+/** What a session is, in words, from how it began (SessionStarted.via) and its kind. */
+function sessionKind(doc: SessionDoc): string {
+  if (doc.kind === 'cookie') return /oidc/.test(doc.via) ? 'Browser, signed in with the external provider' : 'Browser';
+  switch (doc.via) {
+    case 'device':
+      return 'Agent or device, approved at /device';
+    case 'register':
+      return 'API: signed up';
+    case 'bind-identity':
+      return 'API: token bound to an identity';
+    default:
+      return 'API: signed in with the password';
+  }
+}
+
 export function accountRoutes(r: Router, kit: PageKit): void {
-  const { accounts, send, hidden, session, requireSession, form, loginPage, signIn } = kit;
+  const { accounts, send, hidden, session, requireSession, form, loginPage, signIn, web } = kit;
+
+  /**
+   * The account's live sessions with a sign-out for each, and "sign out everywhere else"
+   * (a stolen cookie or refresh token is ended from here; the dashboard's own sign-out
+   * ends only this browser's session).
+   */
+  const sessionsSection = (ctx: Context, s: DashboardSession, live: { items: SessionDoc[]; more: boolean }) => html`<section aria-labelledby="sessions-h"><h2 id="sessions-h">Signed-in sessions</h2>
+<p>Browsers and agents signed in as you. Signing one out ends its refresh token at once; an access token it already holds works until it expires (within the hour). API keys are not sessions: revoke them under <a href="/keys">API keys</a>.</p>
+${live.more ? html`<p class="note">The ${live.items.length} most recently active sessions are shown.</p>` : ''}
+${tableRegion('Signed-in sessions', html`<table><thead><tr><th scope="col">Session</th><th scope="col">Started</th><th scope="col">Last active</th><th scope="col">Ends</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+${live.items.map((doc) => {
+  const mine = doc.id === s.sessionId;
+  return html`<tr${mine ? html` class="current"` : ''}><td>${sessionKind(doc)}${mine ? html` <strong>(this browser)</strong>` : ''}</td><td>${fmtDate(doc.startedAt)}</td><td>${fmtDate(doc.lastUsedAt)}</td><td>${fmtDate(doc.expiresAt)}</td>
+<td><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `session started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
+})}
+</tbody></table>`)}
+<form method="post" action="/account/sessions/end-others" class="card">${hidden(ctx, s)}
+<p>Lost a device, or see a session you do not know? Sign out everywhere else, then change your password.</p>
+<button type="submit" class="danger">Sign out everywhere else</button></form></section>`;
 
   /** `errors` are those of the form `of` (the profile or the password form), shown in that form only. */
-  const accountPage = (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
+  const accountPage = async (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
     const u = ctx.state.dashboardUser;
+    const live = await accounts.listSessions(s.userPk, SESSIONS_SHOWN);
     const profileErrors = of === 'profile' ? errors : null;
     const pwErrors = of === 'password' ? errors : null;
     const val = (k: string, fallback: unknown) => (values ? values[k] ?? '' : str(fallback));
@@ -55,7 +95,8 @@ ${fieldErrors(pwErrors, 'new_password1')}
 <label for="new_password2">New password again</label><input id="new_password2" name="new_password2" type="password" autocomplete="new-password" required${describedBy(pwErrors, 'new_password2')}>
 ${fieldErrors(pwErrors, 'new_password2')}
 <p class="note">Changing the password signs out every other session and invalidates refresh tokens.</p>
-<button type="submit">Change password</button></form></section>`,
+<button type="submit">Change password</button></form></section>
+${sessionsSection(ctx, s, live)}`,
       s,
       flash,
       errors ? 400 : 200,
@@ -67,7 +108,14 @@ ${fieldErrors(pwErrors, 'new_password2')}
     const s = await requireSession(ctx);
     if (!s) return;
     const q = ctx.query;
-    accountPage(ctx, s, q.changed ? { kind: 'ok', text: 'Your password was changed.' } : q.saved ? { kind: 'ok', text: 'Profile saved.' } : q.sent ? { kind: 'ok', text: 'A new verification link is on its way.' } : null);
+    const done: Record<string, string> = {
+      changed: 'Your password was changed.',
+      saved: 'Profile saved.',
+      sent: 'A new verification link is on its way.',
+      ended: q.ended === 'others' ? 'Every other session was signed out.' : 'The session was signed out.',
+    };
+    const which = Object.keys(done).find((k) => q[k]);
+    await accountPage(ctx, s, which ? { kind: 'ok', text: done[which]! } : null);
   });
   r.post('/account/profile', async (ctx) => {
     const s = await requireSession(ctx);
@@ -79,7 +127,7 @@ ${fieldErrors(pwErrors, 'new_password2')}
       const b = v.profile({ ...values, username: normalUsername(values.username) });
       await accounts.updateProfile(s.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name });
     } catch (err) {
-      return accountPage(ctx, s, refused, fieldsOf(err), values);
+      return await accountPage(ctx, s, refused, fieldsOf(err), values);
     }
     seeOther(ctx, '/account?saved=1');
   });
@@ -99,16 +147,41 @@ ${fieldErrors(pwErrors, 'new_password2')}
     if (!f) return;
     try {
       const b = v.passwordChange({ new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
-      if (b.new_password1 !== b.new_password2) return accountPage(ctx, s, refused, { new_password2: ["The two password fields didn't match."] }, null, 'password');
+      if (b.new_password1 !== b.new_password2) return await accountPage(ctx, s, refused, { new_password2: ["The two password fields didn't match."] }, null, 'password');
       await accounts.setPassword(s.userPk, b.new_password1, 'change');
     } catch (err) {
-      return accountPage(ctx, s, refused, fieldsOf(err), null, 'password');
+      return await accountPage(ctx, s, refused, fieldsOf(err), null, 'password');
     }
     // The change revoked every session, this one included: start a fresh one.
     const user = await accounts.getUser(s.userPk);
     await signIn(ctx, user);
     resetCurrentSession(ctx);
     seeOther(ctx, '/account?changed=1');
+  });
+  r.post('/account/sessions/end-others', async (ctx) => {
+    const s = await requireSession(ctx);
+    if (!s) return;
+    if (!(await form(ctx, s))) return;
+    // One step for all of them (the account's session generation), this browser's too:
+    // then a fresh session for this browser, as after a password change.
+    await accounts.revokeAllSessions(s.userPk, 'dashboard_sign_out_everywhere_else');
+    await signIn(ctx, await accounts.getUser(s.userPk));
+    resetCurrentSession(ctx);
+    seeOther(ctx, '/account?ended=others');
+  });
+  r.post('/account/sessions/:id/end', async (ctx) => {
+    const s = await requireSession(ctx);
+    const id = s && uuidParam(ctx);
+    if (!s || !id) return;
+    if (!(await form(ctx, s))) return;
+    const target = await accounts.liveSession(id);
+    // Another account's session, or one already over: nothing to end (the same answer).
+    if (target && target.userPk === s.userPk) await accounts.revokeSession(id, 'dashboard_signed_out');
+    if (id === s.sessionId) {
+      await web.endSession(ctx, null, 'dashboard_signed_out');
+      return seeOther(ctx, '/login');
+    }
+    seeOther(ctx, '/account?ended=one');
   });
 
   const forgotPage = (ctx: Context, flash: Flash = null, status = 200) =>

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import type { Browser, Page, BrowserContext } from 'playwright-core';
-import { ARTIFACTS, launchBrowser, submit } from '../support/browser.js';
+import { ARTIFACTS, launchBrowser, mailedResetLink, submit } from '../support/browser.js';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 
@@ -381,6 +381,31 @@ describe('dashboard', () => {
     await shot('account-profile');
   });
 
+  it('lists the signed-in sessions; signs one out, then everywhere else (this browser stays signed in)', async () => {
+    const refreshOf = async () => (await s.api('POST', '/api/auth/login/', { body: { username, password } })).body.refresh as string;
+    const stillWorks = async (refresh: string) => (await s.api('POST', '/api/auth/token/refresh/', { body: { refresh } })).status;
+    const agent = await refreshOf();
+    await page.goto(`${s.url}/account`);
+    const rows = page.locator('section[aria-labelledby="sessions-h"] tbody tr');
+    expect(await rows.filter({ hasText: '(this browser)' }).count()).toBe(1);
+    const apiRow = rows.filter({ hasText: 'API: signed in with the password' });
+    expect(await apiRow.count()).toBeGreaterThanOrEqual(1);
+    await shot('account-sessions');
+    await Promise.all([page.waitForLoadState('load'), apiRow.first().getByRole('button', { name: /^Sign out session started/ }).click()]);
+    expect(await page.textContent('main')).toContain('The session was signed out.');
+    // The most recently active API session was the agent's: its refresh token is dead now.
+    expect(await stillWorks(agent)).toBe(401);
+
+    const other = await refreshOf();
+    await page.goto(`${s.url}/account`);
+    await submit(page, 'Sign out everywhere else');
+    expect(new URL(page.url()).pathname).toBe('/account');
+    expect(await page.textContent('main')).toContain('Every other session was signed out.');
+    expect(await stillWorks(other)).toBe(401);
+    expect(await rows.count()).toBe(1); // this browser only, under a fresh session
+    expect(await rows.first().textContent()).toContain('(this browser)');
+  });
+
   it('changes the password: the old one stops working, the dashboard stays signed in', async () => {
     await page.goto(`${s.url}/account`);
     await page.getByLabel('New password', { exact: true }).fill('another-Secret-42');
@@ -398,23 +423,12 @@ describe('dashboard', () => {
   it('resets a forgotten password through the mailed link', async () => {
     const fresh = await browser.newContext();
     const p = await fresh.newPage();
-    await p.goto(`${s.url}/forgot-password`);
-    await p.getByLabel('Email of your account').fill(`${username}@example.com`);
-    await submit(p, 'Send a reset link');
-    expect(await p.textContent('main')).toContain('a reset link is on its way');
-    // The link the mail carries (same signing as the mail: accounts' reset token).
-    const { readdirSync, readFileSync } = await import('node:fs');
-    const outbox = path.join(s.dataDir, 'outbox');
-    let linkPath = '';
-    for (let i = 0; i < 50 && !linkPath; i++) {
-      for (const f of readdirSync(outbox, { recursive: true }) as string[]) {
-        const text = readFileSync(path.join(outbox, f), 'utf8').replace(/=\r?\n/g, '').replace(/=3D/g, '=');
-        const m = text.match(/\/reset-password\?uid=[\w-]+&token=[\w-]+/);
-        if (m && text.includes(username)) linkPath = m[0];
-      }
-      if (!linkPath) await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(linkPath).not.toBe('');
+    const linkPath = await mailedResetLink(s, { username, email: `${username}@example.com` }, async () => {
+      await p.goto(`${s.url}/forgot-password`);
+      await p.getByLabel('Email of your account').fill(`${username}@example.com`);
+      await submit(p, 'Send a reset link');
+      expect(await p.textContent('main')).toContain('a reset link is on its way');
+    });
     await p.goto(`${s.url}${linkPath}`);
     await p.getByLabel('New password', { exact: true }).fill('reset-Secret-77');
     await p.getByLabel('New password again').fill('reset-Secret-77');

@@ -4,10 +4,12 @@
  * becomes the account). Without Chromium the suites fail loudly rather than pass silently.
  */
 import http from 'node:http';
-import { existsSync, mkdirSync } from 'node:fs';
+import { expect } from '@jest/globals';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { freePort } from './spawn.js';
+import type { TestServer } from './server.js';
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 /** Screenshots (gitignored). */
@@ -138,4 +140,35 @@ export async function startOidcTestServer(clientId: string, env: Record<string, 
       await idp.close();
     },
   };
+}
+
+/**
+ * A fresh password reset link of `user` (path and query): `ask` asks for one (through the
+ * API unless given), then it is read from the new outbox mail (no relay in the test server).
+ */
+export async function mailedResetLink(s: TestServer, user: { username: string; email: string }, ask?: () => Promise<void>): Promise<string> {
+  const outbox = path.join(s.dataDir, 'outbox');
+  const seen = new Set<string>();
+  try {
+    for (const f of readdirSync(outbox, { recursive: true }) as string[]) seen.add(f);
+  } catch {
+    /* no outbox yet */
+  }
+  if (ask) await ask();
+  else expect((await s.api('POST', '/api/auth/password/reset/', { body: { email: user.email } })).status).toBe(200);
+  for (let i = 0; i < 50; i++) {
+    let files: string[] = [];
+    try {
+      files = (readdirSync(outbox, { recursive: true }) as string[]).filter((f) => !seen.has(f) && statSync(path.join(outbox, f)).isFile());
+    } catch {
+      /* not yet */
+    }
+    for (const f of files) {
+      const text = readFileSync(path.join(outbox, f), 'utf8').replace(/=\r?\n/g, '').replace(/=3D/g, '=');
+      const m = text.match(/\/reset-password\?uid=[\w-]+&token=[\w-]+/);
+      if (m && text.includes(user.username)) return m[0];
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no reset mail for ${user.username} in ${outbox}`);
 }
