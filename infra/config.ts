@@ -18,6 +18,8 @@ export interface Config {
   smtpHost: string;
   smtpRelayUrl: string | null;
   adminToken: string | null;
+  /** Bearer token of `GET /metrics` (Prometheus); unset: that path answers 404. */
+  metricsToken: string | null;
   /** Proxies in front of the gateway whose X-Forwarded-For / -Proto are trusted (0: none). */
   trustProxy: number;
   accessTokenTtl: number; // seconds
@@ -217,6 +219,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     smtpHost,
     smtpRelayUrl: relay,
     adminToken: opt('ADMIN_TOKEN'),
+    metricsToken: opt('METRICS_TOKEN'),
     trustProxy: int('TRUST_PROXY', 0, 0, 10),
     accessTokenTtl: int('ACCESS_TOKEN_TTL', 3600, 1, 31_536_000),
     refreshTokenTtl: int('REFRESH_TOKEN_TTL', 2_592_000, 1, 315_360_000),

@@ -29,6 +29,7 @@ import { createAuthenticator, type CredentialResolvers, type Authenticator } fro
 import { systemRoutes } from '../services/gateway/system.js';
 import { answerProtocolErrorsInJson, refuseAmbiguousHeaders } from '../services/gateway/protocol.js';
 import { settledFor, type Platform } from '../services/kernel/platform.js';
+import { createMetrics, type Metrics } from '../services/kernel/metrics.js';
 import { createTokenService, type TokenService } from '../services/accounts/tokens.js';
 import { createAccounts, type Accounts } from '../services/accounts/service.js';
 import { accountRoutes } from '../services/accounts/routes.js';
@@ -235,6 +236,34 @@ function processAlive(pid: number): boolean {
   }
 }
 
+/** The event store as the contexts see it: what they append is counted (ais_events_appended_total). */
+function countingAppends(store: EventStore, metrics: Metrics): EventStore {
+  return {
+    async append(stream, list, options) {
+      const result = await store.append(stream, list, options);
+      metrics.eventsAppended(list.map((e) => e.type));
+      return result;
+    },
+    readStream: (stream, options) => store.readStream(stream, options),
+    readAll: (options) => store.readAll(options),
+    subscribeAll: (options, handler) => store.subscribeAll(options, handler),
+    headPosition: () => store.headPosition(),
+    close: () => store.close(),
+  };
+}
+
+/**
+ * How far the log and each read model are (positions, read at scrape time): a projection
+ * whose position stays behind the head is lagging, one that stops moving has failed.
+ */
+function readModelGauges(metrics: Metrics, events: EventStore, reads: ReadStore, projections: Projection[]): void {
+  const num = (position: string | null) => (position === null ? 0 : Number(position));
+  metrics.gauge('event_store_head_position', "The event log's last position (0: empty).", [], async () => num(await events.headPosition()));
+  metrics.gauge('projection_position', 'The position each read model has applied and committed.', ['projection'], async () =>
+    Promise.all(projections.map(async (p) => ({ labels: { projection: p.name }, value: num(await reads.getCheckpoint(p.name)) }))),
+  );
+}
+
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
   createDirectory(config.dataDir);
@@ -271,14 +300,16 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   let runner: ProjectionRunner | null = null;
   // Embedded: the event store's subscriptions. Cluster: Kafka consumer groups.
   const feed = clusterFeed ?? eventStoreFeed(events);
+  const metrics = createMetrics();
   const platform: Platform = {
     config,
     logger,
-    events,
+    events: countingAppends(events, metrics),
     feed,
     reads,
     mailer,
     limiter,
+    metrics,
     progress: { waitFor: (position, timeoutMs) => runner!.waitFor(position, timeoutMs) },
     // Taken before this process serves anything: every event up to here is an earlier process's.
     settled: settledFor(config.store, await events.headPosition()),
@@ -316,16 +347,17 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   // (followers) and the embedded process follow the event store.
   runner = createProjectionRunner({ eventStore: events, readStore: reads, projections, logger, ...(role === 'worker' ? { feed } : {}) });
   await runner.start();
+  readModelGauges(metrics, events, reads, projections);
   const head = await events.headPosition();
   if (head) await runner.waitFor(head, 600_000);
 
   const findIdentity = (id: string) => resolvers.findIdentity(id);
   const modules: HttpModule[] = [
-    systemRoutes(),
+    systemRoutes({ metrics, metricsToken: config.metricsToken, limiter }),
     accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks }),
     ...parts.flatMap((p) => (p.module ? [p.module] : [])),
   ];
-  const app = createApp({ logger, modules, trustProxy: config.trustProxy });
+  const app = createApp({ logger, modules, trustProxy: config.trustProxy, metrics });
 
   const handle = app.callback();
   // Node's own Host check answers an empty 400; this one answers in the error shape.

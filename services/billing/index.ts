@@ -17,6 +17,6 @@ export const billingContext: ContextFactory = (shared) => {
   return {
     name: 'billing',
     projections: [subscriptionsProjection],
-    module: billingRoutes({ billing, accounts: shared.accounts, auth: () => shared.auth, adminEnabled: platform.config.adminToken !== null, limiter: platform.limiter }),
+    module: billingRoutes({ billing, accounts: shared.accounts, auth: () => shared.auth, adminToken: platform.config.adminToken, limiter: platform.limiter }),
   };
 };

@@ -5,48 +5,28 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { forbidden, notAuthenticated, notFound, throttled, tokenNotValid } from '../gateway/errors.js';
+import { notFound } from '../gateway/errors.js';
+import { operatorTokenGuard } from '../gateway/operator-token.js';
 import type { RateLimiter } from '../../infra/ports/rate-limiter.js';
-import { failureBudgets } from '../kernel/failure-budgets.js';
 import type { Accounts } from '../accounts/service.js';
 import type { PlanName, SubscriptionStatus } from './plans.js';
 import type { Billing } from './service.js';
-import { throttleAddress } from '../kernel/client-address.js';
 
 const v = {
   change: validator<{ plan: PlanName; status?: SubscriptionStatus }>('billing.json#SubscriptionChange'),
   patch: validator<{ plan?: PlanName; status?: SubscriptionStatus }>('billing.json#SubscriptionPatch'),
 };
 
-/** Wrong admin tokens tolerated per client address per window before 429 (the token is a guessable secret only by brute force). */
-const ADMIN_FAILURES_PER_IP = 20;
-const ADMIN_WINDOW_S = 15 * 60;
-
-export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth: () => Authenticator; adminEnabled: boolean; limiter: RateLimiter }): HttpModule {
+export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth: () => Authenticator; adminToken: string | null; limiter: RateLimiter }): HttpModule {
   const { billing } = deps;
 
-  /**
-   * The admin API does not exist without ADMIN_TOKEN (404); with it, the Bearer must match.
-   * Another valid credential (a user's JWT or key) lacks the scope: 403; anything else is
-   * a bad token: 401 token_not_valid (DECISIONS "Wire conventions").
-   */
-  const wrongTokens = failureBudgets(deps.limiter);
-
-  async function admin(ctx: Context): Promise<void> {
-    if (!deps.adminEnabled) throw notFound();
-    const header = ctx.get('authorization');
-    const m = /^Bearer\s+(.+)$/i.exec(header);
-    if (!m) throw notAuthenticated();
-    const budgets = [{ key: `admin:ip:${throttleAddress(ctx.ip)}`, limit: ADMIN_FAILURES_PER_IP, windowS: ADMIN_WINDOW_S }];
-    const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong admin tokens. Try again in ${retryAfter} seconds.`);
-    await wrongTokens.attempt(budgets, refuse, async (fail) => {
-      if (billing.isAdminToken(m[1].trim())) return;
-      const account = await deps.auth().principal(ctx).then(() => true, () => false);
-      if (account) throw forbidden('This credential is not the admin token.');
-      await fail();
-      throw tokenNotValid('Invalid admin token.');
-    });
-  }
+  /** The admin API: ADMIN_TOKEN as Bearer (404 without it; a user's own credential: 403). */
+  const admin = operatorTokenGuard({
+    name: 'admin',
+    secret: deps.adminToken,
+    limiter: deps.limiter,
+    isAccountCredential: (ctx) => deps.auth().principal(ctx).then(() => true, () => false),
+  });
 
   async function targetUser(ctx: Context): Promise<number> {
     const raw = String(ctx.params.pk);

@@ -1,5 +1,4 @@
 /** Subscriptions: plan and status per account; every change is a SubscriptionChanged event. */
-import { sameSecret } from '../kernel/secrets.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, type Evolver } from '../kernel/command.js';
 import { nowIso } from '../kernel/ids.js';
@@ -41,12 +40,7 @@ export function createBilling(platform: Platform) {
     return view(pk);
   }
 
-  /** Timing-safe check of an admin bearer token (both sides hashed: equal lengths). */
-  function isAdminToken(presented: string): boolean {
-    return config.adminToken ? sameSecret(presented, config.adminToken) : false;
-  }
-
-  return { view, change, isAdminToken };
+  return { view, change };
 }
 
 export type Billing = ReturnType<typeof createBilling>;

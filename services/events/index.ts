@@ -78,6 +78,7 @@ export const eventsContext: ContextFactory = (shared) => {
   );
   /** Open streams, with when their credential expires (an access token's exp; else never). */
   const open = new Map<SseConnection, number>();
+  platform.metrics.gauge('sse_streams', 'Event streams (GET /api/events/stream/) open in this process.', [], () => open.size);
   let keepalive: NodeJS.Timeout | null = null;
   let stopping = false;
 

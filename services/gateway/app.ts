@@ -13,6 +13,7 @@ import { ApiError, notFound } from './errors.js';
 import { IndexedRouter } from './router.js';
 import { isStorageFault } from '../kernel/faults.js';
 import { WrongExpectedRevisionError, EventStoreUnavailableError } from '../../infra/ports/event-store.js';
+import type { Metrics } from '../kernel/metrics.js';
 
 export interface HttpModule {
   /** Adds the module's routes. Paths are written with their trailing slash. */
@@ -28,6 +29,8 @@ export interface AppDeps {
    * before them are the client's own claims, never trusted). 0: the socket's address.
    */
   trustProxy?: number;
+  /** Counts each answer (method, route pattern, status, time): GET /metrics. */
+  metrics?: Pick<Metrics, 'httpRequest'>;
 }
 
 const SECURITY_HEADERS = {
@@ -100,6 +103,9 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
       // A write held its identity (services/gateway/identity-gate.ts): its answer is decided.
       (ctx.state.releaseIdentity as (() => void) | undefined)?.();
     }
+    // By the router's pattern, never the path (ids would make a label per resource).
+    const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
+    deps.metrics?.httpRequest(ctx.method, typeof route === 'string' ? route : 'unmatched', ctx.status, (performance.now() - started) / 1000);
     // Only method, path and status: headers and bodies may carry secrets. Most requests log
     // nothing, so the request's child logger is made only when a line is written.
     if (ctx.status >= 500 || log.isLevelEnabled('debug')) {

@@ -9,6 +9,7 @@ import type { EventFeed } from '../../infra/ports/event-feed.js';
 import type { ReadStore } from '../../infra/ports/read-store.js';
 import type { Mailer } from '../../infra/ports/mailer.js';
 import type { RateLimiter } from '../../infra/ports/rate-limiter.js';
+import type { Metrics } from './metrics.js';
 
 export interface ReadModelProgress {
   /** Resolves once the read models have applied every event up to `position` (read-your-writes). */
@@ -25,6 +26,8 @@ export interface Platform {
   progress: ReadModelProgress;
   mailer: Mailer;
   limiter: RateLimiter;
+  /** Operational counters and gauges, served at GET /metrics (services/kernel/metrics.ts). */
+  metrics: Metrics;
   /**
    * Whether the request that recorded `e` can no longer be in flight: a reservation so
    * recorded whose holder never used it was abandoned by a crash (services/kernel/reservations.ts).

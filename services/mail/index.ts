@@ -31,7 +31,7 @@ export function createMailContext(options: { blobs?: BlobStore; delivery?: Deliv
     const blobs = options.blobs ?? createFsBlobStore({ dir: path.join(config.dataDir, 'blobs') });
     const mail = createMailService(platform, { blobs, hmacKey: shared.keys.hmacKey });
     const reactor = createDeliveryReactor(platform, { mail, blobs, options: options.delivery, feed: platform.feed });
-    const smtp: SmtpListener | null = config.smtpPort === 0 ? null : createSmtpListener({ config, logger: platform.logger, mail, blobs });
+    const smtp: SmtpListener | null = config.smtpPort === 0 ? null : createSmtpListener({ config, logger: platform.logger, mail, blobs, metrics: platform.metrics });
     return {
       name: 'mail',
       projections: [mailProjection],

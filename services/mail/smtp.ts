@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession, type SMTPServerAddress } from 'smtp-server';
 import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
 import type { Logger } from 'pino';
+import type { Metrics } from '../kernel/metrics.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
 import { isStorageFault } from '../kernel/faults.js';
@@ -129,8 +130,8 @@ export interface SmtpListener {
   port(): number | null;
 }
 
-export function createSmtpListener(deps: { config: Config; logger: Logger; mail: MailService; blobs: BlobStore }): SmtpListener {
-  const { config, mail, blobs } = deps;
+export function createSmtpListener(deps: { config: Config; logger: Logger; mail: MailService; blobs: BlobStore; metrics: Pick<Metrics, 'smtpMessage'> }): SmtpListener {
+  const { config, mail, blobs, metrics } = deps;
   const log = deps.logger.child({ component: 'smtp' });
   const tls = config.tls ? { key: readFileSync(config.tls.keyFile), cert: readFileSync(config.tls.certFile) } : null;
 
@@ -185,13 +186,19 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       stream.on('error', (err) => callback(err));
       stream.on('end', () => {
         if (stream.sizeExceeded || size > MAX_MESSAGE_BYTES) {
+          metrics.smtpMessage('rejected');
           callback(smtpError(552, '5.3.4 Message size exceeds fixed maximum message size'));
           return;
         }
         accept(Buffer.concat(chunks), session)
-          .then((count) => callback(null, `2.0.0 Ok: delivered to ${count} mailbox${count === 1 ? '' : 'es'}`))
+          .then((count) => {
+            metrics.smtpMessage('accepted', count);
+            callback(null, `2.0.0 Ok: delivered to ${count} mailbox${count === 1 ? '' : 'es'}`);
+          })
           .catch((err) => {
             const code = (err as { responseCode?: number }).responseCode;
+            // A 5xx refuses the message for good; a 4xx (and any failure of ours) has it sent again.
+            metrics.smtpMessage(code && code >= 500 ? 'rejected' : 'failed');
             if (code) return callback(smtpError(code, (err as Error).message));
             if (isStorageFault(err)) {
               // RFC 5321 §4.2.3: 452 "insufficient system storage"; the sender retries later.

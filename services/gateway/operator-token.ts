@@ -1,0 +1,42 @@
+/**
+ * The operator's bearer secrets: ADMIN_TOKEN for the admin API, METRICS_TOKEN for
+ * `/metrics`. Unset, the endpoints do not exist (404); set, the Bearer must match (compared
+ * in constant time). A bearer that is a valid account credential lacks the scope (403);
+ * anything else is a bad token (401 token_not_valid, DECISIONS "Wire conventions"), and
+ * wrong tokens are limited per client address: such a token can only be guessed.
+ */
+import type { Context } from 'koa';
+import type { RateLimiter } from '../../infra/ports/rate-limiter.js';
+import { failureBudgets } from '../kernel/failure-budgets.js';
+import { throttleAddress } from '../kernel/client-address.js';
+import { sameSecret } from '../kernel/secrets.js';
+import { forbidden, notAuthenticated, notFound, throttled, tokenNotValid } from './errors.js';
+
+/** Wrong tokens tolerated per client address per window before 429. */
+const WRONG_TOKENS_PER_IP = 20;
+const WINDOW_S = 15 * 60;
+
+export function operatorTokenGuard(deps: {
+  /** `admin`, `metrics`: in messages and throttle keys. */
+  name: string;
+  secret: string | null;
+  limiter: RateLimiter;
+  /** Whether the request carries a valid account credential (a user's JWT or key). */
+  isAccountCredential?: (ctx: Context) => Promise<boolean>;
+}): (ctx: Context) => Promise<void> {
+  const { name, secret } = deps;
+  const wrongTokens = failureBudgets(deps.limiter);
+  const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong ${name} tokens. Try again in ${retryAfter} seconds.`);
+  return async (ctx) => {
+    if (!secret) throw notFound();
+    const m = /^Bearer\s+(.+)$/i.exec(ctx.get('authorization'));
+    if (!m) throw notAuthenticated();
+    const budgets = [{ key: `${name}:ip:${throttleAddress(ctx.ip)}`, limit: WRONG_TOKENS_PER_IP, windowS: WINDOW_S }];
+    await wrongTokens.attempt(budgets, refuse, async (fail) => {
+      if (sameSecret(m[1].trim(), secret)) return;
+      if (await deps.isAccountCredential?.(ctx)) throw forbidden(`This credential is not the ${name} token.`);
+      await fail();
+      throw tokenNotValid(`Invalid ${name} token.`);
+    });
+  };
+}
