@@ -27,7 +27,7 @@ import type { Safe } from '../gateway/html.js';
 import { seeOther, type WebSession } from '../gateway/web-session.js';
 import { formatUserCode, normalizeUserCode } from './codes.js';
 import { approvePage, enterCodePage, resultPage, type Notice } from './html.js';
-import type { DeviceService, AuthorizationView } from './service.js';
+import { CODE_MESSAGES, type DeviceService, type AuthorizationView } from './service.js';
 import { withoutControls } from '../kernel/text.js';
 
 /** The words of an API error for a person: the field messages or the detail. */
@@ -88,38 +88,54 @@ export function devicePage(deps: DevicePageDeps) {
       });
     }
     const signedInAs = displayName(who.user);
-    let found: AuthorizationView;
+    // Only a visit the person made (typed, opened from the device's link, or this site's own
+    // form) looks the code up: another site may send the browser here too (no CSRF on a GET).
+    const found = isOwnVisit(ctx) ? await lookUp(ctx, who.user.pk, shown) : null;
+    if (found && 'answered' in found) return send(ctx, found.answered.status, enterCodePage({ notice: { kind: 'error', text: found.answered.text }, value: raw, invalid: found.answered.status === 404, signedInAs, csrf }));
+    if (found) {
+      // A code that cannot be approved says so now, not after the click.
+      const settled = settledNotice(found.view, who.user.pk);
+      if (settled) return send(ctx, settled.status, resultPage({ title: settled.title, notice: settled.notice, userCode: shown, again: settled.notice.kind === 'error' }));
+    }
+    const request = found ? { clientId: found.view.clientId && withoutControls(found.view.clientId), requestedAt: found.view.requestedAt, expiresAt: found.view.expiresAt, now: Date.now() } : undefined;
+    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }));
+  }
+
+  /** Sec-Fetch-Site (all current browsers send it): the person's own visit, not another site's navigation. */
+  const isOwnVisit = (ctx: Context) => ['none', 'same-origin'].includes(ctx.get('sec-fetch-site'));
+
+  /**
+   * The code's authorization; or the refusal to show (unknown or malformed code); or null when
+   * the page's own lookups are spent (then it shows the choice as it did before looking up:
+   * the decision is still checked, under its own budget).
+   */
+  async function lookUp(ctx: Context, userPk: number, userCode: string): Promise<{ view: AuthorizationView } | { answered: { status: number; text: string } } | null> {
     try {
-      found = await service.inspect({ userPk: who.user.pk, userCode: shown, ip: ctx.ip });
+      return { view: await service.inspect({ userPk, userCode, ip: ctx.ip }) };
     } catch (err) {
       if (!(err instanceof ApiError) || err.status >= 500) throw err;
-      for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
-      return send(ctx, err.status, enterCodePage({ notice: { kind: 'error', text: errorText(err) }, value: raw, invalid: err.status === 404, signedInAs, csrf }));
+      if (err.status === 429) return null;
+      return { answered: { status: err.status, text: errorText(err) } };
     }
-    // A code that cannot be approved says so now, not after the click (the same words as the decision's).
-    const settled = settledNotice(found, who.user.pk);
-    if (settled) return send(ctx, settled.status, resultPage({ title: settled.title, notice: settled.notice, userCode: shown, again: settled.notice.kind === 'error' }));
-    const request = { clientId: found.clientId && withoutControls(found.clientId), requestedAt: found.requestedAt, expiresAt: found.expiresAt, now: Date.now() };
-    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }));
   }
 
   /** The page for a code that is no longer pending, or null while it is. */
   function settledNotice(v: AuthorizationView, userPk: number): { status: number; title: string; notice: Notice } | null {
-    const again = 'Start again on your device to get a new one.';
+    const refused = (status: number, text: string) => ({ status, title: 'This code cannot be used', notice: { kind: 'error' as const, text } });
     switch (v.status) {
       case 'pending':
         return null;
       case 'expired':
-        return { status: 400, title: 'This code cannot be used', notice: { kind: 'error', text: `This code has expired. ${again}` } };
+        return refused(400, CODE_MESSAGES.expired);
       case 'redeemed':
-        return { status: 409, title: 'This code cannot be used', notice: { kind: 'error', text: `This code was already used: its device has its tokens. ${again}` } };
+        return refused(409, CODE_MESSAGES.used);
       case 'approved':
       case 'denied':
         return v.userPk === userPk
           ? { status: 200, title: v.status === 'approved' ? 'Device approved' : 'Device denied', notice: { kind: 'success', text: `You already ${v.status} this device. You can close this page.` } }
-          : { status: 409, title: 'This code cannot be used', notice: { kind: 'error', text: `This code was already ${v.status}. ${again}` } };
+          : refused(409, CODE_MESSAGES.decided(v.status));
       default:
-        return { status: 404, title: 'This code cannot be used', notice: { kind: 'error', text: 'Unknown code. Check the code shown on your device.' } };
+        return refused(404, CODE_MESSAGES.unknown);
     }
   }
 

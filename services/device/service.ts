@@ -77,6 +77,15 @@ export interface PollAnswer {
 
 export type DecideAction = 'approve' | 'deny';
 
+const START_AGAIN = 'Start again on your device to get a new one.';
+/** Why a code cannot be decided on: the API's answers, and the /device page's before the click. */
+export const CODE_MESSAGES = {
+  unknown: 'Unknown code. Check the code shown on your device.',
+  expired: `This code has expired. ${START_AGAIN}`,
+  used: `This code was already used: its device has its tokens. ${START_AGAIN}`,
+  decided: (what: 'approved' | 'denied') => `This code was already ${what}. ${START_AGAIN}`,
+};
+
 /** A device authorization as the person deciding on it sees it (services/device/page.ts). */
 export interface AuthorizationView {
   id: string;
@@ -325,24 +334,24 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   // ---- the human's side (RFC 8628 §3.3) ----
 
   const wrongCodes = failureBudgets(limiter);
-  /** Wrong codes are counted per account and per address (RFC 8628 §5.1). */
-  const guessBudgets = (userPk: number, ip: string) => [
-    { key: `device:guess:user:${userPk}`, limit: WRONG_CODES_PER_USER, windowS: WRONG_CODES_WINDOW_S },
-    { key: `device:guess:ip:${throttleAddress(ip)}`, limit: WRONG_CODES_PER_IP, windowS: WRONG_CODES_WINDOW_S },
+  /**
+   * Wrong codes are counted per account and per address (RFC 8628 §5.1): those decided on
+   * (`guess`), and apart from them those only looked at by the /device page (`look`). A page
+   * anyone can link to must not spend the budget of the decisions: a site sending a signed-in
+   * person's browser to ten made-up codes would lock their approvals for 15 minutes.
+   */
+  const budgetsOf = (kind: 'guess' | 'look', userPk: number, ip: string) => [
+    { key: `device:${kind}:user:${userPk}`, limit: WRONG_CODES_PER_USER, windowS: WRONG_CODES_WINDOW_S },
+    { key: `device:${kind}:ip:${throttleAddress(ip)}`, limit: WRONG_CODES_PER_IP, windowS: WRONG_CODES_WINDOW_S },
   ];
   const tooManyWrongCodes = (retryAfter: number) => throttled(retryAfter, `Too many wrong codes. Try again in ${retryAfter} seconds.`);
 
   /**
-   * Approves or denies the authorization named by `userCodeInput` on behalf of `userPk`.
-   * Repeating the same decision by the same account is a no-op; anything else on a
-   * settled code is a 409.
-   */
-  /**
    * The authorization a user code names, for a signed-in person about to decide on it. A
    * malformed or unknown code counts as a wrong guess (RFC 8628 §5.1), looked at or decided.
    */
-  async function locate(input: { userPk: number; userCode: string; ip: string }): Promise<{ normalized: string; id: string }> {
-    return wrongCodes.attempt(guessBudgets(input.userPk, input.ip), tooManyWrongCodes, async (fail) => {
+  async function locate(input: { userPk: number; userCode: string; ip: string }, kind: 'guess' | 'look'): Promise<{ normalized: string; id: string }> {
+    return wrongCodes.attempt(budgetsOf(kind, input.userPk, input.ip), tooManyWrongCodes, async (fail) => {
       const normalized = normalizeUserCode(input.userCode);
       if (!normalized) {
         await fail();
@@ -351,7 +360,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       const id = await holderOf(store, USER_CODE_RESERVATION, hashUserCode(hmacKey, normalized));
       if (!id) {
         await fail();
-        throw notFound('Unknown code. Check the code shown on your device.');
+        throw notFound(CODE_MESSAGES.unknown);
       }
       return { normalized, id };
     });
@@ -359,7 +368,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
 
   /** What the /device page shows before the decision: the state, the device's own name for itself, its times. */
   async function inspect(input: { userPk: number; userCode: string; ip: string }): Promise<AuthorizationView> {
-    const { normalized, id } = await locate(input);
+    const { normalized, id } = await locate(input, 'look');
     const s = await load(id);
     return { id, userCode: formatUserCode(normalized), status: effectiveStatus(s, Date.now()), requestedAt: s.requestedAt, expiresAt: s.expiresAt, clientId: s.clientId, userPk: s.userPk };
   }
@@ -370,7 +379,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
    * settled code is a 409.
    */
   async function decide(input: { userPk: number; userCode: string; action: DecideAction; via: string; ip: string }): Promise<{ userCode: string; clientId: string | null }> {
-    const { normalized, id } = await locate(input);
+    const { normalized, id } = await locate(input, 'guess');
     type Outcome = 'done' | 'expired' | 'conflict' | 'used';
     const { result, append, state } = await execute<DeviceAuthState, Outcome>(store, deviceStream(id), deviceEvolver, (s) => {
       const status = effectiveStatus(s, Date.now());
@@ -392,13 +401,11 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       return { events: [], result: same ? 'done' : status === 'redeemed' ? 'used' : 'conflict' };
     });
     await settle(append?.position);
-    if (result === 'expired') {
-      throw new ApiError(400, 'device_code_expired', 'This code has expired. Start again on your device to get a new one.');
-    }
-    if (result === 'used') throw new ApiError(409, 'conflict', 'This code was already used: its device has its tokens. Start again on your device to get a new one.');
+    if (result === 'expired') throw new ApiError(400, 'device_code_expired', CODE_MESSAGES.expired);
+    if (result === 'used') throw new ApiError(409, 'conflict', CODE_MESSAGES.used);
     if (result === 'conflict') {
       const what = state.status === 'denied' ? 'denied' : 'approved';
-      throw new ApiError(409, 'conflict', `This code was already ${what}. Start again on your device to get a new one.`);
+      throw new ApiError(409, 'conflict', CODE_MESSAGES.decided(what));
     }
     logger.info({ deviceAuthId: id, userPk: input.userPk, action: input.action, via: input.via }, 'device authorization decided');
     return { userCode: formatUserCode(normalized), clientId: state.clientId };

@@ -397,6 +397,32 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     expect(events[1]).toMatchObject({ type: 'DeviceAuthorizationApproved', data: { userPk: human.user.pk, via: 'device-page' } });
   });
 
+  it("another site's links cannot spend the person's wrong-code budget: only their own visits look codes up, and looking up never blocks a decision", async () => {
+    const visit = async (code: string, site: string) => {
+      const res = await fetch(`${s.url}/device?user_code=${code}`, { headers: { cookie: cookieHeader(), 'sec-fetch-site': site }, redirect: 'manual' });
+      return { status: res.status, html: await res.text() };
+    };
+    const madeUp = (i: number) => `BCDF-GH${'JKLMNPQRSTVWXZ'[Math.floor(i / 14)]}${'JKLMNPQRSTVWXZ'[i % 14]}`;
+    // A cross-site navigation (a link or popup elsewhere) gets the choice without any lookup.
+    for (let i = 0; i < 12; i++) {
+      const page = await visit(madeUp(i), 'cross-site');
+      expect(page.status).toBe(200);
+      expect(page.html).toContain('id="approve"');
+      expect(page.html).not.toContain('class="facts"');
+    }
+    // The person's own visits look codes up: ten unknown ones are said at once...
+    for (let i = 20; i < 30; i++) expect((await visit(madeUp(i), 'none')).status).toBe(404);
+    // ...then the page shows the choice without looking up (no 429 page for a look)...
+    const d = await start();
+    const spent = await visit(d.user_code, 'none');
+    expect(spent.status).toBe(200);
+    expect(spent.html).not.toContain('class="facts"');
+    // ...and the decision, counted apart, goes through.
+    const done = await post('/device/approve', { user_code: d.user_code, csrf: csrfOf(spent.html) });
+    expect(done.res.status).toBe(200);
+    expect(done.html).toContain('Device approved');
+  });
+
   it('a malformed code in the link asks for the code again; the stylesheet is served', async () => {
     const bad = await get('/device?user_code=AEIOU');
     expect(bad.res.status).toBe(400);
