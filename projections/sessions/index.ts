@@ -17,14 +17,14 @@ export interface SessionDoc extends Doc {
   /** How it began (`dashboard`, `password`, `device`, …: SessionStarted.via), for the account page's list. */
   via: string;
   startedAt: string;
-  /** Its last refresh (a browser session is never refreshed: its start). */
-  lastUsedAt: string;
+  /** Its refresh token's last rotation; null until then (a browser session is never refreshed). */
+  refreshedAt: string | null;
 }
 
 export const SESSIONS = 'sessions';
 
 export const sessionsProjection: Projection = {
-  // v2: via, startedAt, lastUsedAt (the account page lists a user's live sessions).
+  // v2: via, startedAt, refreshedAt (the account page lists a user's live sessions).
   name: 'sessions:v2',
   collections: [{ name: SESSIONS, indexes: [['userPk'], ['keyId'], ['userPk', 'revoked', 'generation', 'expiresAt']] }],
   eventTypes: [SessionStarted, SessionRefreshed, SessionRevoked],
@@ -37,13 +37,12 @@ export const sessionsProjection: Projection = {
         evolve: (doc) => {
           if (e.type === SessionStarted) {
             const d = e.data as SessionStartedData;
-            const startedAt = d.at ?? e.recordedAt;
-            return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token', keyId: d.keyId ?? null, via: d.via ?? 'password', startedAt, lastUsedAt: startedAt } satisfies SessionDoc;
+            return { id, userPk: d.userPk, identity: d.identity ?? null, generation: d.generation, tokenId: d.tokenId, expiresAt: d.expiresAt, revoked: false, kind: d.kind ?? 'token', keyId: d.keyId ?? null, via: d.via ?? 'password', startedAt: d.at ?? e.recordedAt, refreshedAt: null } satisfies SessionDoc;
           }
           if (!doc) return doc;
           if (e.type === SessionRefreshed) {
             const d = e.data as SessionRefreshedData;
-            return { ...doc, tokenId: d.tokenId, expiresAt: d.expiresAt, lastUsedAt: d.at ?? e.recordedAt };
+            return { ...doc, tokenId: d.tokenId, expiresAt: d.expiresAt, refreshedAt: d.at ?? e.recordedAt };
           }
           if (e.type === SessionRevoked) return { ...doc, revoked: true };
           return doc;

@@ -367,10 +367,10 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   /**
-   * The user's live sessions (browser sessions and token families), the most recently active
-   * first (a refresh moves a session's expiry on), at most `limit`; `more` when others are
-   * live too. Ended, expired and older-generation ones (a sign-out everywhere, a password
-   * change) are not listed.
+   * The user's live sessions (browser sessions and token families), the latest signed in or
+   * refreshed first (the order of their ends: a refresh moves a session's end on), at most
+   * `limit`; `more` when others are live too. Ended, expired and older-generation ones (a
+   * sign-out everywhere, a password change) are not listed.
    */
   async function listSessions(pk: number, limit = 50): Promise<{ items: SessionDoc[]; more: boolean }> {
     const user = await users.get(userDocId(pk));
@@ -516,7 +516,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       return mail(
         PasswordChangeNotified,
         'Your password was changed',
-        `The password of ${user.username} was changed on ${request.at.replace('T', ' ').slice(0, 16)} UTC, ${how}. Every session of the account was signed out; API keys keep working.\n\nIf it was you, there is nothing to do.\n\nIf it was not: reset your password at once at ${config.publicUrl}/forgot-password, then look at your API keys at ${config.publicUrl}/keys and revoke any you do not know.\n`,
+        `The password of ${user.username} was changed on ${request.at.replace('T', ' ').slice(0, 16)} UTC, ${how}. Its sessions were signed out (a dashboard that changed it stays signed in; an access token already handed out works until it expires, within the hour); API keys keep working.\n\nIf it was you, there is nothing to do.\n\nIf it was not: reset your password at once at ${config.publicUrl}/forgot-password, then look at your API keys at ${config.publicUrl}/keys and revoke any you do not know.\n`,
       );
     }
     const uid = Buffer.from(String(user.pk)).toString('base64url');

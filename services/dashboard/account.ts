@@ -20,7 +20,7 @@ const v = {
   profile: validator<{ username: string; first_name: string; last_name: string }>('accounts.json#UserPut'),
 };
 
-/** Live sessions listed on the account page (the most recently active first). */
+/** Live sessions listed on the account page (the latest signed in or refreshed first). */
 const SESSIONS_SHOWN = 50;
 
 /** What a session is, in words, from how it began (SessionStarted.via) and its kind. */
@@ -48,12 +48,12 @@ export function accountRoutes(r: Router, kit: PageKit): void {
    */
   const sessionsSection = (ctx: Context, s: DashboardSession, live: { items: SessionDoc[]; more: boolean }) => html`<section aria-labelledby="sessions-h"><h2 id="sessions-h">Signed-in sessions</h2>
 <p>Browsers and agents signed in as you. Signing one out ends its refresh token at once; an access token it already holds works until it expires (within the hour). API keys are not sessions: revoke them under <a href="/keys">API keys</a>.</p>
-${live.more ? html`<p class="note">The ${live.items.length} most recently active sessions are shown.</p>` : ''}
-${tableRegion('Signed-in sessions', html`<table><thead><tr><th scope="col">Session</th><th scope="col">Started</th><th scope="col">Last active</th><th scope="col">Ends</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+${live.more ? html`<p class="note">The ${live.items.length} sessions signed in or refreshed last are shown.</p>` : ''}
+${tableRegion('Signed-in sessions', html`<table><thead><tr><th scope="col">Session</th><th scope="col">Started</th><th scope="col">Last refreshed</th><th scope="col">Ends</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${live.items.map((doc) => {
   const mine = doc.id === s.sessionId;
-  return html`<tr${mine ? html` class="current"` : ''}><td>${sessionKind(doc)}${mine ? html` <strong>(this browser)</strong>` : ''}</td><td>${fmtDate(doc.startedAt)}</td><td>${fmtDate(doc.lastUsedAt)}</td><td>${fmtDate(doc.expiresAt)}</td>
-<td><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `session started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
+  return html`<tr${mine ? html` class="current"` : ''}><td>${sessionKind(doc)}${mine ? html` <strong>(this browser)</strong>` : ''}</td><td>${fmtDate(doc.startedAt)}</td><td>${fmtDate(doc.refreshedAt)}</td><td>${fmtDate(doc.expiresAt)}</td>
+<td><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `${sessionKind(doc)}, started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
 })}
 </tbody></table>`)}
 <form method="post" action="/account/sessions/end-others" class="card">${hidden(ctx, s)}
@@ -64,6 +64,11 @@ ${live.items.map((doc) => {
   const accountPage = async (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
     const u = ctx.state.dashboardUser;
     const live = await accounts.listSessions(s.userPk, SESSIONS_SHOWN);
+    // This browser is always listed, also behind 50 sessions more recent than its sign-in.
+    if (!live.items.some((d) => d.id === s.sessionId)) {
+      const mine = await accounts.liveSession(s.sessionId);
+      if (mine) live.items.push(mine);
+    }
     const profileErrors = of === 'profile' ? errors : null;
     const pwErrors = of === 'password' ? errors : null;
     const val = (k: string, fallback: unknown) => (values ? values[k] ?? '' : str(fallback));
@@ -112,7 +117,7 @@ ${sessionsSection(ctx, s, live)}`,
       changed: 'Your password was changed.',
       saved: 'Profile saved.',
       sent: 'A new verification link is on its way.',
-      ended: q.ended === 'others' ? 'Every other session was signed out.' : 'The session was signed out.',
+      ended: q.ended === 'others' ? 'Every other session was signed out.' : q.ended === 'none' ? 'Nothing to sign out: that session had already ended.' : 'The session was signed out.',
     };
     const which = Object.keys(done).find((k) => q[k]);
     await accountPage(ctx, s, which ? { kind: 'ok', text: done[which]! } : null);
@@ -175,13 +180,14 @@ ${sessionsSection(ctx, s, live)}`,
     if (!s || !id) return;
     if (!(await form(ctx, s))) return;
     const target = await accounts.liveSession(id);
-    // Another account's session, or one already over: nothing to end (the same answer).
-    if (target && target.userPk === s.userPk) await accounts.revokeSession(id, 'dashboard_signed_out');
+    // Another account's session is as unknown here as one already over.
+    const mine = target !== null && target.userPk === s.userPk;
+    if (mine) await accounts.revokeSession(id, 'dashboard_signed_out');
     if (id === s.sessionId) {
       await web.endSession(ctx, null, 'dashboard_signed_out');
       return seeOther(ctx, '/login');
     }
-    seeOther(ctx, '/account?ended=one');
+    seeOther(ctx, mine ? '/account?ended=one' : '/account?ended=none');
   });
 
   const forgotPage = (ctx: Context, flash: Flash = null, status = 200) =>

@@ -9,15 +9,20 @@ import { fmtDate, tableRegion } from './html.js';
 import { api, apiAll, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
 import { clearCookie, createSealer, seeOther, setCookie } from '../gateway/web-session.js';
 
-/** The sealed cookie carrying a minted key from the POST to the page that shows it once. */
+/** The sealed cookie carrying minted keys from their POST to the page that shows them once. */
 const MINTED_COOKIE = 'ais_minted';
 const MINTED_TTL_S = 120;
+/** Keys minted before the page showed the last ones (a double submit): the newest are kept. */
+const MINTED_KEPT = 5;
 interface Minted {
   key: string;
   label: string;
   kind: string;
-  /** The session that minted it: another session's browser never sees it. */
+}
+interface MintedCookie {
+  /** The session that minted them: another session's browser never sees them. */
   sid: string;
+  keys: Minted[];
 }
 
 export function keyRoutes(r: Router, kit: PageKit): void {
@@ -25,16 +30,21 @@ export function keyRoutes(r: Router, kit: PageKit): void {
   const cookieOpts = web.cookieOpts;
   const mintedSealer = createSealer(kit.hmacKey, 'web-minted-key');
 
-  /** The key minted by this session's last POST, once: the cookie is cleared as it is read. */
-  function takeMinted(ctx: Context, s: DashboardSession): Minted | null {
-    const sealed = ctx.cookies.get(MINTED_COOKIE);
-    if (sealed === undefined) return null;
-    clearCookie(ctx, MINTED_COOKIE, cookieOpts, '/keys');
-    const m = mintedSealer.open<Minted>(sealed);
-    return m && m.sid === s.sessionId && typeof m.key === 'string' ? m : null;
+  /** The keys this session minted and no page showed yet (newest first). */
+  function mintedOf(ctx: Context, s: DashboardSession): Minted[] {
+    const m = mintedSealer.open<MintedCookie>(ctx.cookies.get(MINTED_COOKIE));
+    return m && m.sid === s.sessionId && Array.isArray(m.keys) ? m.keys : [];
   }
 
-  async function keysPage(ctx: Context, s: DashboardSession, minted: { key: string; label: string; kind: string } | null = null, flash: Flash = null, status = 200) {
+  /** Those keys, once: the cookie is cleared as it is read. */
+  function takeMinted(ctx: Context, s: DashboardSession): Minted[] {
+    if (ctx.cookies.get(MINTED_COOKIE) === undefined) return [];
+    const keys = mintedOf(ctx, s);
+    clearCookie(ctx, MINTED_COOKIE, cookieOpts, '/keys');
+    return keys;
+  }
+
+  async function keysPage(ctx: Context, s: DashboardSession, minted: Minted[] = [], flash: Flash = null, status = 200) {
     const [mgmt, idk, ids] = await Promise.all([
       apiAll(ctx, s, '/api/auth/keys/management/?limit=200'),
       apiAll(ctx, s, '/api/auth/keys/identity/?limit=200'),
@@ -54,12 +64,13 @@ ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)
     send(
       ctx,
       'API keys',
-      html`${minted
-  ? html`<section class="minted" aria-labelledby="minted-h"><h2 id="minted-h">Your new ${minted.kind} key “${minted.label}”</h2>
+      html`${minted.map((m, i) => {
+  const id = i === 0 ? 'new-key' : `new-key-${i + 1}`;
+  return html`<section class="minted" aria-labelledby="${id}-h"><h2 id="${id}-h">Your new ${m.kind} key “${m.label}”</h2>
 <p class="warning"><strong>Copy it now: it is shown only once.</strong> Only a hash is stored; if you lose it, revoke it and mint another.</p>
-<p><label for="new-key">Key</label><input id="new-key" class="secret" readonly value="${minted.key}" autocomplete="off" spellcheck="false">
-<button type="button" data-copy="new-key" hidden>Copy</button> <span class="copy-status" role="status" aria-live="polite"></span></p></section>`
-  : ''}
+<p><label for="${id}">Key</label><input id="${id}" class="secret" readonly value="${m.key}" autocomplete="off" spellcheck="false">
+<button type="button" data-copy="${id}" hidden>Copy</button> <span class="copy-status" role="status" aria-live="polite"></span></p></section>`;
+})}
 <section aria-labelledby="mk-h"><h2 id="mk-h">Management keys</h2>
 <p>A management key (<code>svc_mgmt_…</code>) acts for the whole account: it creates identities and mints identity keys.</p>
 ${table(mgmt, 'management')}
@@ -110,8 +121,8 @@ ${identities.length
     const s = await requireSession(ctx);
     if (!s) return;
     const minted = takeMinted(ctx, s);
-    if (minted) return keysPage(ctx, s, minted, { kind: 'ok', text: 'Key created.' });
-    await keysPage(ctx, s, null, ctx.query.revoked ? { kind: 'ok', text: 'Key revoked. It no longer works.' } : null);
+    if (minted.length) return keysPage(ctx, s, minted, { kind: 'ok', text: minted.length === 1 ? 'Key created.' : `${minted.length} keys created.` });
+    await keysPage(ctx, s, [], ctx.query.revoked ? { kind: 'ok', text: 'Key revoked. It no longer works.' } : null);
   });
   r.post('/keys/:kind', async (ctx) => {
     const s = await requireSession(ctx);
@@ -123,11 +134,12 @@ ${identities.length
     const payload: Record<string, unknown> = { label: (f.label ?? '').trim() };
     if (kind === 'identity') payload.identity_uuid = (f.identity ?? '').trim();
     const a = await api(ctx, s, 'POST', `/api/auth/keys/${kind}/`, { body: payload });
-    if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
+    if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, [], { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
     // Post/redirect/get: the key travels sealed to the one GET that shows it, so reloading that
     // page mints nothing (it re-posted the form before) and shows the list without the key.
-    const minted: Minted = { key: a.body.key, label: str(a.body.label), kind, sid: s.sessionId };
-    setCookie(ctx, MINTED_COOKIE, mintedSealer.seal(minted, MINTED_TTL_S), cookieOpts, MINTED_TTL_S, '/keys');
+    // A key minted before the page showed the previous one (a double submit) joins it.
+    const keys = [{ key: a.body.key, label: str(a.body.label), kind }, ...mintedOf(ctx, s)].slice(0, MINTED_KEPT);
+    setCookie(ctx, MINTED_COOKIE, mintedSealer.seal({ sid: s.sessionId, keys } satisfies MintedCookie, MINTED_TTL_S), cookieOpts, MINTED_TTL_S, '/keys');
     seeOther(ctx, '/keys');
   });
   /** The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered (sign-in, 404). */
@@ -153,7 +165,7 @@ ${identities.length
     const f = await form(ctx, s);
     if (!f) return;
     const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
-    if (a.status !== 204) return keysPage(ctx, s, null, { kind: 'error', text: errorText(a) }, 400);
+    if (a.status !== 204) return keysPage(ctx, s, [], { kind: 'error', text: errorText(a) }, 400);
     seeOther(ctx, '/keys?revoked=1');
   });
 }

@@ -285,6 +285,37 @@ describe('dashboard', () => {
     expect(((await res.json()) as Array<{ uuid: string }>).map((i: { uuid: string }) => i.uuid)).toEqual([identityId]);
   });
 
+  it('shows every key of a double submit once, and a minted key to no other session', async () => {
+    await page.goto(`${s.url}/keys`);
+    const csrf = await page.locator('form[action="/keys/management"] input[name="csrf"]').inputValue();
+    // Two POSTs before any page shows a key (a double click): both keys are shown, once.
+    for (const label of ['twice-a', 'twice-b']) {
+      const res = await context.request.post(`${s.url}/keys/management`, { form: { csrf, label }, maxRedirects: 0 });
+      expect(res.status()).toBe(303);
+    }
+    const sealed = (await context.cookies()).find((c) => c.name === 'ais_minted')!;
+    expect(sealed).toBeDefined();
+    await page.goto(`${s.url}/keys`);
+    const shown = [await page.locator('#new-key').inputValue(), await page.locator('#new-key-2').inputValue()];
+    expect(shown.every((k) => k.startsWith('svc_mgmt_'))).toBe(true);
+    expect(await page.textContent('main')).toContain('2 keys created.');
+    // The same sealed cookie in another session's browser (the same person, signed in again) shows nothing.
+    const other = await browser.newContext();
+    try {
+      const p2 = await other.newPage();
+      await p2.goto(`${s.url}/login`);
+      await p2.getByLabel('Username or email').fill(username);
+      await p2.getByLabel('Password').fill(password);
+      await submit(p2, 'Sign in');
+      await other.addCookies([{ name: 'ais_minted', value: sealed.value, url: `${s.url}/keys` }]);
+      await p2.goto(`${s.url}/keys`);
+      expect(await p2.locator('input.secret').count()).toBe(0);
+      expect(await p2.textContent('main')).not.toContain(shown[0]);
+    } finally {
+      await other.close();
+    }
+  });
+
   it('approves a device code for a polling agent at /device (linked from the dashboard)', async () => {
     const started = await s.api('POST', '/api/auth/device/');
     expect(started.status).toBe(200);
@@ -391,7 +422,7 @@ describe('dashboard', () => {
     const apiRow = rows.filter({ hasText: 'API: signed in with the password' });
     expect(await apiRow.count()).toBeGreaterThanOrEqual(1);
     await shot('account-sessions');
-    await Promise.all([page.waitForLoadState('load'), apiRow.first().getByRole('button', { name: /^Sign out session started/ }).click()]);
+    await Promise.all([page.waitForLoadState('load'), apiRow.first().getByRole('button', { name: /^Sign out API: signed in with the password, started/ }).click()]);
     expect(await page.textContent('main')).toContain('The session was signed out.');
     // The most recently active API session was the agent's: its refresh token is dead now.
     expect(await stillWorks(agent)).toBe(401);
@@ -404,6 +435,16 @@ describe('dashboard', () => {
     expect(await stillWorks(other)).toBe(401);
     expect(await rows.count()).toBe(1); // this browser only, under a fresh session
     expect(await rows.first().textContent()).toContain('(this browser)');
+
+    // Another account's session id (its refresh token's `sid`), posted with this session's form: nothing ends.
+    const stranger = await s.signUp();
+    const sid = JSON.parse(Buffer.from(stranger.refresh.split('.')[1], 'base64url').toString()).sid as string;
+    const formCsrf = await page.locator('form[action="/account/sessions/end-others"] input[name="csrf"]').inputValue();
+    const res = await context.request.post(`${s.url}/account/sessions/${sid}/end`, { form: { csrf: formCsrf }, maxRedirects: 0 });
+    expect([res.status(), res.headers().location]).toEqual([303, '/account?ended=none']);
+    expect(await stillWorks(stranger.refresh)).toBe(200);
+    await page.goto(`${s.url}/account?ended=none`);
+    expect(await page.textContent('main')).toContain('Nothing to sign out');
   });
 
   it('changes the password: the old one stops working, the dashboard stays signed in', async () => {
