@@ -11,6 +11,7 @@ import { logOrder, type DocUpdate, type Projection } from '../projection.js';
 import {
   ATTACHMENT_PRESIGNED,
   ATTACHMENT_UPLOADED,
+  EMAIL_BOUNCED,
   EMAIL_DEFERRED,
   EMAIL_FAILED,
   EMAIL_MARKED_READ,
@@ -22,6 +23,7 @@ import {
   type AttachmentRef,
   type AttachmentUploadedData,
   type EmailAddress,
+  type EmailBouncedData,
   type EmailDeferredData,
   type EmailFailedData,
   type EmailMarkedData,
@@ -29,7 +31,7 @@ import {
   type EmailReceivedData,
   type EmailSentData,
 } from '../../services/mail/events.js';
-import { normaliseSubject, participantsKey } from '../../services/mail/text.js';
+import { addressKey, normaliseSubject, participantsKey } from '../../services/mail/text.js';
 
 export const EMAIL_THREADS = 'email_threads';
 export const EMAIL_MESSAGES = 'email_messages';
@@ -159,6 +161,26 @@ function patchMessage(id: string, patch: (m: MessageDoc) => Partial<MessageDoc> 
       return changes ? { ...doc, ...changes } : doc;
     },
   };
+}
+
+/**
+ * A delivery report's failed recipients join the message's refused ones (only its own
+ * recipients: a report may name an alias it was forwarded to); once none of its recipients is
+ * left, the message failed, with the remote servers' words.
+ */
+function bounced(m: MessageDoc, d: EmailBouncedData): Partial<MessageDoc> | null {
+  if (m.direction !== 'outbound') return null;
+  const recipients = new Set([...m.to, ...m.cc, ...m.bcc].map((a) => addressKey(a.address)));
+  const rejected = [...m.rejected];
+  const refused = new Set(rejected.map((r) => addressKey(r.address)));
+  const news = d.recipients.filter((r) => recipients.has(addressKey(r.address)) && !refused.has(addressKey(r.address)));
+  if (!news.length) return null;
+  for (const r of news) {
+    rejected.push({ address: r.address, reason: `bounced: ${[r.status, r.diagnostic].filter(Boolean).join(' ')}` });
+    refused.add(addressKey(r.address));
+  }
+  const noneLeft = [...recipients].every((a) => refused.has(a));
+  return noneLeft ? { rejected, status: 'failed', error: `Bounced after the relay took it: ${rejected.map((r) => `${r.address}: ${r.reason.replace(/^bounced: /, '')}`).join('; ')}` } : { rejected };
 }
 
 function received(e: RecordedEvent): DocUpdate[] {
@@ -308,6 +330,7 @@ export const mailProjection: Projection = {
     EMAIL_SENT,
     EMAIL_FAILED,
     EMAIL_DEFERRED,
+    EMAIL_BOUNCED,
     EMAIL_MARKED_READ,
     EMAIL_MARKED_UNREAD,
     ATTACHMENT_PRESIGNED,
@@ -326,6 +349,10 @@ export const mailProjection: Projection = {
       case EMAIL_FAILED: {
         const d = e.data as EmailFailedData;
         return [patchMessage(d.messageId, () => ({ status: 'failed', attempts: d.attempts, error: d.error, rejected: d.rejected }))];
+      }
+      case EMAIL_BOUNCED: {
+        const d = e.data as EmailBouncedData;
+        return [patchMessage(d.messageId, (m) => bounced(m, d))];
       }
       case EMAIL_DEFERRED: {
         const d = e.data as EmailDeferredData;

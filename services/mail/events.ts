@@ -14,6 +14,8 @@ export const EMAIL_QUEUED = 'EmailQueued';
 export const EMAIL_SENT = 'EmailSent';
 export const EMAIL_FAILED = 'EmailFailed';
 export const EMAIL_DEFERRED = 'EmailDeliveryDeferred';
+/** A delivery status notification (RFC 3464) came back for a sent message: recipients that failed after the relay took it. */
+export const EMAIL_BOUNCED = 'EmailBounced';
 export const EMAIL_MARKED_READ = 'EmailMarkedRead';
 export const EMAIL_MARKED_UNREAD = 'EmailMarkedUnread';
 export const ATTACHMENT_PRESIGNED = 'AttachmentPresigned';
@@ -138,6 +140,16 @@ export interface EmailFailedData {
   attempts: number;
   error: string;
   rejected: { address: string; reason: string }[];
+  at: string;
+}
+
+export interface EmailBouncedData {
+  identityId: string;
+  /** The outbound message reported on (its delivery stream holds this event). */
+  messageId: string;
+  /** The inbound report (a message of the same identity's inbox). */
+  reportMessageId: string;
+  recipients: { address: string; status: string; diagnostic: string }[];
   at: string;
 }
 

@@ -17,6 +17,7 @@ import {
   ATTACHMENT_PRESIGNED,
   ATTACHMENT_UPLOADED,
   DELIVERY,
+  EMAIL_BOUNCED,
   EMAIL_FAILED,
   EMAIL_MARKED_READ,
   EMAIL_MARKED_UNREAD,
@@ -30,12 +31,14 @@ import {
   type AttachmentRef,
   type AttachmentUploadedData,
   type EmailAddress,
+  type EmailBouncedData,
   type EmailMarkedData,
   type EmailQueuedData,
   type EmailReceivedData,
 } from './events.js';
 import { decideThread, mayDependOn, type ThreadInput, type ThreadLookup } from './threading.js';
 import { createSendLimits } from './send-limits.js';
+import type { DeliveryReport } from './bounces.js';
 import { addressKey, domainOf, htmlToText, previewOf, replySubject, trimReferences } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -61,6 +64,8 @@ export type { IdentityDoc } from '../../projections/identities/index.js';
  */
 export type IncomingMail = Omit<EmailReceivedData, 'identityId' | 'inbox' | 'messageId' | 'threadId' | 'textBlob' | 'htmlBlob' | 'preview' | 'attachments' | 'at'> & {
   attachments: Omit<AttachmentRef, 'uuid'>[];
+  /** A delivery status notification's failures (services/mail/bounces.ts), when the mail is one. */
+  report?: DeliveryReport | null;
 };
 
 export interface SendRequest {
@@ -199,12 +204,29 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
             expectedRevision: 'any',
           });
           await settle(append.position);
-          return append.events[0].data as EmailReceivedData;
+          const received = append.events[0].data as EmailReceivedData;
+          if (mail.report) await recordBounce(identity, mail.report, received.messageId, derivedId(eventKey, identity.id, 'bounce'));
+          return received;
         } finally {
           settled();
         }
       }),
     );
+  }
+
+  /**
+   * A delivery report received by `identity` about one of its own sent messages: its failed
+   * recipients are recorded on that message's delivery stream (the relay's 250 said nothing
+   * of them). A report about no message of this identity is only mail. At least once: the
+   * event's id comes from the report's, so a report received again records nothing new.
+   */
+  async function recordBounce(identity: IdentityDoc, report: DeliveryReport, reportMessageId: string, eventId: string): Promise<void> {
+    const page = await messages().find({ where: { identityId: identity.id, internetMessageId: report.originalMessageId, direction: 'outbound' }, limit: 1 });
+    const original = page.items[0];
+    if (!original) return;
+    const data: EmailBouncedData = { identityId: identity.id, messageId: original.id, reportMessageId, recipients: report.failed, at: nowIso() };
+    const append = await events.append(streamName(DELIVERY, original.id), [{ id: eventId, type: EMAIL_BOUNCED, data }], { expectedRevision: 'any' });
+    await settle(append.position);
   }
 
   /**

@@ -10,6 +10,7 @@ import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession, type SMT
 import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
 import type { Logger } from 'pino';
 import type { Metrics } from '../kernel/metrics.js';
+import { deliveryReportOf, isDeliveryReport } from './bounces.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
 import { isStorageFault } from '../kernel/faults.js';
@@ -231,6 +232,8 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
     const text = textOf(parsed, !large || (typeof parsed.html === 'string' && declaresAlternative(raw)));
     const incoming = await incomingFromParsed({ ...parsed, text: text ?? undefined }, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
+    // A bounce of one of the recipients' own sent messages marks its failed recipients there.
+    if (isDeliveryReport(parsed.headers.get('content-type'))) incoming.report = await deliveryReportOf(raw);
     // Same bytes for the same identity = the same message (a sender retrying after a lost 250).
     await mail.receive(recipients, incoming, `smtp:${rawRef.key}`);
     log.info({ recipients: recipients.length, size: raw.length }, 'inbound mail accepted');
