@@ -27,7 +27,7 @@ export interface Metrics {
    * Events appended to the store by this process, by type: also what the reactors did
    * (`EmailSent`, `EmailDeferred`, `EmailFailed` for outbound mail), so they count nothing else.
    */
-  eventsAppended(types: readonly string[]): void;
+  eventsAppended(events: readonly { type: string }[]): void;
   /** A gauge read at scrape time (the callback must be cheap and must not throw). */
   gauge(name: string, help: string, labelNames: string[], read: () => GaugeReading | Promise<GaugeReading>): void;
   /** The exposition text and its content type. */
@@ -77,8 +77,8 @@ export function createMetrics(): Metrics {
     smtpMessage(outcome, count = 1) {
       if (count > 0) smtp.inc({ outcome }, count);
     },
-    eventsAppended(types) {
-      for (const type of types) {
+    eventsAppended(events) {
+      for (const { type } of events) {
         let child = appendedChildren.get(type);
         if (!child) appendedChildren.set(type, (child = appended.labels(type)));
         child.inc();
