@@ -204,7 +204,7 @@ describe('email', () => {
     expect(unread.code).toBe(0);
     expect(unread.json.map((t: any) => t.thread_id)).toEqual([threadId]);
     const human = await ais(['inbox', 'list', '--unread']);
-    expect(human.stdout).toMatch(/THREAD_ID\s+FROM_EMAIL\s+SUBJECT/);
+    expect(human.stdout).toMatch(/THREAD_ID\s+WITH\s+SUBJECT/);
     expect(human.stdout).toContain('Lunch on Friday?');
 
     const show = await ais(['inbox', 'show', threadId, '--json']);
@@ -228,6 +228,11 @@ describe('email', () => {
     expect(m.parsed.from?.value[0].address).toBe(identity.inbox);
     expect(m.envelope.to).toEqual(['alice@example.com']);
     expect(m.parsed.inReplyTo).toBe('<lunch-1@example.com>');
+    // The thread is listed with the others in it, not with the identity that answered last.
+    const list = await ais(['inbox', 'list']);
+    const row = list.stdout.split('\n').find((l) => l.startsWith(threadId))!;
+    expect(row).toContain('alice@example.com, carol@example.com');
+    expect(row).not.toContain(identity.inbox);
     expect(m.parsed.attachments.map((a) => [a.filename, a.content.toString()])).toEqual([['notes.txt', small.toString()]]);
   });
 

@@ -7,14 +7,30 @@ import { CliError, EXIT, usage } from '../errors.js';
 import { formatBytes, kv, progressReporter, show, table } from '../output.js';
 import { watch } from '../watch.js';
 
+/** The selected identity's inbox address (lower case), or null when it cannot be read. */
+async function ownInbox(c: ReturnType<typeof client>): Promise<string | null> {
+  try {
+    const id = c.identity ?? (await c.whoami()).identity;
+    return id ? (await c.identities.get(id)).inbox.toLowerCase() : null;
+  } catch {
+    return null;
+  }
+}
+
 export const mailCommands: Record<string, Command> = {
   'inbox list': {
     usage: 'ais inbox list [--unread]',
     summary: 'Email threads of the identity, newest first.',
     options: { unread: { type: 'boolean' } },
     async run(ctx, _p, v) {
-      const list = await client(ctx, { identity: true }).email.inbox({ unread: !!v.unread });
-      show(ctx, list, () => table(list as any, ['thread_id', 'from_email', 'subject', 'unread_count', 'last_message_at']));
+      const c = client(ctx, { identity: true });
+      const list = await c.email.inbox({ unread: !!v.unread });
+      if (ctx.json) return show(ctx, list, () => '');
+      // Who the thread is with: its participants but the identity itself (the last sender is
+      // the identity after it replied, which says nothing).
+      const own = await ownInbox(c);
+      const rows = list.map((t) => ({ ...t, with: (t.participants ?? []).filter((a) => a.toLowerCase() !== own).join(', ') || t.from_email }));
+      show(ctx, list, () => table(rows as any, ['thread_id', 'with', 'subject', 'unread_count', 'last_message_at']));
     },
   },
   'inbox show': {
