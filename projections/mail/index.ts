@@ -87,6 +87,8 @@ export interface MessageDoc extends Doc {
   attempts: number;
   error: string | null;
   rejected: { address: string; reason: string }[];
+  /** Recipients a delivery report said failed after the relay took them (kept apart: a later EmailSent rewrites `rejected`). */
+  bounces?: { address: string; reason: string }[];
   sentAt: string | null;
   createdAt: string;
   /** Log position of the event that made it, as a number: a strict order that a clock set back cannot upset. */
@@ -164,23 +166,36 @@ function patchMessage(id: string, patch: (m: MessageDoc) => Partial<MessageDoc> 
 }
 
 /**
- * A delivery report's failed recipients join the message's refused ones (only its own
- * recipients: a report may name an alias it was forwarded to); once none of its recipients is
- * left, the message failed, with the remote servers' words.
+ * A delivery report's failed recipients (only the message's own: a report may name an alias
+ * it was forwarded to) are kept as the message's bounces, whatever came first: the report or
+ * the delivery's outcome (a relay may bounce before its 250 is recorded, a deferred recipient's
+ * later EmailSent rewrites `rejected`).
  */
 function bounced(m: MessageDoc, d: EmailBouncedData): Partial<MessageDoc> | null {
   if (m.direction !== 'outbound') return null;
   const recipients = new Set([...m.to, ...m.cc, ...m.bcc].map((a) => addressKey(a.address)));
-  const rejected = [...m.rejected];
-  const refused = new Set(rejected.map((r) => addressKey(r.address)));
-  const news = d.recipients.filter((r) => recipients.has(addressKey(r.address)) && !refused.has(addressKey(r.address)));
-  if (!news.length) return null;
-  for (const r of news) {
-    rejected.push({ address: r.address, reason: `bounced: ${[r.status, r.diagnostic].filter(Boolean).join(' ')}` });
-    refused.add(addressKey(r.address));
+  const bounces = [...(m.bounces ?? [])];
+  const known = new Set(bounces.map((b) => addressKey(b.address)));
+  for (const r of d.recipients) {
+    const key = addressKey(r.address);
+    if (!recipients.has(key) || known.has(key)) continue;
+    bounces.push({ address: r.address, reason: [r.status, r.diagnostic].filter(Boolean).join(' ') });
+    known.add(key);
   }
-  const noneLeft = [...recipients].every((a) => refused.has(a));
-  return noneLeft ? { rejected, status: 'failed', error: `Bounced after the relay took it: ${rejected.map((r) => `${r.address}: ${r.reason.replace(/^bounced: /, '')}`).join('; ')}` } : { rejected };
+  return bounces.length === (m.bounces ?? []).length ? null : withBounces({ ...m, bounces });
+}
+
+/**
+ * A sent message's state with its bounces: they are among the refused, and once none of its
+ * recipients is left it failed, with the remote servers' words.
+ */
+function withBounces(m: MessageDoc): Partial<MessageDoc> {
+  const bounces = m.bounces ?? [];
+  if (!bounces.length) return {};
+  const refused = new Set([...m.rejected, ...bounces].map((r) => addressKey(r.address)));
+  const noneLeft = [...m.to, ...m.cc, ...m.bcc].every((a) => refused.has(addressKey(a.address)));
+  if (m.status !== 'sent' || !noneLeft) return { bounces };
+  return { bounces, status: 'failed', error: `Bounced after the relay took it: ${bounces.map((b) => `${b.address}: ${b.reason}`).join('; ')}` };
 }
 
 function received(e: RecordedEvent): DocUpdate[] {
@@ -344,7 +359,12 @@ export const mailProjection: Projection = {
         return queued(e);
       case EMAIL_SENT: {
         const d = e.data as EmailSentData;
-        return [patchMessage(d.messageId, () => ({ status: 'sent', sentAt: d.at, attempts: d.attempts, rejected: d.rejected, error: null }))];
+        return [
+          patchMessage(d.messageId, (m) => {
+            const sent: Partial<MessageDoc> = { status: 'sent', sentAt: d.at, attempts: d.attempts, rejected: d.rejected, error: null };
+            return { ...sent, ...withBounces({ ...m, ...sent }) };
+          }),
+        ];
       }
       case EMAIL_FAILED: {
         const d = e.data as EmailFailedData;

@@ -25,7 +25,7 @@ export interface Metrics {
   smtpMessage(outcome: SmtpOutcome, count?: number): void;
   /**
    * Events appended to the store by this process, by type: also what the reactors did
-   * (`EmailSent`, `EmailDeferred`, `EmailFailed` for outbound mail), so they count nothing else.
+   * (`EmailSent`, `EmailDeliveryDeferred`, `EmailFailed`, `EmailBounced` for outbound mail), so they count nothing else.
    */
   eventsAppended(events: readonly { type: string }[]): void;
   /** A gauge read at scrape time (the callback must be cheap and must not throw). */

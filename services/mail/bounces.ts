@@ -68,7 +68,8 @@ export function failedRecipientsOf(status: string): BouncedRecipient[] {
     // The address the message was sent to (Original-Recipient), else the one that failed (an alias may differ).
     const address = typedValue(f.get('original-recipient') ?? f.get('final-recipient')).replace(/^<|>$/g, '').toLowerCase();
     if (!address.includes('@')) continue;
-    failed.push({ address, status: (f.get('status') ?? '').split(/\s/)[0] ?? '', diagnostic: typedValue(f.get('diagnostic-code')).slice(0, 500) });
+    const status = /^\d\.\d{1,3}\.\d{1,3}$/.exec((f.get('status') ?? '').split(/\s/)[0] ?? '')?.[0] ?? '';
+    failed.push({ address: address.slice(0, 320), status, diagnostic: typedValue(f.get('diagnostic-code')).slice(0, 500) });
     if (failed.length >= MAX_RECIPIENTS) break;
   }
   return failed;
@@ -80,7 +81,8 @@ export function failedRecipientsOf(status: string): BouncedRecipient[] {
  * be read is ordinary mail.
  */
 export async function deliveryReportOf(raw: Buffer): Promise<DeliveryReport | null> {
-  const splitter = new Splitter({ maxHeadSize: 256 * 1024 });
+  // A returned message/rfc822 is read as a part (its header block), not walked into: an inline one too.
+  const splitter = new Splitter({ maxHeadSize: 256 * 1024, ignoreEmbedded: true });
   type Part = { node: { getDecoder(): NodeJS.ReadWriteStream }; kind: 'status' | 'headers'; chunks: Buffer[]; size: number };
   const parts: Part[] = [];
   let current: Part | null = null;

@@ -147,7 +147,8 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     in_reply_to: m.inReplyTo,
     references: m.references,
     error: m.error,
-    rejected: m.rejected.map((r) => r.address),
+    // Refused by the relay, and bounced after it took them (a report arriving later).
+    rejected: [...new Set([...m.rejected, ...(m.bounces ?? [])].map((r) => r.address))],
     sent_at: m.sentAt,
     created_dt: m.createdAt,
   });

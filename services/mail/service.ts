@@ -221,10 +221,13 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
    * event's id comes from the report's, so a report received again records nothing new.
    */
   async function recordBounce(identity: IdentityDoc, report: DeliveryReport, reportMessageId: string, eventId: string): Promise<void> {
+    // Mail to MAIL_DOMAIN was delivered here, never through the relay: it cannot bounce.
+    const relayed = report.failed.filter((r) => domainOf(r.address) !== config.mailDomain);
+    if (!relayed.length) return;
     const page = await messages().find({ where: { identityId: identity.id, internetMessageId: report.originalMessageId, direction: 'outbound' }, limit: 1 });
     const original = page.items[0];
     if (!original) return;
-    const data: EmailBouncedData = { identityId: identity.id, messageId: original.id, reportMessageId, recipients: report.failed, at: nowIso() };
+    const data: EmailBouncedData = { identityId: identity.id, messageId: original.id, reportMessageId, recipients: relayed, at: nowIso() };
     const append = await events.append(streamName(DELIVERY, original.id), [{ id: eventId, type: EMAIL_BOUNCED, data }], { expectedRevision: 'any' });
     await settle(append.position);
   }

@@ -233,7 +233,9 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     const text = textOf(parsed, !large || (typeof parsed.html === 'string' && declaresAlternative(raw)));
     const incoming = await incomingFromParsed({ ...parsed, text: text ?? undefined }, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
     // A bounce of one of the recipients' own sent messages marks its failed recipients there.
-    if (isDeliveryReport(parsed.headers.get('content-type'))) incoming.report = await deliveryReportOf(raw);
+    // Only what can be one: sent with the null reverse path (RFC 3464 §2, RFC 5321 §4.5.5),
+    // to a service that relays (without a relay, outside mail only goes to the outbox).
+    if (envelopeFrom === '' && config.smtpRelayUrl && isDeliveryReport(parsed.headers.get('content-type'))) incoming.report = await deliveryReportOf(raw);
     // Same bytes for the same identity = the same message (a sender retrying after a lost 250).
     await mail.receive(recipients, incoming, `smtp:${rawRef.key}`);
     log.info({ recipients: recipients.length, size: raw.length }, 'inbound mail accepted');

@@ -17,8 +17,11 @@ let smtpPort: number;
 let user: Awaited<ReturnType<TestServer['signUp']>>;
 let sender: { uuid: string; inbox: string };
 
+/** Addresses the relay answers 451 (greylisting) until they are taken off. */
+const greylisted = new Set<string>();
+
 beforeAll(async () => {
-  relay = await startSmtpSink(0);
+  relay = await startSmtpSink(0, { refuseRcpt: (address) => (greylisted.has(address) ? { code: 451, message: '4.7.1 greylisted, try later' } : null) });
   smtpPort = await freePort();
   s = await startTestServer({ SMTP_RELAY_URL: relay.url, SMTP_PORT: String(smtpPort) });
   user = await s.signUp();
@@ -77,10 +80,10 @@ function report(to: string, messageId: string, failed: string[], delayed: string
   ].join('\r\n');
 }
 
-async function bounce(envelopeTo: string, raw: string): Promise<void> {
+async function bounce(envelopeTo: string, raw: string, envelopeFrom = ''): Promise<void> {
   const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
   try {
-    await transport.sendMail({ envelope: { from: '', to: [envelopeTo] }, raw });
+    await transport.sendMail({ envelope: { from: envelopeFrom, to: [envelopeTo] }, raw });
   } finally {
     transport.close();
   }
@@ -122,4 +125,31 @@ it('a report about a message the identity never sent changes nothing (another id
   await bounce(sender.inbox, report(sender.inbox, out.messageId, ['someone-else@remote.example'])); // not a recipient of it
   const m = await message(out.uuid);
   expect([m.status, m.rejected]).toEqual(['sent', []]);
+});
+
+it('a bounce that comes while another recipient waits for a retry survives that recipient\'s delivery', async () => {
+  greylisted.add('slow@remote.example');
+  const res = await s.api('POST', '/api/email-messages/compose/', { token: user.access, identity: sender.uuid, body: { to: 'gone@remote.example, slow@remote.example', subject: 'one greylisted', body: '<p>x</p>' } });
+  expect(res.status).toBe(201);
+  const relayed = await relay.waitFor((m) => m.parsed.subject === 'one greylisted', 10_000); // gone@ taken, slow@ deferred
+  expect(relayed.envelope.to).toEqual(['gone@remote.example']);
+  await bounce(sender.inbox, report(sender.inbox, relayed.parsed.messageId!, ['gone@remote.example']));
+  let m = await message(res.body.uuid);
+  expect([m.status, m.rejected]).toEqual(['queued', ['gone@remote.example']]);
+  greylisted.delete('slow@remote.example');
+  for (let i = 0; i < 200 && (await message(res.body.uuid)).status === 'queued'; i++) await new Promise((r) => setTimeout(r, 50));
+  m = await message(res.body.uuid);
+  expect([m.status, m.rejected]).toEqual(['sent', ['gone@remote.example']]); // the retry's EmailSent kept the bounce
+  await bounce(sender.inbox, report(sender.inbox, relayed.parsed.messageId!, ['slow@remote.example']));
+  expect((await message(res.body.uuid)).status).toBe('failed');
+}, 30_000);
+
+it('only what can be a bounce counts: not a recipient delivered here, not a report with a sender address', async () => {
+  const colleague = (await s.api('POST', '/api/identities/', { token: user.access, body: { name: 'Colleague' } })).body as { inbox: string };
+  const out = await sent(`${colleague.inbox}, far@remote.example`, 'internal and external');
+  await bounce(sender.inbox, report(sender.inbox, out.messageId, ['far@remote.example']), 'postmaster@remote.example'); // DSNs come from <>
+  expect((await message(out.uuid)).rejected).toEqual([]);
+  await bounce(sender.inbox, report(sender.inbox, out.messageId, [colleague.inbox, 'far@remote.example']));
+  const m = await message(out.uuid);
+  expect([m.status, m.rejected]).toEqual(['sent', ['far@remote.example']]); // the colleague has the mail
 });

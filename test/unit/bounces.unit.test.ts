@@ -24,6 +24,12 @@ describe('deliveryReportOf', () => {
     expect(r).toEqual({ originalMessageId: '<orig-2@agents.localhost>', failed });
   });
 
+  it('reads a returned message marked inline, and keeps only a well-formed status code', async () => {
+    const odd = fields.replace('Status: 5.1.1 (user unknown)', `Status: ${'9'.repeat(5000)}`);
+    const r = await deliveryReportOf(report(`Content-Type: message/delivery-status\n\n${odd}`, 'Content-Type: message/rfc822\nContent-Disposition: inline\n\nFrom: ann@agents.localhost\nMessage-ID: <orig-3@agents.localhost>\n\nthe body\n'));
+    expect(r).toEqual({ originalMessageId: '<orig-3@agents.localhost>', failed: [{ ...failed[0], status: '' }] });
+  });
+
   it('is null for what is no usable report: no failure, no returned Message-ID, no status part, not MIME', async () => {
     expect(await deliveryReportOf(report('Content-Type: message/delivery-status\n\nReporting-MTA: dns; x\n\nFinal-Recipient: rfc822; a@b.c\nAction: delayed\n', 'Content-Type: text/rfc822-headers\n\nMessage-ID: <o@x>\n'))).toBeNull();
     expect(await deliveryReportOf(report(`Content-Type: message/delivery-status\n\n${fields}`, 'Content-Type: text/rfc822-headers\n\nSubject: no id\n'))).toBeNull();
