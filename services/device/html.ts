@@ -50,16 +50,21 @@ export function codeShown(userCode: string): Safe {
 
 const hidden = (name: string, value: string) => html`<input type="hidden" name="${name}" value="${value}">`;
 
-/** RFC 8628 §3.3: the human enters the code shown by the device. */
-export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; signedInAs?: string | null; csrf: string }): Safe {
+/**
+ * RFC 8628 §3.3: the human enters the code shown by the device. `confirm`: the code came
+ * with a link from elsewhere; the signed-in person confirms it with a CSRF-checked POST
+ * before the page looks it up.
+ */
+export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; confirm?: boolean; signedInAs?: string | null; csrf: string }): Safe {
   // An invalid code is marked as such and described by the alert that says why.
   const invalid = opts.invalid && opts.notice?.kind === 'error';
   return layout(
     'Connect a device',
     html`<h1>Connect a device</h1>
 ${notice(opts.notice)}
-<p>Enter the code shown by the agent or device that asked to sign in.</p>
-<form method="get" action="/device">
+<p>${opts.confirm ? 'Check that this is the code shown by the agent or device that asked to sign in, then continue.' : 'Enter the code shown by the agent or device that asked to sign in.'}</p>
+<form method="${opts.confirm ? 'post' : 'get'}" action="${opts.confirm ? '/device/lookup' : '/device'}">
+  ${opts.confirm ? hidden('csrf', opts.csrf) : ''}
   <label for="user_code">Code</label>
   <input id="user_code" class="code-input" type="text" name="user_code" value="${opts.value ?? ''}" placeholder="XXXX-XXXX" autocomplete="off" autocapitalize="characters" spellcheck="false" maxlength="20" required autofocus ${invalid ? html`aria-invalid="true" aria-describedby="${ALERT_ID} code-help"` : html`aria-describedby="code-help"`}>
   <p id="code-help" class="muted">8 letters; the dash is optional.</p>

@@ -87,11 +87,19 @@ export function devicePage(deps: DevicePageDeps) {
         csp: 'strict',
       });
     }
-    const signedInAs = displayName(who.user);
     // Only a visit the person made (typed, opened from the device's link, or this site's own
-    // form) looks the code up: another site may send the browser here too (no CSRF on a GET).
-    const found = isOwnVisit(ctx) ? await lookUp(ctx, who.user.pk, shown) : null;
-    if (found && 'answered' in found) return send(ctx, found.answered.status, enterCodePage({ notice: { kind: 'error', text: found.answered.text }, value: raw, invalid: found.answered.status === 404, signedInAs, csrf }));
+    // form) looks the code up: another site may send a signed-in browser here too, and a GET
+    // carries no CSRF token. Anything else (a link on another site, an old browser that does
+    // not say) is asked to confirm the code first, with a CSRF-checked form.
+    if (!isOwnVisit(ctx)) return send(ctx, status, enterCodePage({ notice, value: shown, confirm: true, signedInAs: displayName(who.user), csrf }));
+    return choicePage(ctx, who, shown, csrf, notice, status);
+  }
+
+  /** A signed-in person's own look at a code: said at once when it cannot be approved, else the choice with what asks. */
+  async function choicePage(ctx: Context, who: { user: UserDoc }, shown: string, csrf: string, notice?: Notice, status = 200): Promise<void> {
+    const signedInAs = displayName(who.user);
+    const found = await lookUp(ctx, who.user.pk, shown);
+    if (found && 'answered' in found) return send(ctx, found.answered.status, enterCodePage({ notice: { kind: 'error', text: found.answered.text }, value: shown, invalid: found.answered.status === 404, signedInAs, csrf }));
     if (found) {
       // A code that cannot be approved says so now, not after the click.
       const settled = settledNotice(found.view, who.user.pk);
@@ -99,6 +107,20 @@ export function devicePage(deps: DevicePageDeps) {
     }
     const request = found ? { clientId: found.view.clientId && withoutControls(found.view.clientId), requestedAt: found.view.requestedAt, expiresAt: found.view.expiresAt, now: Date.now() } : undefined;
     return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }));
+  }
+
+  /** POST /device/lookup: the confirmation of a code another site's link (or an old browser) brought. */
+  async function confirmed(ctx: Context): Promise<void> {
+    const b = await body(ctx);
+    const raw = str(b.user_code);
+    ctx.query = { user_code: raw };
+    const who = await signedIn(ctx);
+    if (!who) return show(ctx, { kind: 'error', text: 'Please sign in first.' }, 401);
+    const csrf = web.csrf.token(ctx, who.session);
+    if (!web.csrf.check(ctx, who.session, b.csrf)) return send(ctx, 403, enterCodePage({ notice: { kind: 'error', text: 'Your form expired. Please try again.' }, value: raw, confirm: true, signedInAs: displayName(who.user), csrf }));
+    const code = normalizeUserCode(raw);
+    if (!code) return show(ctx);
+    return choicePage(ctx, who, formatUserCode(code), csrf);
   }
 
   /** Sec-Fetch-Site (all current browsers send it): the person's own visit, not another site's navigation. */
@@ -192,6 +214,7 @@ export function devicePage(deps: DevicePageDeps) {
       });
       r.post('/device/login', (ctx) => withReturnPath(ctx, (next) => web.passwordLogin(ctx, next)));
       r.post('/device/logout', logout);
+      r.post('/device/lookup', confirmed);
       r.post('/device/approve', (ctx) => decide(ctx, 'approve'));
       r.post('/device/deny', (ctx) => decide(ctx, 'deny'));
       r.post('/device/oidc/start', (ctx) => withReturnPath(ctx, (next) => web.oidcStart(ctx, next)));

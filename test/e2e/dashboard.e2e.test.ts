@@ -299,6 +299,14 @@ describe('dashboard', () => {
     const shown = [await page.locator('#new-key').inputValue(), await page.locator('#new-key-2').inputValue()];
     expect(shown.every((k) => k.startsWith('svc_mgmt_'))).toBe(true);
     expect(await page.textContent('main')).toContain('2 keys created.');
+    // A double click: the browser sends the form once (one key, shown).
+    await page.goto(`${s.url}/keys`);
+    await page.getByLabel('Label of the new management key').fill('double-click');
+    await Promise.all([page.waitForURL(`${s.url}/keys`), page.getByRole('button', { name: 'Create management key' }).dblclick()]);
+    await page.locator('#new-key').waitFor();
+    expect(await page.locator('input.secret').count()).toBe(1);
+    const listed = await s.api('GET', '/api/auth/keys/management/', { token: (await s.api('POST', '/api/auth/login/', { body: { username, password } })).body.access });
+    expect(listed.body.filter((k: { label: string }) => k.label === 'double-click')).toHaveLength(1);
     // The same sealed cookie in another session's browser (the same person, signed in again) shows nothing.
     const other = await browser.newContext();
     try {

@@ -189,6 +189,13 @@ describe('/device in a browser: external OpenID Provider (oidc-provider)', () =>
       await expectText(page, '.code [aria-hidden="true"]', a.user_code);
       await shot(page, 'oidc-1-choose');
       await signInAtIdp(page, 'ada', 'oidc');
+      // Back from the provider through a cross-site redirect chain: the code is confirmed with
+      // a CSRF-checked form before it is looked up (a link on another site comes the same way).
+      expect(await page.inputValue('#user_code')).toBe(a.user_code);
+      await shot(page, 'oidc-2c-confirm');
+      await page.getByRole('button', { name: 'Continue' }).click();
+      await page.locator('#approve').waitFor();
+      expect((await page.innerText('.facts')).replace(/\s+/g, ' ')).toContain('The device calls itself e2e-agent');
       await approveOnPage(page, a.user_code, 'oidc');
     } finally {
       await context.close();
@@ -210,6 +217,7 @@ describe('/device in a browser: external OpenID Provider (oidc-provider)', () =>
       const page = await again.newPage();
       await page.goto(b.verification_uri_complete);
       await signInAtIdp(page, 'ada', 'oidc-again');
+      await page.getByRole('button', { name: 'Continue' }).click();
       await approveOnPage(page, b.user_code, 'oidc-again');
     } finally {
       await again.close();

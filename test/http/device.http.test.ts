@@ -330,8 +330,9 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     }
   };
   const cookieHeader = () => [...cookieJar].map(([k, v]) => `${k}=${v}`).join('; ');
-  const get = async (path: string) => {
-    const res = await fetch(s.url + path, { headers: { cookie: cookieHeader() }, redirect: 'manual' });
+  /** A browser's navigation: typed or opened from the device's link (Sec-Fetch-Site: none) unless `site` says otherwise. */
+  const get = async (path: string, site: string | null = 'none') => {
+    const res = await fetch(s.url + path, { headers: { cookie: cookieHeader(), ...(site ? { 'sec-fetch-site': site } : {}) }, redirect: 'manual' });
     remember(res);
     return { res, html: await res.text() };
   };
@@ -397,18 +398,30 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     expect(events[1]).toMatchObject({ type: 'DeviceAuthorizationApproved', data: { userPk: human.user.pk, via: 'device-page' } });
   });
 
+  it('a code brought by a link from elsewhere (or a browser that does not say where it comes from) is confirmed with a CSRF-checked form, then shown with what asks', async () => {
+    const d = (await s.api('POST', '/api/auth/device/', { body: { client_id: 'confirm-agent' } })).body;
+    const linked = await get(`/device?user_code=${d.user_code}`, null); // no Sec-Fetch-Site: not known to be the person's own
+    expect(linked.html).toContain('action="/device/lookup"');
+    expect((await post('/device/lookup', { user_code: d.user_code })).res.status).toBe(403); // no CSRF token
+    const shown = await post('/device/lookup', { user_code: d.user_code, csrf: csrfOf(linked.html) });
+    expect(shown.res.status).toBe(200);
+    expect(shown.html).toContain('id="approve"');
+    expect(shown.html).toContain('confirm-agent');
+  });
+
   it("another site's links cannot spend the person's wrong-code budget: only their own visits look codes up, and looking up never blocks a decision", async () => {
     const visit = async (code: string, site: string) => {
       const res = await fetch(`${s.url}/device?user_code=${code}`, { headers: { cookie: cookieHeader(), 'sec-fetch-site': site }, redirect: 'manual' });
       return { status: res.status, html: await res.text() };
     };
     const madeUp = (i: number) => `BCDF-GH${'JKLMNPQRSTVWXZ'[Math.floor(i / 14)]}${'JKLMNPQRSTVWXZ'[i % 14]}`;
-    // A cross-site navigation (a link or popup elsewhere) gets the choice without any lookup.
+    // A cross-site navigation (a link or popup elsewhere) is asked to confirm the code first, looking nothing up.
     for (let i = 0; i < 12; i++) {
       const page = await visit(madeUp(i), 'cross-site');
       expect(page.status).toBe(200);
-      expect(page.html).toContain('id="approve"');
-      expect(page.html).not.toContain('class="facts"');
+      expect(page.html).toContain('action="/device/lookup"');
+      expect(page.html).toContain(`value="${madeUp(i)}"`);
+      expect(page.html).not.toContain('id="approve"');
     }
     // The person's own visits look codes up: ten unknown ones are said at once...
     for (let i = 20; i < 30; i++) expect((await visit(madeUp(i), 'none')).status).toBe(404);
