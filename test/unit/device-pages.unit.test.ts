@@ -22,6 +22,7 @@ function elementText(page: Safe): string {
 
 const pages: [string, (v: string) => Safe][] = [
   ['enter code (invalid, signed in)', (v) => enterCodePage({ value: v, invalid: true, notice: { kind: 'error', text: v }, signedInAs: v, csrf: v })],
+  ['confirm a linked code', (v) => enterCodePage({ value: v, confirm: true, notice: { kind: 'error', text: v }, signedInAs: v, csrf: v })],
   ['approve', (v) => approvePage({ userCode: v, csrf: v, signedInAs: v, notice: { kind: 'success', text: v }, request: { clientId: v, requestedAt: '2026-01-01T00:00:00.000Z', expiresAt: '2026-01-01T00:10:00.000Z', now: Date.parse('2026-01-01T00:03:00.000Z') } })],
   ['result', (v) => resultPage({ title: v, notice: { kind: 'error', text: v }, userCode: v, again: true })],
 ];
