@@ -300,11 +300,12 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   let runner: ProjectionRunner | null = null;
   // Embedded: the event store's subscriptions. Cluster: Kafka consumer groups.
   const feed = clusterFeed ?? eventStoreFeed(events);
-  const metrics = createMetrics();
+  // Counted only when someone can read them (METRICS_TOKEN): otherwise no-ops on the hot paths.
+  const metrics = createMetrics({ enabled: config.metricsToken !== null });
   const platform: Platform = {
     config,
     logger,
-    events: countingAppends(events, metrics),
+    events: config.metricsToken !== null ? countingAppends(events, metrics) : events,
     feed,
     reads,
     mailer,

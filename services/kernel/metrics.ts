@@ -46,7 +46,17 @@ function processMetrics(): Registry {
   return processRegistry;
 }
 
-export function createMetrics(): Metrics {
+/** Metrics nobody can read (no METRICS_TOKEN) cost nothing: every call is a no-op. */
+const DISABLED: Metrics = {
+  httpRequest() {},
+  smtpMessage() {},
+  eventsAppended() {},
+  gauge() {},
+  scrape: async () => ({ contentType: 'text/plain; version=0.0.4; charset=utf-8', text: '' }),
+};
+
+export function createMetrics(options: { enabled: boolean } = { enabled: true }): Metrics {
+  if (!options.enabled) return DISABLED;
   const registry = new Registry();
   const requests = new Counter({ name: `${PREFIX}http_requests_total`, help: 'HTTP requests answered, by method, route pattern and status.', labelNames: ['method', 'route', 'status'], registers: [registry] });
   const durations = new Histogram({
