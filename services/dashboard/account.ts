@@ -10,7 +10,7 @@ import { normalUsername } from '../accounts/service.js';
 import type { SessionDoc } from '../../projections/sessions/index.js';
 import { html } from '../gateway/html.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
-import { fieldsOf, str, uuidParam, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { apiAll, fieldsOf, str, uuidParam, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { resetCurrentSession, seeOther } from '../gateway/web-session.js';
 
 const v = {
@@ -23,12 +23,17 @@ const v = {
 /** Live sessions listed on the account page (the latest signed in or refreshed first). */
 const SESSIONS_SHOWN = 50;
 
-/** What a session is, in words, from how it began (SessionStarted.via) and its kind. */
-function sessionKind(doc: SessionDoc): string {
+/**
+ * What a session is, in words, from how it began (SessionStarted.via) and its kind; an agent
+ * approved at /device is named by the label of the key it got (its client and the minute).
+ */
+function sessionKind(doc: SessionDoc, keyLabels: Map<string, string>): string {
   if (doc.kind === 'cookie') return /oidc/.test(doc.via) ? 'Browser, signed in with the external provider' : 'Browser';
   switch (doc.via) {
-    case 'device':
-      return 'Agent or device, approved at /device';
+    case 'device': {
+      const label = doc.keyId ? keyLabels.get(doc.keyId) : undefined;
+      return label ? `Agent or device, approved at /device (key “${label}”)` : 'Agent or device, approved at /device';
+    }
     case 'register':
       return 'API: signed up';
     case 'bind-identity':
@@ -46,14 +51,14 @@ export function accountRoutes(r: Router, kit: PageKit): void {
    * (a stolen cookie or refresh token is ended from here; the dashboard's own sign-out
    * ends only this browser's session).
    */
-  const sessionsSection = (ctx: Context, s: DashboardSession, live: { items: SessionDoc[]; more: boolean }) => html`<section aria-labelledby="sessions-h"><h2 id="sessions-h">Signed-in sessions</h2>
+  const sessionsSection = (ctx: Context, s: DashboardSession, live: { items: SessionDoc[]; more: boolean }, keyLabels: Map<string, string>) => html`<section aria-labelledby="sessions-h"><h2 id="sessions-h">Signed-in sessions</h2>
 <p>Browsers and agents signed in as you. Signing one out ends its refresh token at once; an access token it already holds works until it expires (within the hour). API keys are not sessions: revoke them under <a href="/keys">API keys</a>.</p>
 ${live.more ? html`<p class="note">The ${live.items.length} sessions signed in or refreshed last are shown.</p>` : ''}
 ${tableRegion('Signed-in sessions', html`<table><thead><tr><th scope="col">Session</th><th scope="col">Started</th><th scope="col">Last refreshed</th><th scope="col">Ends</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${live.items.map((doc) => {
   const mine = doc.id === s.sessionId;
-  return html`<tr${mine ? html` class="current"` : ''}><td>${sessionKind(doc)}${mine ? html` <strong>(this browser)</strong>` : ''}</td><td>${fmtDate(doc.startedAt)}</td><td>${fmtDate(doc.refreshedAt)}</td><td>${fmtDate(doc.expiresAt)}</td>
-<td><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `${sessionKind(doc)}, started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
+  return html`<tr${mine ? html` class="current"` : ''}><td>${sessionKind(doc, keyLabels)}${mine ? html` <strong>(this browser)</strong>` : ''}</td><td>${fmtDate(doc.startedAt)}</td><td>${fmtDate(doc.refreshedAt)}</td><td>${fmtDate(doc.expiresAt)}</td>
+<td><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `${sessionKind(doc, keyLabels)}, started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
 })}
 </tbody></table>`)}
 <form method="post" action="/account/sessions/end-others" class="card">${hidden(ctx, s)}
@@ -63,7 +68,8 @@ ${live.items.map((doc) => {
   /** `errors` are those of the form `of` (the profile or the password form), shown in that form only. */
   const accountPage = async (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
     const u = ctx.state.dashboardUser;
-    const live = await accounts.listSessions(s.userPk, SESSIONS_SHOWN);
+    const [live, keys] = await Promise.all([accounts.listSessions(s.userPk, SESSIONS_SHOWN), apiAll(ctx, s, '/api/auth/keys/management/?limit=200')]);
+    const keyLabels = new Map(Array.isArray(keys.body) ? (keys.body as any[]).map((k) => [str(k.uuid), str(k.label)] as [string, string]) : []);
     // This browser is always listed, also behind 50 sessions more recent than its sign-in.
     if (!live.items.some((d) => d.id === s.sessionId)) {
       const mine = await accounts.liveSession(s.sessionId);
@@ -101,7 +107,7 @@ ${fieldErrors(pwErrors, 'new_password1')}
 ${fieldErrors(pwErrors, 'new_password2')}
 <p class="note">Changing the password signs out every other session and invalidates refresh tokens.</p>
 <button type="submit">Change password</button></form></section>
-${sessionsSection(ctx, s, live)}`,
+${sessionsSection(ctx, s, live, keyLabels)}`,
       s,
       flash,
       errors ? 400 : 200,

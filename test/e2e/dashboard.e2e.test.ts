@@ -427,6 +427,8 @@ describe('dashboard', () => {
     await page.goto(`${s.url}/account`);
     const rows = page.locator('section[aria-labelledby="sessions-h"] tbody tr');
     expect(await rows.filter({ hasText: '(this browser)' }).count()).toBe(1);
+    // The agent approved at /device earlier is named by the key it got.
+    expect(await rows.filter({ hasText: /Agent or device, approved at \/device \(key “Device sign-up \d{4}-\d\d-\d\d \d\d:\d\d UTC”\)/ }).count()).toBe(1);
     const apiRow = rows.filter({ hasText: 'API: signed in with the password' });
     expect(await apiRow.count()).toBeGreaterThanOrEqual(1);
     await shot('account-sessions');
