@@ -14,6 +14,8 @@ const MINTED_COOKIE = 'ais_minted';
 const MINTED_TTL_S = 120;
 /** Keys minted before the page showed the last ones (a double submit): the newest are kept. */
 const MINTED_KEPT = 5;
+/** Bytes of the sealed value: under browsers' 4096 per cookie with its name and attributes. */
+const MINTED_COOKIE_MAX = 3800;
 interface Minted {
   key: string;
   label: string;
@@ -139,7 +141,13 @@ ${identities.length
     // page mints nothing (it re-posted the form before) and shows the list without the key.
     // A key minted before the page showed the previous one (a double submit) joins it.
     const keys = [{ key: a.body.key, label: str(a.body.label), kind }, ...mintedOf(ctx, s)].slice(0, MINTED_KEPT);
-    setCookie(ctx, MINTED_COOKIE, mintedSealer.seal({ sid: s.sessionId, keys } satisfies MintedCookie, MINTED_TTL_S), cookieOpts, MINTED_TTL_S, '/keys');
+    // Browsers drop a cookie over 4 KB: the oldest keys give way until it fits (the newest always does).
+    let sealed = mintedSealer.seal({ sid: s.sessionId, keys } satisfies MintedCookie, MINTED_TTL_S);
+    while (sealed.length > MINTED_COOKIE_MAX && keys.length > 1) {
+      keys.pop();
+      sealed = mintedSealer.seal({ sid: s.sessionId, keys } satisfies MintedCookie, MINTED_TTL_S);
+    }
+    setCookie(ctx, MINTED_COOKIE, sealed, cookieOpts, MINTED_TTL_S, '/keys');
     seeOther(ctx, '/keys');
   });
   /** The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered (sign-in, 404). */

@@ -348,7 +348,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
 
   /**
    * The authorization a user code names, for a signed-in person about to decide on it. A
-   * malformed or unknown code counts as a wrong guess (RFC 8628 §5.1), looked at or decided.
+   * malformed or unknown code counts as a wrong guess (RFC 8628 §5.1) in the budget of `kind`.
    */
   async function locate(input: { userPk: number; userCode: string; ip: string }, kind: 'guess' | 'look'): Promise<{ normalized: string; id: string }> {
     return wrongCodes.attempt(budgetsOf(kind, input.userPk, input.ip), tooManyWrongCodes, async (fail) => {
