@@ -254,13 +254,15 @@ function countingAppends(store: EventStore, metrics: Metrics): EventStore {
 
 /**
  * How far the log and each read model are (positions, read at scrape time): a projection
- * whose position stays behind the head is lagging, one that stops moving has failed.
+ * whose position stays behind the head is lagging, one that stops moving while the head
+ * moves has failed. The runner's processed positions, not the stored checkpoints (a
+ * projection with nothing to write saves its checkpoint only every thousand events).
  */
-function readModelGauges(metrics: Metrics, events: EventStore, reads: ReadStore, projections: Projection[]): void {
+function readModelGauges(metrics: Metrics, events: EventStore, runner: ProjectionRunner): void {
   const num = (position: string | null) => (position === null ? 0 : Number(position));
   metrics.gauge('event_store_head_position', "The event log's last position (0: empty).", [], async () => num(await events.headPosition()));
-  metrics.gauge('projection_position', 'The position each read model has applied and committed.', ['projection'], async () =>
-    Promise.all(projections.map(async (p) => ({ labels: { projection: p.name }, value: num(await reads.getCheckpoint(p.name)) }))),
+  metrics.gauge('projection_position', 'The last position each read model has processed.', ['projection'], () =>
+    runner.positions().map((p) => ({ labels: { projection: p.projection }, value: num(p.position) })),
   );
 }
 
@@ -348,7 +350,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   // (followers) and the embedded process follow the event store.
   runner = createProjectionRunner({ eventStore: events, readStore: reads, projections, logger, ...(role === 'worker' ? { feed } : {}) });
   await runner.start();
-  readModelGauges(metrics, events, reads, projections);
+  readModelGauges(metrics, events, runner);
   const head = await events.headPosition();
   if (head) await runner.waitFor(head, 600_000);
 

@@ -39,6 +39,8 @@ export interface ProjectionRunner {
   waitFor(position: string, timeoutMs?: number): Promise<void>;
   /** Last position processed (and committed) by all projections, or null. */
   position(): string | null;
+  /** Each projection's last processed position (a projection with nothing to write saves its checkpoint only now and then). */
+  positions(): Array<{ projection: string; position: string | null }>;
   /** Resets the projections (all when absent) and replays them; resolves once caught up with the head. */
   rebuild(names?: string[]): Promise<void>;
   /** Stops the subscription and commits what was processed. */
@@ -432,6 +434,7 @@ export function createProjectionRunner(deps: {
     done,
     waitFor,
     position: () => processed,
+    positions: () => states.map((s) => ({ projection: s.projection.name, position: s.position })),
 
     async rebuild(only) {
       failIfFailed();

@@ -13,7 +13,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
-export type SmtpOutcome = 'accepted' | 'rejected' | 'failed';
+export type SmtpOutcome = 'accepted' | 'rejected' | 'failed' | 'recipient_rejected';
 
 /** A gauge's samples, asked for at scrape time: a number, or one value per label set. */
 export type GaugeReading = number | Array<{ labels: Record<string, string>; value: number }>;
@@ -21,7 +21,7 @@ export type GaugeReading = number | Array<{ labels: Record<string, string>; valu
 export interface Metrics {
   /** One answered HTTP request (`route`: the router's pattern, or `unmatched`). */
   httpRequest(method: string, route: string, status: number, seconds: number): void;
-  /** One message's outcome at the end of DATA (per recipient identity when accepted). */
+  /** One message's outcome at the end of DATA (per recipient identity when accepted), or a recipient refused at RCPT. */
   smtpMessage(outcome: SmtpOutcome, count?: number): void;
   /**
    * Events appended to the store by this process, by type: also what the reactors did
@@ -37,11 +37,18 @@ export interface Metrics {
 const PREFIX = 'ais_';
 let processRegistry: Registry | null = null;
 
-/** Process-wide metrics, registered once whatever the number of runtimes. */
+/** prom-client's gauges named like counters (`promtool check metrics` refuses them); each has a `…` twin without `_total`. */
+const MISNAMED_DEFAULTS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+
+/**
+ * Process-wide metrics, registered once whatever the number of runtimes, from the start of
+ * the first runtime that counts (not its first scrape: CPU and GC would count from then).
+ */
 function processMetrics(): Registry {
   if (!processRegistry) {
     processRegistry = new Registry();
     collectDefaultMetrics({ register: processRegistry, prefix: PREFIX });
+    for (const name of MISNAMED_DEFAULTS) processRegistry.removeSingleMetric(`${PREFIX}${name}`);
   }
   return processRegistry;
 }
@@ -57,6 +64,7 @@ const DISABLED: Metrics = {
 
 export function createMetrics(options: { enabled: boolean } = { enabled: true }): Metrics {
   if (!options.enabled) return DISABLED;
+  processMetrics();
   const registry = new Registry();
   const requests = new Counter({ name: `${PREFIX}http_requests_total`, help: 'HTTP requests answered, by method, route pattern and status.', labelNames: ['method', 'route', 'status'], registers: [registry] });
   const durations = new Histogram({
@@ -66,7 +74,7 @@ export function createMetrics(options: { enabled: boolean } = { enabled: true })
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry],
   });
-  const smtp = new Counter({ name: `${PREFIX}smtp_messages_total`, help: 'Inbound SMTP messages at the end of DATA: accepted (per recipient identity), rejected (nothing kept), failed (451, the sender retries).', labelNames: ['outcome'], registers: [registry] });
+  const smtp = new Counter({ name: `${PREFIX}smtp_messages_total`, help: 'Inbound SMTP: messages at the end of DATA accepted (per recipient identity), rejected (5xx, nothing kept) or failed (4xx, the sender retries); recipients refused at RCPT (recipient_rejected).', labelNames: ['outcome'], registers: [registry] });
   const appended = new Counter({ name: `${PREFIX}events_appended_total`, help: 'Events appended to the event store by this process, by type.', labelNames: ['type'], registers: [registry] });
 
   const appendedChildren = new Map<string, Counter.Internal>();

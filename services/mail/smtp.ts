@@ -164,11 +164,15 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
       if (session.envelope.rcptTo.length >= MAX_RCPT) return callback(smtpError(452, '4.5.3 Too many recipients'));
       const rcpt = addressKey(address.address);
-      if (domainOf(rcpt) !== config.mailDomain) return callback(smtpError(550, '5.1.1 Recipient address rejected: not a local mailbox'));
+      const refuse = (text: string) => {
+        metrics.smtpMessage('recipient_rejected');
+        callback(smtpError(550, text));
+      };
+      if (domainOf(rcpt) !== config.mailDomain) return refuse('5.1.1 Recipient address rejected: not a local mailbox');
       mail
         .identityByInbox(rcpt)
         .then((identity) => {
-          if (!identity) return callback(smtpError(550, '5.1.1 Recipient address rejected: no such mailbox'));
+          if (!identity) return refuse('5.1.1 Recipient address rejected: no such mailbox');
           callback();
         })
         .catch((err) => {
