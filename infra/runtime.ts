@@ -357,7 +357,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const findIdentity = (id: string) => resolvers.findIdentity(id);
   const modules: HttpModule[] = [
     systemRoutes({ metrics, metricsToken: config.metricsToken, limiter }),
-    accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks }),
+    accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks, publicUrl: config.publicUrl }),
     ...parts.flatMap((p) => (p.module ? [p.module] : [])),
   ];
   const app = createApp({ logger, modules, trustProxy: config.trustProxy, metrics });

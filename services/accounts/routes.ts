@@ -4,7 +4,9 @@ import type { Context } from 'koa';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator, IdentityRecord } from '../gateway/auth.js';
 import { SESSION_COOKIE } from '../gateway/auth.js';
-import { body, created } from '../gateway/http.js';
+import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
+import { isUuid } from '../kernel/ids.js';
+import type { SessionDoc } from '../../projections/sessions/index.js';
 import { validator } from '../gateway/validate.js';
 import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import { normalUsername, toPublicUser, type Accounts } from './service.js';
@@ -33,6 +35,8 @@ export interface AccountRoutesDeps {
   findIdentity: (id: string) => Promise<IdentityRecord | null>;
   /** Public keys that verify our JWTs. */
   jwks: unknown;
+  /** PUBLIC_URL: the base of a list's Link rel="next". */
+  publicUrl: string;
 }
 
 /**
@@ -49,6 +53,20 @@ export function withNormalUsername(raw: unknown): unknown {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
   const username = (raw as { username?: unknown }).username;
   return typeof username === 'string' ? { ...(raw as object), username: normalUsername(username) } : raw;
+}
+
+/** A session as the API shows it (schemas/accounts.json#Session). */
+function toSession(doc: SessionDoc, current: string | undefined) {
+  return {
+    uuid: doc.id,
+    kind: doc.kind === 'cookie' ? 'browser' : 'token',
+    via: doc.via,
+    current: doc.id === current,
+    key_uuid: doc.keyId ?? null,
+    started_dt: doc.startedAt,
+    refreshed_dt: doc.refreshedAt,
+    expires_dt: doc.expiresAt,
+  };
 }
 
 export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
@@ -148,6 +166,20 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         const b = v.verifyEmail(await body(ctx));
         await accounts.verifyEmail(b.key);
         ctx.body = { detail: 'ok' };
+      });
+
+      // The account's sessions: what signed in as it, and a way to end one (a lost device, a
+      // leaked refresh token) without ending them all (logout, a password change).
+      r.get('/api/auth/sessions/', async (ctx) => {
+        const p = await auth.accountPrincipal(ctx);
+        const page = await accounts.listSessions(p.userPk, pageParams(ctx));
+        sendPage(ctx, page, (doc) => toSession(doc, p.sessionId), deps.publicUrl);
+      });
+      r.delete('/api/auth/sessions/:uuid/', async (ctx) => {
+        const p = await auth.accountPrincipal(ctx);
+        const id = String(ctx.params.uuid).toLowerCase();
+        if (!isUuid(id) || !(await accounts.endSession(p.userPk, id, 'api_session_ended'))) throw notFound('No such session.');
+        noContent(ctx);
       });
 
       r.post('/api/auth/password/change/', async (ctx) => {

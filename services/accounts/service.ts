@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { macOf, sameSecret } from '../kernel/secrets.js';
 import { streamId, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { OutboundMail } from '../../infra/ports/mailer.js';
+import type { Page } from '../../infra/ports/read-store.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream } from '../kernel/command.js';
 import { derivedId, newId, nowIso } from '../kernel/ids.js';
@@ -368,20 +369,28 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
 
   /**
    * The user's live sessions (browser sessions and token families), the latest signed in or
-   * refreshed first (the order of their ends: a refresh moves a session's end on), at most
-   * `limit`; `more` when others are live too. Ended, expired and older-generation ones (a
-   * sign-out everywhere, a password change) are not listed.
+   * refreshed first (the order of their ends: a refresh moves a session's end on), a page at
+   * a time. Ended, expired and older-generation ones (a sign-out everywhere, a password
+   * change) are not listed.
    */
-  async function listSessions(pk: number, limit = 50): Promise<{ items: SessionDoc[]; more: boolean }> {
+  async function listSessions(pk: number, page: { limit: number; cursor?: string | null }): Promise<Page<SessionDoc>> {
     const user = await users.get(userDocId(pk));
-    if (!user) return { items: [], more: false };
-    const page = await sessions.find({
+    if (!user) return { items: [], next: null };
+    return sessions.find({
       where: { userPk: pk, revoked: false, generation: user.sessionGeneration },
       range: { expiresAt: { gt: new Date().toISOString() } },
       orderBy: { field: 'expiresAt', direction: 'desc' },
-      limit: limit + 1,
+      limit: page.limit,
+      cursor: page.cursor ?? null,
     });
-    return { items: page.items.slice(0, limit), more: page.items.length > limit };
+  }
+
+  /** Ends one live session of `pk`'s; false when there is none of that id (another account's, or over). */
+  async function endSession(pk: number, sessionId: string, reason: string): Promise<boolean> {
+    const target = await liveSession(sessionId);
+    if (!target || target.userPk !== pk) return false;
+    await revokeSession(sessionId, reason);
+    return true;
   }
 
   /** A live session (cookie sessions of the dashboard, and token families). */
@@ -624,6 +633,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     revokeSession,
     revokeSessionsOfKey,
     listSessions,
+    endSession,
     liveSession,
     updateProfile,
     setPassword,

@@ -43,7 +43,8 @@ function parse(cmd: Command, args: string[]) {
   return parseArgs({ args, options: { ...GLOBAL, ...(cmd.options ?? {}) }, allowPositionals: true, strict: true });
 }
 
-const GROUPS = ['identities', 'keys', 'inbox', 'sms', 'pin', 'passwords', 'secrets'];
+/** Command groups: the first word of every two-word command (`keys list` → `keys`). */
+const GROUPS = [...new Set(Object.keys(commands).filter((n) => n.includes(' ')).map((n) => n.split(' ')[0]!))];
 
 function help(prefix?: string): string {
   const names = Object.keys(commands).filter((n) => !prefix || n === prefix || n.startsWith(prefix + ' '));

@@ -68,7 +68,8 @@ ${live.items.map((doc) => {
   /** `errors` are those of the form `of` (the profile or the password form), shown in that form only. */
   const accountPage = async (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
     const u = ctx.state.dashboardUser;
-    const [live, keys] = await Promise.all([accounts.listSessions(s.userPk, SESSIONS_SHOWN), apiAll(ctx, s, '/api/auth/keys/management/?limit=200')]);
+    const [page, keys] = await Promise.all([accounts.listSessions(s.userPk, { limit: SESSIONS_SHOWN }), apiAll(ctx, s, '/api/auth/keys/management/?limit=200')]);
+    const live = { items: page.items, more: page.next !== null };
     const keyLabels = new Map(Array.isArray(keys.body) ? (keys.body as any[]).map((k) => [str(k.uuid), str(k.label)] as [string, string]) : []);
     // This browser is always listed, also behind 50 sessions more recent than its sign-in.
     if (!live.items.some((d) => d.id === s.sessionId)) {
@@ -185,10 +186,8 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
     const id = s && uuidParam(ctx);
     if (!s || !id) return;
     if (!(await form(ctx, s))) return;
-    const target = await accounts.liveSession(id);
     // Another account's session is as unknown here as one already over.
-    const mine = target !== null && target.userPk === s.userPk;
-    if (mine) await accounts.revokeSession(id, 'dashboard_signed_out');
+    const mine = await accounts.endSession(s.userPk, id, 'dashboard_signed_out');
     if (id === s.sessionId) {
       await web.endSession(ctx, null, 'dashboard_signed_out');
       return seeOther(ctx, '/login');

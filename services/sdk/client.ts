@@ -21,6 +21,7 @@ import type {
   AccountsLogin,
   AccountsRefreshResult,
   AccountsRegister,
+  AccountsSession,
   AccountsTokenPair,
   AccountsUser,
   AccountsUserPatch,
@@ -92,6 +93,7 @@ export type PasswordWrite = VaultPasswordCreate;
 export type PasswordReplace = VaultPasswordPut;
 export type EncryptionMetadataWire = VaultEncryptionMetadata;
 export type Tokens = AccountsRefreshResult;
+export type Session = AccountsSession;
 
 /** A file to attach (SDK input, not a wire shape). */
 export interface Attachment {
@@ -527,6 +529,10 @@ export class AisClient {
     refresh: (): Promise<Tokens> => this.refresh(),
     verify: (token: string): Promise<null> => this.request('POST', '/api/auth/token/verify/', { body: { token }, anonymous: true }),
     logout: (): Promise<CommonDetail> => this.request('POST', '/api/auth/logout/', { identity: false }),
+    /** The account's live sessions (browsers and token families), the latest signed in or refreshed first. */
+    sessions: (q?: ListOptions): Promise<Session[]> => this.#list('/api/auth/sessions/', q, false),
+    /** Ends one session: its refresh token stops working (an access token already issued lives out its hour). */
+    endSession: (uuid: string): Promise<null> => this.request('DELETE', `/api/auth/sessions/${enc(uuid)}/`, { identity: false }),
     user: (): Promise<User> => this.request('GET', '/api/auth/user/', { identity: false }),
     updateUser: (body: AccountsUserPatch): Promise<User> =>
       this.request('PATCH', '/api/auth/user/', { body, identity: false }),

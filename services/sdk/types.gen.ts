@@ -176,6 +176,31 @@ export interface AccountsUserPatch {
   first_name?: string;
   last_name?: string;
 }
+/**
+ * A live session of the account: a browser's (the dashboard's cookie) or a token family (a sign-in through the API, the device flow, a bind-identity).
+ */
+export interface AccountsSession {
+  uuid: string;
+  kind: 'browser' | 'token';
+  /**
+   * How it began: register, password, device, bind-identity, dashboard, dashboard-oidc, device-page, device-oidc.
+   */
+  via: string;
+  /**
+   * The session of the credential of this request.
+   */
+  current: boolean;
+  /**
+   * The management key handed out with it (a device sign-up): revoking the key ends the session.
+   */
+  key_uuid: string | null;
+  started_dt: string;
+  /**
+   * Its refresh token's last rotation; null until then (a browser session is never refreshed).
+   */
+  refreshed_dt: string | null;
+  expires_dt: string;
+}
 export interface BillingSubscription {
   plan: BillingPlan;
   status: BillingStatus;
@@ -770,6 +795,8 @@ export interface Operations {
   'PATCH /api/auth/user/': { request: AccountsUserPatch; response: AccountsUser; status: 200 };
   'GET /api/master/': { request: undefined; response: AccountsMasterProfile; status: 200 };
   'GET /.well-known/jwks.json': { request: undefined; response: unknown; status: 200 };
+  'GET /api/auth/sessions/': { request: undefined; response: AccountsSession[]; status: 200 };
+  'DELETE /api/auth/sessions/{uuid}/': { request: undefined; response: null; status: 204 };
   'GET /api/subscription/': { request: undefined; response: BillingSubscription; status: 200 };
   'GET /api/admin/users/{pk}/subscription/': { request: undefined; response: BillingSubscription; status: 200 };
   'PUT /api/admin/users/{pk}/subscription/': { request: BillingSubscriptionChange; response: BillingSubscription; status: 200 };

@@ -259,6 +259,23 @@ describe('a logged-in agent', () => {
     expect(after.code).not.toBe(0);
   });
 
+  test("sessions list marks this login; sessions end ends another (the sign-up's)", async () => {
+    const list = await ais(['sessions', 'list', '--json']);
+    expect(list.code).toBe(0);
+    const mine = list.json.find((x: any) => x.current);
+    expect(mine).toMatchObject({ kind: 'token', via: 'device' });
+    expect(mine.key_uuid).toMatch(/^[0-9a-f-]{36}$/); // the management key the device login got
+    const signUp = list.json.find((x: any) => x.via === 'register');
+    expect(signUp).toBeDefined();
+    const human = await ais(['sessions', 'list']);
+    expect(human.stdout).toMatch(/CURRENT\s+UUID\s+KIND\s+VIA/);
+    expect((await ais(['sessions', 'end', signUp.uuid])).stdout).toContain(`Ended session ${signUp.uuid}.`);
+    const after = await ais(['sessions', 'list', '--json']);
+    expect(after.json.map((x: any) => x.uuid)).not.toContain(signUp.uuid);
+    expect(after.json.map((x: any) => x.uuid)).toContain(mine.uuid);
+    expect((await ais(['sessions', 'end', signUp.uuid])).code).not.toBe(0); // 404: already over
+  });
+
   test('bad arguments are usage errors (exit 2), never a hang or a raw stack: --count abc, a missing --body-file', async () => {
     for (const args of [['inbox', 'watch', '--count', 'abc'], ['sms', 'watch', '--count', '0'], ['send', '--to', 'x@example.com', '--subject', 's', '--body-file', '/no/such/file']]) {
       const r = await ais([...args, '--json']);

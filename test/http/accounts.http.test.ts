@@ -418,6 +418,36 @@ describe('password change, logout and reset', () => {
     expect(mail.raw.toString()).not.toMatch(/argon2/);
   });
 
+  it('GET /api/auth/sessions/ lists the live sessions (this one marked); DELETE ends one, its refresh token dies, the others live', async () => {
+    const u = await s.signUp(); // session 1: the sign-up
+    const second = (await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).body;
+    const list = await s.api('GET', '/api/auth/sessions/', { token: second.access });
+    expect(list.status).toBe(200);
+    expect(list.body).toHaveLength(2);
+    const [latest, first] = list.body as Array<Record<string, unknown>>;
+    expect(latest).toMatchObject({ kind: 'token', via: 'password', current: true, key_uuid: null, refreshed_dt: null });
+    expect(first).toMatchObject({ kind: 'token', via: 'register', current: false });
+    for (const k of ['started_dt', 'expires_dt']) expect(latest[k]).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    // Pages like every list (DECISIONS: limit, cursor, Link rel="next").
+    const page = await s.api('GET', '/api/auth/sessions/?limit=1', { token: second.access });
+    expect(page.body).toHaveLength(1);
+    expect(page.headers.get('link')).toMatch(/rel="next"/);
+
+    expect((await s.api('DELETE', `/api/auth/sessions/${first.uuid}/`, { token: second.access })).status).toBe(204);
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } })).body.code).toBe('token_expired');
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: second.refresh } })).status).toBe(200);
+    const after = await s.api('GET', '/api/auth/sessions/', { token: second.access });
+    expect(after.body.map((x: { uuid: string }) => x.uuid)).toEqual([latest.uuid]);
+    // Ended already, another account's, or no uuid at all: 404 alike.
+    expect((await s.api('DELETE', `/api/auth/sessions/${first.uuid}/`, { token: second.access })).status).toBe(404);
+    const stranger = await s.signUp();
+    const theirs = (await s.api('GET', '/api/auth/sessions/', { token: stranger.access })).body[0].uuid as string;
+    expect((await s.api('DELETE', `/api/auth/sessions/${theirs}/`, { token: second.access })).status).toBe(404);
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: stranger.refresh } })).status).toBe(200);
+    expect((await s.api('DELETE', '/api/auth/sessions/not-a-uuid/', { token: second.access })).status).toBe(404);
+    expect((await s.api('GET', '/api/auth/sessions/')).status).toBe(401);
+  });
+
   it('password change validates: both required, 1 to 128, matching', async () => {
     const u = await s.signUp();
     expect((await s.api('POST', '/api/auth/password/change/', { body: { new_password1: 'a', new_password2: 'a' } })).status).toBe(401);

@@ -5,7 +5,8 @@ import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization }
 import { configFile, updateConfig, type CliConfig } from '../config.js';
 import { client, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
-import { formatDuration, kv, show } from '../output.js';
+import { formatDuration, kv, show, table } from '../output.js';
+import { usage } from '../errors.js';
 
 async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: CliConfig['user']; management_key?: string }) {
   ctx.config = await updateConfig(ctx.env, (stored) => ({
@@ -99,6 +100,24 @@ export const authCommands: Record<string, Command> = {
       if (!ended) ctx.err('warning: the service could not be reached (or failed), so the session was not ended there (its refresh token stays valid until it expires).');
       if (revoked === false) ctx.err(`warning: ${refused}, so the management key was not revoked; it stays saved here: run \`ais logout\` again.`);
       show(ctx, { logged_out: true, session_ended: ended, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
+    },
+  },
+  'sessions list': {
+    usage: 'ais sessions list',
+    summary: "The account's live sessions: browsers, agents and API sign-ins (the current one marked).",
+    async run(ctx) {
+      const sessions = await client(ctx).auth.sessions({ limit: 200 });
+      const rows = sessions.map((x) => ({ ...x, current: x.current ? '*' : '' }));
+      show(ctx, sessions, () => table(rows as any, ['current', 'uuid', 'kind', 'via', 'started_dt', 'refreshed_dt', 'expires_dt']));
+    },
+  },
+  'sessions end': {
+    usage: 'ais sessions end <uuid>',
+    summary: 'End one session (its refresh token stops working); `ais logout` ends this one.',
+    async run(ctx, p) {
+      if (!p[0]) throw usage('ais sessions end <uuid>');
+      await client(ctx).auth.endSession(p[0]);
+      show(ctx, { ended: p[0] }, () => `Ended session ${p[0]}.`);
     },
   },
   whoami: {
