@@ -448,6 +448,21 @@ describe('password change, logout and reset', () => {
     expect((await s.api('GET', '/api/auth/sessions/')).status).toBe(401);
   });
 
+  it('sessions: a management key (an account credential) lists and ends them, upper-case uuid too; an identity key may not (403)', async () => {
+    const u = await s.signUp();
+    const mgmt = (await s.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'ops' } })).body.key as string;
+    const identity = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'Runtime' } })).body;
+    const idKey = (await s.api('POST', '/api/auth/keys/identity/', { token: u.access, body: { label: 'rt', identity_uuid: identity.uuid } })).body.key as string;
+    expect((await s.api('GET', '/api/auth/sessions/', { token: idKey })).status).toBe(403);
+    const listed = await s.api('GET', '/api/auth/sessions/', { token: mgmt });
+    expect(listed.status).toBe(200);
+    expect(listed.body).toHaveLength(1);
+    expect(listed.body[0].current).toBe(false); // a key is no session
+    expect((await s.api('DELETE', `/api/auth/sessions/${listed.body[0].uuid}/`, { token: idKey })).status).toBe(403);
+    expect((await s.api('DELETE', `/api/auth/sessions/${String(listed.body[0].uuid).toUpperCase()}/`, { token: mgmt })).status).toBe(204);
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: u.refresh } })).body.code).toBe('token_expired');
+  });
+
   it('password change validates: both required, 1 to 128, matching', async () => {
     const u = await s.signUp();
     expect((await s.api('POST', '/api/auth/password/change/', { body: { new_password1: 'a', new_password2: 'a' } })).status).toBe(401);

@@ -106,18 +106,22 @@ export const authCommands: Record<string, Command> = {
     usage: 'ais sessions list',
     summary: "The account's live sessions: browsers, agents and API sign-ins (the current one marked).",
     async run(ctx) {
-      const sessions = await client(ctx).auth.sessions({ limit: 200 });
+      const sessions = await client(ctx).auth.sessions();
       const rows = sessions.map((x) => ({ ...x, current: x.current ? '*' : '' }));
       show(ctx, sessions, () => table(rows as any, ['current', 'uuid', 'kind', 'via', 'started_dt', 'refreshed_dt', 'expires_dt']));
     },
   },
   'sessions end': {
     usage: 'ais sessions end <uuid>',
-    summary: 'End one session (its refresh token stops working); `ais logout` ends this one.',
+    summary: 'End one session (its refresh token stops working; a device login keeps its management key until `ais keys revoke`); `ais logout` ends them all.',
     async run(ctx, p) {
       if (!p[0]) throw usage('ais sessions end <uuid>');
-      await client(ctx).auth.endSession(p[0]);
-      show(ctx, { ended: p[0] }, () => `Ended session ${p[0]}.`);
+      const c = client(ctx);
+      const target = (await c.auth.sessions()).find((x) => x.uuid.toLowerCase() === p[0]!.toLowerCase());
+      await c.auth.endSession(p[0]);
+      const key = target?.key_uuid ? ` Its management key ${target.key_uuid} still works: \`ais keys revoke ${target.key_uuid}\` ends that too.` : '';
+      const own = target?.current ? ' That was this login: run `ais login` again.' : '';
+      show(ctx, { ended: p[0], key_uuid: target?.key_uuid ?? null }, () => `Ended session ${p[0]}.${key}${own}`);
     },
   },
   whoami: {
