@@ -55,13 +55,17 @@ export function withNormalUsername(raw: unknown): unknown {
   return typeof username === 'string' ? { ...(raw as object), username: normalUsername(username) } : raw;
 }
 
-/** A session as the API shows it (schemas/accounts.json#Session). */
-function toSession(doc: SessionDoc, current: string | undefined) {
+/**
+ * A session as the API shows it (schemas/accounts.json#Session). `current`: the session of
+ * the request's credential (a token's or cookie's own; for a device sign-up's management key,
+ * the session handed out with it).
+ */
+function toSession(doc: SessionDoc, credential: { sessionId?: string; keyId?: string }) {
   return {
     uuid: doc.id,
     kind: doc.kind === 'cookie' ? 'browser' : 'token',
     via: doc.via,
-    current: doc.id === current,
+    current: doc.id === credential.sessionId || (credential.keyId !== undefined && doc.keyId === credential.keyId),
     key_uuid: doc.keyId ?? null,
     started_dt: doc.startedAt,
     refreshed_dt: doc.refreshedAt,
@@ -173,7 +177,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       r.get('/api/auth/sessions/', async (ctx) => {
         const p = await auth.accountPrincipal(ctx);
         const page = await accounts.listSessions(p.userPk, pageParams(ctx));
-        sendPage(ctx, page, (doc) => toSession(doc, p.sessionId), deps.publicUrl);
+        sendPage(ctx, page, (doc) => toSession(doc, p), deps.publicUrl);
       });
       r.delete('/api/auth/sessions/:uuid/', async (ctx) => {
         const p = await auth.accountPrincipal(ctx);

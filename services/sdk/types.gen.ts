@@ -187,7 +187,7 @@ export interface AccountsSession {
    */
   via: string;
   /**
-   * The session of the credential of this request.
+   * The session of the credential of this request (for a device sign-up's management key: the session handed out with it).
    */
   current: boolean;
   /**

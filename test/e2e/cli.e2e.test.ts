@@ -265,6 +265,9 @@ describe('a logged-in agent', () => {
     const mine = list.json.find((x: any) => x.current);
     expect(mine).toMatchObject({ kind: 'token', via: 'device' });
     expect(mine.key_uuid).toMatch(/^[0-9a-f-]{36}$/); // the management key the device login got
+    // The device login's management key (AIS_API_KEY) sees the same session as its own.
+    const byKey = await ais(['sessions', 'list', '--json'], { env: { AIS_API_KEY: config().management_key } });
+    expect(byKey.json.filter((x: any) => x.current).map((x: any) => x.uuid)).toEqual([mine.uuid]);
     const signUp = list.json.find((x: any) => x.via === 'register');
     expect(signUp).toBeDefined();
     const human = await ais(['sessions', 'list']);
