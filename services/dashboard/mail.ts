@@ -31,6 +31,14 @@ export function mailRoutes(r: Router, kit: PageKit): void {
     return html`<pre class="mail-text">${text}</pre>`;
   }
 
+  /** How far a sent message got: queued (and why it waits), sent (and to whom not: refused or bounced), failed (why). */
+  function delivery(m: any): string {
+    const rejected = Array.isArray(m.rejected) ? (m.rejected as unknown[]).map(str).filter(Boolean) : [];
+    if (m.status === 'queued') return m.error ? `Waiting to be sent (the last attempt: ${str(m.error)})` : 'Waiting to be sent';
+    if (m.status === 'failed') return `Not delivered: ${str(m.error) || 'refused'}`;
+    return rejected.length ? `Sent; not delivered to ${rejected.join(', ')}` : 'Sent';
+  }
+
   async function threadPage(ctx: Context, s: DashboardSession, id: string, thread: string) {
     const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
     if (t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
@@ -41,7 +49,7 @@ export function mailRoutes(r: Router, kit: PageKit): void {
       html`<p><a href="/identities/${id}">← Back to the identity</a></p>
 ${messages.map((m) => html`<article class="message card">
 <header><h2 class="message-h">${sender(m)}, ${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</h2>
-<dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd></dl></header>
+<dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd>${m.direction === 'outbound' ? html`<dt>Delivery</dt><dd>${delivery(m)}</dd>` : ''}</dl></header>
 ${messageBody(m, id)}
 ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<a class="tag" href="/api/email-attachments/${encodeURIComponent(str(a.uuid))}/?identity=${id}" download="${str(a.filename)}">${str(a.filename)} (${String(a.size ?? '')} B)</a> `)}</p>` : ''}
 </article>`)}`,

@@ -383,6 +383,12 @@ describe('dashboard', () => {
     expect([download.status, Buffer.from(await download.arrayBuffer()).equals(bytes)]).toEqual([200, true]);
     expect(await page.title()).not.toBe('pwned');
     expect(await inner.locator('html').evaluate((el) => el.ownerDocument.title)).not.toBe('pwned');
+    // A reply sent from this identity shows how far it got (here: delivered, to the peer's inbox).
+    const access = (await s.api('POST', '/api/auth/login/', { body: { username, password } })).body.access as string;
+    const received = (await s.api('GET', `/api/email-inbox/${new URL(page.url()).pathname.split('/').pop()}/`, { token: access, identity: identityId })).body.messages[0];
+    expect((await s.api('POST', `/api/email-messages/${received.uuid}/reply/`, { token: access, identity: identityId, body: { body: '<p>Thanks</p>' } })).status).toBe(201);
+    await page.reload();
+    expect((await page.innerText('article.message:last-of-type dl')).replace(/\s+/g, ' ')).toContain('Delivery Sent');
     await shot('mail-thread');
   });
 
