@@ -150,6 +150,27 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect([other.status, await other.text()]).toEqual([200, 'step 1\nstep 2\n']);
     const foreign = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': bob.uuid } });
     expect(foreign.status).toBe(404);
+    // A download cut off resumes (RFC 9110 §14): one range, 206 with Content-Range; If-Range
+    // naming other bytes, several ranges or another unit: the whole; outside the bytes: 416.
+    const ranged = (range: string, extra: Record<string, string> = {}) =>
+      fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid, range, ...extra } });
+    expect(dl.headers.get('accept-ranges')).toBe('bytes');
+    let part = await ranged('bytes=7-');
+    expect([part.status, part.headers.get('content-range'), part.headers.get('content-length'), await part.text()]).toEqual([206, 'bytes 7-13/14', '7', 'step 2\n']);
+    part = await ranged('bytes=0-3');
+    expect([part.status, await part.text()]).toEqual([206, 'step']);
+    part = await ranged('bytes=-2');
+    expect([part.status, part.headers.get('content-range'), await part.text()]).toEqual([206, 'bytes 12-13/14', '2\n']);
+    part = await ranged('bytes=5-9999');
+    expect([part.status, part.headers.get('content-range')]).toEqual([206, 'bytes 5-13/14']);
+    part = await ranged('bytes=0-3', { 'if-range': etag });
+    expect(part.status).toBe(206);
+    for (const whole of [ranged('bytes=0-3', { 'if-range': '"0000"' }), ranged('bytes=0-1,4-5'), ranged('lines=1-2')]) {
+      const res = await whole;
+      expect([res.status, await res.text()]).toEqual([200, 'step 1\nstep 2\n']);
+    }
+    const outside = await ranged('bytes=14-');
+    expect([outside.status, outside.headers.get('content-range'), ((await outside.json()) as { code: string }).code]).toEqual([416, 'bytes */14', 'range_not_satisfiable']);
 
     let threads = await api('GET', '/api/email-inbox/?unread=true', alice.uuid);
     expect(threads.body.find((t: { subject: string }) => t.subject === 'Project kickoff')).toBeUndefined();
