@@ -150,7 +150,8 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
           ownInbox: identity.inbox,
           internetMessageId: mail.internetMessageId,
           inReplyTo: mail.inReplyTo,
-          references: mail.references,
+          // A bounce joins the thread of the message it returns (reports carry no In-Reply-To).
+          references: mail.report ? [...mail.references, mail.report.originalMessageId] : mail.references,
           subject: mail.subject,
           participants: [mail.from.address, ...mail.to.map((a) => a.address), ...mail.cc.map((a) => a.address)],
           at,

@@ -97,8 +97,10 @@ it('a report of a refused recipient fails the sent message, with the remote word
   expect(m.status).toBe('failed');
   expect(m.rejected).toEqual(['nobody@remote.example']);
   expect(m.error).toBe('Bounced after the relay took it: nobody@remote.example: 5.1.1 550 5.1.1 <nobody@remote.example>: Recipient address rejected: User unknown');
-  const inbox = await s.api('GET', '/api/email-inbox/', { token: user.access, identity: sender.uuid });
-  expect(inbox.body.map((t: { subject: string }) => t.subject)).toContain('Undelivered Mail Returned to Sender');
+  // The report is mail too, in the thread of the message it returns.
+  const sentThread = (await s.api('GET', `/api/email-messages/${out.uuid}/`, { token: user.access, identity: sender.uuid })).body.thread_id;
+  const thread = await s.api('GET', `/api/email-inbox/${sentThread}/`, { token: user.access, identity: sender.uuid });
+  expect(thread.body.messages.map((x: { subject: string }) => x.subject)).toEqual(['to a missing mailbox', 'Undelivered Mail Returned to Sender']);
 });
 
 it('one refused recipient of two leaves the message sent, naming that one; a delay is no failure; the same report again changes nothing', async () => {
