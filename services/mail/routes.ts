@@ -1,5 +1,6 @@
 /** HTTP surface of mail (SPEC "Email"; DECISIONS "Mail, SMS, events"). Every route is identity-scoped except the signed upload URL. */
 import type Router from '@koa/router';
+import { pipeline, Transform } from 'node:stream';
 import type { Context } from 'koa';
 import getRawBody from 'raw-body';
 import type { HttpModule } from '../gateway/app.js';
@@ -384,23 +385,28 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         ctx.set('Accept-Ranges', 'bytes');
         ctx.set('Content-Disposition', `attachment; filename="${name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(name)}`);
         // A download cut off resumes where it stopped (RFC 9110 §14: one range; If-Range with
-        // the ETag). The part comes from the whole blob, read and checked against its hash
-        // first: only bytes known to be the blob's are ever sent.
-        const range = rangeOf(ctx.get('range'), ctx.get('if-range'), etag);
-        if (range) {
-          const whole = await blobs.get(doc.blob);
-          if (!whole) throw notFound('Attachment content is missing.');
-          const part = satisfiable(range, whole.length);
-          ctx.set('Content-Type', type);
-          if (!part) throw new ApiError(416, 'range_not_satisfiable', `The range is outside the attachment's ${whole.length} bytes.`, undefined, { 'Content-Range': `bytes */${whole.length}` });
-          ctx.status = 206;
-          ctx.set('Content-Range', `bytes ${part.start}-${part.end}/${whole.length}`);
-          ctx.body = whole.subarray(part.start, part.end + 1);
-          return;
-        }
+        // the ETag; GET only, a HEAD ignores Range). The part is streamed out of the whole
+        // blob's read, which goes on to the end: its hash is checked as for a whole download,
+        // and the answer ends only then (a damaged blob breaks it off), in constant memory.
+        const range = ctx.method === 'GET' ? rangeOf(ctx.get('range'), ctx.get('if-range'), etag) : null;
         const blob = await blobs.open(doc.blob);
         if (!blob) throw notFound('Attachment content is missing.');
         ctx.set('Content-Type', type);
+        if (range && blob.size > 0) {
+          const part = satisfiable(range, blob.size);
+          if (!part) {
+            blob.stream.destroy();
+            ctx.remove('Content-Disposition'); // an error, not the file
+            throw new ApiError(416, 'range_not_satisfiable', `The range is outside the attachment's ${blob.size} bytes.`, undefined, { 'Content-Range': `bytes */${blob.size}` });
+          }
+          ctx.status = 206;
+          ctx.set('Content-Range', `bytes ${part.start}-${part.end}/${blob.size}`);
+          ctx.set('Content-Length', String(part.end - part.start + 1));
+          const cut = slice(part.start, part.end);
+          pipeline(blob.stream, cut, () => undefined); // an error of the read reaches `cut`, and so the answer
+          ctx.body = cut;
+          return;
+        }
         ctx.set('Content-Length', String(blob.size));
         ctx.body = blob.stream;
       });
@@ -410,14 +416,29 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
 
 /**
  * The one byte range a `Range` header asks for (`bytes=a-b`, `bytes=a-`, `bytes=-n`), or null
- * to answer the whole body: no header, another unit, several ranges, or an `If-Range` that
- * names other bytes (RFC 9110 §13.1.5: then the whole, current representation).
+ * to answer the whole body: no header, another unit, several ranges, an invalid one, or an
+ * `If-Range` that names other bytes (RFC 9110 §13.1.5: then the whole, current representation).
  */
 export function rangeOf(header: string, ifRange: string, etag: string): { start: number | null; end: number | null } | null {
   const m = /^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$/i.exec(header);
   if (!m || (m[1] === '' && m[2] === '')) return null;
   if (ifRange && ifRange.trim() !== etag) return null;
-  return { start: m[1] === '' ? null : Number(m[1]), end: m[2] === '' ? null : Number(m[2]) };
+  const r = { start: m[1] === '' ? null : Number(m[1]), end: m[2] === '' ? null : Number(m[2]) };
+  // `bytes=5-3` is no valid range: ignored (the whole body), as RFC 7233 asked.
+  return r.start !== null && r.end !== null && r.end < r.start ? null : r;
+}
+
+/** The bytes `start`..`end` of what passes through (the rest is read and dropped). */
+function slice(start: number, end: number): Transform {
+  let at = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      const from = Math.max(start - at, 0);
+      const to = Math.min(end + 1 - at, chunk.length);
+      at += chunk.length;
+      done(null, to > from ? chunk.subarray(from, to) : undefined);
+    },
+  });
 }
 
 /** The range's first and last byte within `size`, or null when it cannot be satisfied (416). */
@@ -427,6 +448,6 @@ export function satisfiable(r: { start: number | null; end: number | null }, siz
     const n = Math.min(r.end ?? 0, size);
     return n > 0 ? { start: size - n, end: size - 1 } : null;
   }
-  if (r.start >= size || (r.end !== null && r.end < r.start)) return null;
+  if (r.start >= size) return null;
   return { start: r.start, end: Math.min(r.end ?? size - 1, size - 1) };
 }

@@ -165,12 +165,15 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect([part.status, part.headers.get('content-range')]).toEqual([206, 'bytes 5-13/14']);
     part = await ranged('bytes=0-3', { 'if-range': etag });
     expect(part.status).toBe(206);
-    for (const whole of [ranged('bytes=0-3', { 'if-range': '"0000"' }), ranged('bytes=0-1,4-5'), ranged('lines=1-2')]) {
+    for (const whole of [ranged('bytes=0-3', { 'if-range': '"0000"' }), ranged('bytes=0-1,4-5'), ranged('lines=1-2'), ranged('bytes=5-3')]) {
       const res = await whole;
       expect([res.status, await res.text()]).toEqual([200, 'step 1\nstep 2\n']);
     }
+    // A HEAD ignores Range (RFC 9110 §14.2): the whole length.
+    const head = await fetch(`${server.url}/api/email-attachments/${att.uuid}/`, { method: 'HEAD', headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid, range: 'bytes=2-4' } });
+    expect([head.status, head.headers.get('content-length')]).toEqual([200, '14']);
     const outside = await ranged('bytes=14-');
-    expect([outside.status, outside.headers.get('content-range'), ((await outside.json()) as { code: string }).code]).toEqual([416, 'bytes */14', 'range_not_satisfiable']);
+    expect([outside.status, outside.headers.get('content-range'), outside.headers.get('content-disposition'), ((await outside.json()) as { code: string }).code]).toEqual([416, 'bytes */14', null, 'range_not_satisfiable']);
 
     let threads = await api('GET', '/api/email-inbox/?unread=true', alice.uuid);
     expect(threads.body.find((t: { subject: string }) => t.subject === 'Project kickoff')).toBeUndefined();

@@ -99,9 +99,11 @@ describe('infra/docker-compose.yml', () => {
     // Checked against a real nginx 1.22 (a browser's EventSource across a restart): the stream
     // is closed (444) while no gateway is up, never answered 502/503; the scheme a TLS proxy
     // in front set is kept; nginx's own errors are JSON.
-    expect(nginx).toMatch(/location \/api\/events\/stream\/ \{[^}]*error_page 502 503 504 = @close;[^}]*\}\s*location @close \{\s*return 444;/);
+    expect(nginx).toMatch(/location \/api\/events\/stream \{[^}]*error_page 502 503 504 = @close;[^}]*\}\s*location @close \{\s*return 444;/);
     expect(nginx).toMatch(/proxy_set_header X-Forwarded-Proto \$forwarded_proto;/);
-    expect(nginx).toMatch(/error_page 502 503 504 =503 \/_gateway_unavailable;/);
+    // A read is answered 503 (send it again), a write 502 (it may have been applied): a named location keeps the method.
+    expect(nginx).toMatch(/error_page 502 503 504 = @gateway_unavailable;/);
+    expect(nginx).toMatch(/if \(\$request_method ~ \^\(GET\|HEAD\|OPTIONS\)\$\) \{\s*add_header Retry-After 1 always;\s*return 503 '\{[^']*"code":"service_unavailable"\}';\s*\}\s*return 502 '\{[^']*"code":"gateway_error"\}';/);
     const mounted = services.proxy!.volumes!.find((v) => v.includes('nginx.conf'))!;
     expect(fs.existsSync(path.join(root, 'infra', mounted.split(':')[0]!))).toBe(true);
     expect(Object.keys(compose.volumes).sort()).toEqual(['eventstore-data', 'kafka-data', 'mongo-data', 'shared-data']);
