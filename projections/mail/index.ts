@@ -115,7 +115,7 @@ function addresses(list: EmailAddress[]): string[] {
 /** The update of a thread for one new message (inbound unread, outbound read). */
 function threadUpdate(
   e: RecordedEvent,
-  m: { identityId: string; inbox: string; threadId: string; messageId: string; subject: string; from: EmailAddress; to: EmailAddress[]; cc: EmailAddress[]; preview: string; at: string; unread: boolean },
+  m: { identityId: string; inbox: string; threadId: string; messageId: string; subject: string; from: EmailAddress; to: EmailAddress[]; cc: EmailAddress[]; preview: string; at: string; unread: boolean; returns?: string },
 ): DocUpdate {
   const everyone = [m.from.address.toLowerCase(), ...addresses(m.to), ...addresses(m.cc)];
   return {
@@ -135,7 +135,8 @@ function threadUpdate(
         identityId: m.identityId,
         subject: t?.subject || m.subject,
         subjectKey: t?.subjectKey || normaliseSubject(m.subject),
-        participantsKey: participantsKey(everyone, m.inbox),
+        // A delivery report in the thread says nothing of who the conversation is with.
+        participantsKey: m.returns && t ? t.participantsKey : participantsKey(everyone, m.inbox),
         participants,
         messageCount: (t?.messageCount ?? 0) + 1,
         unreadIds,

@@ -54,6 +54,8 @@ export interface EmailReceivedData {
   internetMessageId: string | null;
   inReplyTo: string | null;
   references: string[];
+  /** A delivery report: the Message-ID of the message it returns (it joined that thread; the thread keeps its participants). */
+  returns?: string;
   from: EmailAddress;
   to: EmailAddress[];
   cc: EmailAddress[];

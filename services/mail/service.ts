@@ -150,8 +150,9 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
           ownInbox: identity.inbox,
           internetMessageId: mail.internetMessageId,
           inReplyTo: mail.inReplyTo,
+          references: mail.references,
           // A bounce joins the thread of the message it returns (reports carry no In-Reply-To).
-          references: mail.report ? [...mail.references, mail.report.originalMessageId] : mail.references,
+          returns: mail.report?.originalMessageId ?? null,
           subject: mail.subject,
           participants: [mail.from.address, ...mail.to.map((a) => a.address), ...mail.cc.map((a) => a.address)],
           at,
@@ -181,6 +182,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
           internetMessageId: mail.internetMessageId,
           inReplyTo: mail.inReplyTo,
           references: mail.references,
+          ...(mail.report ? { returns: mail.report.originalMessageId } : {}),
           from: mail.from,
           to: mail.to,
           cc: mail.cc,

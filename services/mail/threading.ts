@@ -27,6 +27,12 @@ export interface ThreadInput {
   internetMessageId: string | null;
   inReplyTo: string | null;
   references: string[];
+  /**
+   * The Message-ID of the message a delivery report returns (services/mail/bounces.ts): looked
+   * up like a reference (the report joins that thread), never a reason to fall back to the
+   * subject (reports about unknown messages from one server are not one conversation).
+   */
+  returns?: string | null;
   subject: string;
   /** Every address of the message (from, to, cc). */
   participants: string[];
@@ -34,9 +40,10 @@ export interface ThreadInput {
 }
 
 /** The Message-IDs that may name the thread, in the order they are tried. */
-function candidateIds(m: Pick<ThreadInput, 'internetMessageId' | 'inReplyTo' | 'references'>): string[] {
+function candidateIds(m: Pick<ThreadInput, 'internetMessageId' | 'inReplyTo' | 'references' | 'returns'>): string[] {
   const candidates = new Set<string>();
   if (m.internetMessageId) candidates.add(m.internetMessageId);
+  if (m.returns) candidates.add(m.returns);
   if (m.inReplyTo) candidates.add(m.inReplyTo);
   for (let i = m.references.length - 1; i >= 0; i--) candidates.add(m.references[i]);
   return [...candidates];

@@ -101,6 +101,12 @@ it('a report of a refused recipient fails the sent message, with the remote word
   const sentThread = (await s.api('GET', `/api/email-messages/${out.uuid}/`, { token: user.access, identity: sender.uuid })).body.thread_id;
   const thread = await s.api('GET', `/api/email-inbox/${sentThread}/`, { token: user.access, identity: sender.uuid });
   expect(thread.body.messages.map((x: { subject: string }) => x.subject)).toEqual(['to a missing mailbox', 'Undelivered Mail Returned to Sender']);
+  // The thread is still the conversation with its people: a reply without reply headers finds it by subject and participants.
+  const transport = nodemailer.createTransport({ host: '127.0.0.1', port: smtpPort, secure: false, ignoreTLS: true });
+  await transport.sendMail({ from: 'nobody@remote.example', to: sender.inbox, subject: 'Re: to a missing mailbox', text: 'I am here after all' });
+  transport.close();
+  const after = await s.api('GET', `/api/email-inbox/${sentThread}/`, { token: user.access, identity: sender.uuid });
+  expect(after.body.messages).toHaveLength(3);
 });
 
 it('one refused recipient of two leaves the message sent, naming that one; a delay is no failure; the same report again changes nothing', async () => {
@@ -154,4 +160,12 @@ it('only what can be a bounce counts: not a recipient delivered here, not a repo
   await bounce(sender.inbox, report(sender.inbox, out.messageId, [colleague.inbox, 'far@remote.example']));
   const m = await message(out.uuid);
   expect([m.status, m.rejected]).toEqual(['sent', ['far@remote.example']]); // the colleague has the mail
+});
+
+it('reports about messages this identity never sent are mail, each its own thread (not one thread per reporting server)', async () => {
+  const before = (await s.api('GET', '/api/email-inbox/?limit=200', { token: user.access, identity: sender.uuid })).body.length as number;
+  await bounce(sender.inbox, report(sender.inbox, '<unknown-1@agents.localhost>', ['a@remote.example']));
+  await bounce(sender.inbox, report(sender.inbox, '<unknown-2@agents.localhost>', ['b@remote.example']));
+  const after = (await s.api('GET', '/api/email-inbox/?limit=200', { token: user.access, identity: sender.uuid })).body.length as number;
+  expect(after).toBe(before + 2);
 });
