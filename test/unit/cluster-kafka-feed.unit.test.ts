@@ -215,7 +215,16 @@ describe('Kafka event feed', () => {
 
   it('heartbeats while a slow handler runs', async () => {
     const { consumer, setHandler } = setup();
-    setHandler(() => new Promise((r) => setTimeout(r, 40)));
+    // The handler runs until the feed has beaten twice (or 5 s pass): no race with a loaded
+    // machine's timers (a fixed 40 ms handler saw one beat under load on Node 24).
+    setHandler(
+      () =>
+        new Promise((resolve) => {
+          const until = Date.now() + 5_000;
+          const check = () => (consumer.heartbeats > 1 || Date.now() > until ? resolve(undefined) : setTimeout(check, 5));
+          check();
+        }),
+    );
     await consumer.deliver(0, event(1));
     expect(consumer.heartbeats).toBeGreaterThan(1);
   });
