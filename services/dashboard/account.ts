@@ -68,9 +68,11 @@ ${live.items.map((doc) => {
   /** `errors` are those of the form `of` (the profile or the password form), shown in that form only. */
   const accountPage = async (ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> | null = null, of: 'profile' | 'password' = 'profile') => {
     const u = ctx.state.dashboardUser;
-    const [page, keys] = await Promise.all([accounts.listSessions(s.userPk, { limit: SESSIONS_SHOWN }), apiAll(ctx, s, '/api/auth/keys/management/?limit=200')]);
+    const page = await accounts.listSessions(s.userPk, { limit: SESSIONS_SHOWN });
     const live = { items: page.items, more: page.next !== null };
-    const keyLabels = new Map(Array.isArray(keys.body) ? (keys.body as any[]).map((k) => [str(k.uuid), str(k.label)] as [string, string]) : []);
+    // The keys' labels name agents approved at /device: asked for only when one is listed.
+    const keys = page.items.some((d) => d.keyId) ? await apiAll(ctx, s, '/api/auth/keys/management/?limit=200') : null;
+    const keyLabels = new Map(Array.isArray(keys?.body) ? (keys.body as any[]).map((k) => [str(k.uuid), str(k.label)] as [string, string]) : []);
     // This browser is always listed, also behind 50 sessions more recent than its sign-in.
     if (!live.items.some((d) => d.id === s.sessionId)) {
       const mine = await accounts.liveSession(s.sessionId);

@@ -221,7 +221,7 @@ ${str(i.phone)
   r.post('/identities/:id/phone', async (ctx) => {
     const post = await identityForm(ctx);
     if (!post) return;
-    const { s, id, f } = post;
+    const { s, id } = post;
     const a = await api(ctx, s, 'PATCH', `/api/identities/${id}/`, { body: { provision_phone: true } });
     if (a.status === 200) return seeOther(ctx, `/identities/${id}?phone=1`);
     await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
