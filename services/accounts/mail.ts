@@ -41,7 +41,8 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
           const job = await accounts.accountMailOf(e);
           if (!job) return true;
           // Sent before a crash that came before the checkpoint: not again.
-          if ((await events.readStream(job.stream)).some((r) => r.id === job.record.id)) return true;
+          // (The record is appended after the request, to the request's stream.)
+          if ((await events.readStream(job.stream, { fromRevision: e.revision + 1 })).some((r) => r.id === job.record.id)) return true;
           await mailer.send(job.mail);
           sent = job;
         }

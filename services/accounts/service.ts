@@ -10,7 +10,7 @@ import { streamId, type EventData, type RecordedEvent } from '../../infra/ports/
 import type { OutboundMail } from '../../infra/ports/mailer.js';
 import type { Page } from '../../infra/ports/read-store.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
-import { event, execute, loadStream } from '../kernel/command.js';
+import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { derivedId, newId, nowIso } from '../kernel/ids.js';
 import { abandoned, hold, holderReservation, movedAway, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
@@ -75,6 +75,9 @@ export const toPublicUser = (u: Pick<UserDoc, 'pk' | 'username' | 'email' | 'fir
  * many addresses still meet the account's own budget, and one address guessing at many
  * accounts meets the address's.
  */
+/** The highest user number allocated so far. */
+const userNumberEvolver: Evolver<number> = { initial: () => 0, evolve: (n, e) => Math.max(n, (e.data as { pk: number }).pk) };
+
 const LOGIN_WINDOW_S = 15 * 60;
 const LOGIN_FAILURES_PER_ACCOUNT_AND_IP = 10;
 const LOGIN_FAILURES_PER_ACCOUNT = 100;
@@ -151,7 +154,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const { result } = await execute(
       store,
       stream,
-      { initial: () => 0, evolve: (n, e) => Math.max(n, (e.data as { pk: number }).pk) },
+      userNumberEvolver,
       (last) => {
         const pk = last + 1;
         return { events: [event(UserNumberAllocated, { pk })], result: pk };
@@ -491,11 +494,12 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
    */
   async function requestMail(pk: number, kind: AccountMailRequestedData['kind'], ttlSeconds: number): Promise<void> {
     const request = event<AccountMailRequestedData>(AccountMailRequested, { kind, exp: Math.floor(Date.now() / 1000) + ttlSeconds, at: nowIso() });
-    await store.append(userStream(pk), [request]);
+    const { nextRevision } = await store.append(userStream(pk), [request]);
     const sent = derivedId(request.id, 'sent');
     for (let pause = 20, deadline = Date.now() + 2_000; Date.now() < deadline; pause = Math.min(pause * 2, 400)) {
       await new Promise((r) => setTimeout(r, Math.min(pause, Math.max(0, deadline - Date.now()))));
-      if ((await store.readStream(userStream(pk))).some((e) => e.id === sent)) return;
+      // The record comes after the request (the user stream grows with every sign-out).
+      if ((await store.readStream(userStream(pk), { fromRevision: nextRevision + 1 })).some((e) => e.id === sent)) return;
     }
   }
 

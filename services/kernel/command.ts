@@ -7,6 +7,11 @@
  * independent writes to one stream (an agent storing 50 secrets at once) then never
  * exhausts the retries, which remain for writers in other processes (cluster gateways).
  * Hence the rule: `decide` must not run commands itself (no lock order, no deadlock).
+ *
+ * A stream is read whole only once per process: the state it folds to is kept (see
+ * {@link loadStream}) and later loads fold only the events appended since, by any process.
+ * Streams that live long (an identity's vault, a key's uses, the user-number sequence)
+ * would otherwise make every command cost their whole history.
  */
 import {
   WrongExpectedRevisionError,
@@ -21,7 +26,19 @@ import { keyedSerial } from './serial.js';
 
 export interface Evolver<S> {
   initial: () => S;
+  /**
+   * The state after one more event. States are kept between loads and handed to every
+   * caller, so nobody changes one in place (not `decide`, not a reader), and `evolve` only
+   * when the evolver has `copy`.
+   */
   evolve: (state: S, event: RecordedEvent) => S;
+  /**
+   * Present when `evolve` changes the state it is given (cheaper for a large state than a
+   * copy per event). Such a kept state is then held by one command at a time (commands on a
+   * stream take turns, see {@link execute}), {@link loadStream} hands out copies, and the
+   * state `execute` returns is good until the next command on the stream.
+   */
+  copy?: (state: S) => S;
 }
 
 export interface StreamState<S> {
@@ -30,11 +47,97 @@ export interface StreamState<S> {
   revision: number;
 }
 
+const unborn = <S>(evolver: Evolver<S>): StreamState<S> => ({ state: evolver.initial(), revision: -1 });
+
+/**
+ * The stream's state and revision. Kept per event store, stream and evolver, so a load reads
+ * only the events appended since the last one (appends of other processes too: the store is
+ * the truth, the kept state a prefix of it). Evolvers made per call are never found again;
+ * keep them at module level.
+ */
 export async function loadStream<S>(store: EventStore, stream: string, evolver: Evolver<S>): Promise<StreamState<S>> {
-  const events = await store.readStream(stream);
-  let state = evolver.initial();
+  const folds = foldsOf(store);
+  const kept = folds.get(stream, evolver);
+  if (evolver.copy) {
+    const own = kept ? { state: evolver.copy(kept.state), revision: kept.revision } : unborn(evolver);
+    return catchUp(store, stream, evolver, own);
+  }
+  const loaded = await catchUp(store, stream, evolver, kept ?? unborn(evolver));
+  if (loaded.revision >= 0) folds.keep(stream, evolver, loaded);
+  return loaded;
+}
+
+/** `from` with the events appended after it. */
+async function catchUp<S>(store: EventStore, stream: string, evolver: Evolver<S>, from: StreamState<S>): Promise<StreamState<S>> {
+  return foldOnto(evolver, from, await store.readStream(stream, from.revision >= 0 ? { fromRevision: from.revision + 1 } : undefined));
+}
+
+/** Changes `from.state` when the evolver works in place: callers fold only onto states they own. */
+function foldOnto<S>(evolver: Evolver<S>, from: StreamState<S>, recorded: RecordedEvent[]): StreamState<S> {
+  // An idempotent append answers with events recorded before; they are in `from` already.
+  const events = recorded.filter((e) => e.revision > from.revision);
+  if (events.length === 0) return from;
+  let state = from.state;
   for (const e of events) state = evolver.evolve(state, e);
-  return { state, revision: events.length ? events[events.length - 1].revision : -1 };
+  return { state, revision: events[events.length - 1].revision };
+}
+
+/**
+ * Kept folds, least recently loaded out first, bounded by the number of events they stand
+ * for (a state grows at most with its stream's history): {@link FOLD_BUDGET} events in all.
+ */
+export const FOLD_BUDGET = 200_000;
+
+interface KeptFold {
+  evolver: Evolver<any>;
+  fold: StreamState<any>;
+}
+
+class KeptFolds {
+  private readonly kept = new Map<string, KeptFold>();
+  private events = 0;
+
+  /** The kept fold, no longer kept (a command of an in-place evolver holds it). */
+  take<S>(stream: string, evolver: Evolver<S>): StreamState<S> | undefined {
+    const fold = this.get(stream, evolver);
+    if (fold) this.drop(stream);
+    return fold;
+  }
+
+  get<S>(stream: string, evolver: Evolver<S>): StreamState<S> | undefined {
+    const k = this.kept.get(stream);
+    if (!k || k.evolver !== evolver) return undefined;
+    this.kept.delete(stream); // to the young end
+    this.kept.set(stream, k);
+    return k.fold;
+  }
+
+  keep<S>(stream: string, evolver: Evolver<S>, fold: StreamState<S>): void {
+    this.drop(stream);
+    const weight = fold.revision + 1;
+    if (weight > FOLD_BUDGET) return;
+    this.kept.set(stream, { evolver, fold });
+    this.events += weight;
+    for (const [oldest] of this.kept) {
+      if (this.events <= FOLD_BUDGET) break;
+      this.drop(oldest);
+    }
+  }
+
+  private drop(stream: string): void {
+    const k = this.kept.get(stream);
+    if (!k) return;
+    this.kept.delete(stream);
+    this.events -= k.fold.revision + 1;
+  }
+}
+
+/** Per event store (tests run several in one process). */
+const keptFolds = new WeakMap<EventStore, KeptFolds>();
+function foldsOf(store: EventStore): KeptFolds {
+  let folds = keptFolds.get(store);
+  if (!folds) keptFolds.set(store, (folds = new KeptFolds()));
+  return folds;
 }
 
 /** An event to append: id and metadata are filled in by {@link event}. */
@@ -70,17 +173,21 @@ async function decideAndAppend<S, R>(
   decide: (state: S, revision: number) => { events: EventData[]; result: R } | Promise<{ events: EventData[]; result: R }>,
   retries: number,
 ): Promise<{ result: R; append: AppendResult | null; state: S }> {
+  const folds = foldsOf(store);
   for (let attempt = 0; ; attempt++) {
-    const { state, revision } = await loadStream(store, stream, evolver);
-    const { events, result } = await decide(state, revision);
-    if (events.length === 0) return { result, append: null, state };
+    // Commands on this stream take turns here, so one may hold its kept state (see Evolver.copy).
+    const kept = evolver.copy ? folds.take(stream, evolver) : folds.get(stream, evolver);
+    let loaded = await catchUp(store, stream, evolver, kept ?? unborn(evolver));
     try {
-      const append = await store.append(stream, events, { expectedRevision: expectedFor(revision) });
-      let next = state;
-      for (const e of append.events) next = evolver.evolve(next, e);
-      return { result, append, state: next };
+      const { events, result } = await decide(loaded.state, loaded.revision);
+      if (events.length === 0) return { result, append: null, state: loaded.state };
+      const append = await store.append(stream, events, { expectedRevision: expectedFor(loaded.revision) });
+      loaded = foldOnto(evolver, loaded, append.events);
+      return { result, append, state: loaded.state };
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= retries) throw err;
+    } finally {
+      if (loaded.revision >= 0) folds.keep(stream, evolver, loaded);
     }
   }
 }

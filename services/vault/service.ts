@@ -92,6 +92,26 @@ const vaultEvolver: Evolver<VaultState> = {
     }
     return s;
   },
+  copy: (s) => ({ entries: new Map(s.entries), secretByKey: new Map(s.secretByKey), keyBySecret: new Map(s.keyBySecret) }),
+};
+
+interface EncryptionState {
+  publicKey: string | null;
+  wrapped: boolean;
+  recoveryWrapped: boolean;
+}
+
+const encryptionEvolver: Evolver<EncryptionState> = {
+  initial: () => ({ publicKey: null, wrapped: false, recoveryWrapped: false }),
+  evolve: (s, e) => {
+    if (e.type === EncryptionKeysUploaded) {
+      const d = e.data as EncryptionKeysUploadedData;
+      return { publicKey: d.publicKey, wrapped: d.wrappedKey != null, recoveryWrapped: d.recoveryWrappedKey != null };
+    }
+    if (e.type !== EncryptionKeysRewrapped) return s;
+    const d = e.data as EncryptionKeysRewrappedData;
+    return { ...s, wrapped: d.wrappedKey === undefined ? s.wrapped : d.wrappedKey !== null, recoveryWrapped: d.recoveryWrappedKey === undefined ? s.recoveryWrapped : d.recoveryWrappedKey !== null };
+  },
 };
 
 export function createVault(platform: Platform) {
@@ -135,18 +155,7 @@ export function createVault(platform: Platform) {
     const { append } = await execute(
       store,
       encryptionStream(userPk),
-      {
-        initial: () => ({ publicKey: null as string | null, wrapped: false, recoveryWrapped: false }),
-        evolve: (s, e) => {
-          if (e.type === EncryptionKeysUploaded) {
-            const d = e.data as EncryptionKeysUploadedData;
-            return { publicKey: d.publicKey, wrapped: d.wrappedKey != null, recoveryWrapped: d.recoveryWrappedKey != null };
-          }
-          if (e.type !== EncryptionKeysRewrapped) return s;
-          const d = e.data as EncryptionKeysRewrappedData;
-          return { ...s, wrapped: d.wrappedKey === undefined ? s.wrapped : d.wrappedKey !== null, recoveryWrapped: d.recoveryWrappedKey === undefined ? s.recoveryWrapped : d.recoveryWrappedKey !== null };
-        },
-      },
+      encryptionEvolver,
       ({ publicKey, wrapped, recoveryWrapped }) => {
         if (publicKey === null) throw new ApiError(404, 'encryption_missing', 'No encryption keys were uploaded for this account yet; POST /api/encryption/ first.');
         if (input.public_key !== undefined && input.public_key !== publicKey) throw fieldError('public_key', 'The public key cannot change; only the verifier and the key wraps can.');

@@ -1,0 +1,122 @@
+/** Commands over streams: a stream's history is read once per process, then only what is new. */
+import { execute, loadStream, event, FOLD_BUDGET, type Evolver } from '../../services/kernel/command.js';
+import { createMemoryEventStore } from '../support/memory-event-store.js';
+import type { EventStore } from '../../infra/ports/event-store.js';
+
+/** Counts the events read back from streams. */
+function counting(store: EventStore) {
+  let read = 0;
+  const wrapped: EventStore = {
+    ...store,
+    append: store.append.bind(store),
+    readAll: store.readAll.bind(store),
+    subscribeAll: store.subscribeAll.bind(store),
+    async readStream(stream, options) {
+      const events = await store.readStream(stream, options);
+      read += events.length;
+      return events;
+    },
+  };
+  return { store: wrapped, read: () => read };
+}
+
+const sum: Evolver<number> = { initial: () => 0, evolve: (n, e) => n + (e.data as { n: number }).n };
+const add = (n: number) => event('Added', { n });
+
+/** Changes its state in place, so it declares a copy. */
+let copies = 0;
+const names: Evolver<Set<string>> = {
+  initial: () => new Set(),
+  evolve: (s, e) => s.add((e.data as { name: string }).name),
+  copy: (s) => (copies++, new Set(s)),
+};
+const name = (n: string) => event('Named', { name: n });
+
+describe('commands over kept folds', () => {
+  it('reads a long stream once, then only the events appended since (by anyone)', async () => {
+    const base = createMemoryEventStore();
+    const { store, read } = counting(base);
+    for (let i = 0; i < 100; i++) await base.append('tally-a', [add(1)]);
+    expect((await loadStream(store, 'tally-a', sum)).state).toBe(100);
+    expect(read()).toBe(100);
+
+    // Commands fold what they append themselves: the next one reads nothing old.
+    const { state } = await execute(store, 'tally-a', sum, (n) => ({ events: [add(n)], result: undefined }));
+    expect(state).toBe(200);
+    await execute(store, 'tally-a', sum, () => ({ events: [add(1)], result: undefined }));
+    expect(read()).toBe(100);
+
+    // Another process appends: the next load reads just that.
+    await base.append('tally-a', [add(5)]);
+    expect(await loadStream(store, 'tally-a', sum)).toEqual({ state: 206, revision: 102 });
+    expect(read()).toBe(101);
+  });
+
+  it('never changes a state already handed out, even with an evolver that works in place', async () => {
+    const store = createMemoryEventStore();
+    await store.append('names-a', [name('ada')]);
+    await execute(store, 'names-a', names, () => ({ events: [], result: undefined })); // kept: [ada]
+    const first = await loadStream(store, 'names-a', names);
+    await execute(store, 'names-a', names, () => ({ events: [name('bob')], result: undefined }));
+    await store.append('names-a', [name('cy')]);
+    const last = await loadStream(store, 'names-a', names);
+    expect([...first.state]).toEqual(['ada']);
+    expect([...last.state]).toEqual(['ada', 'bob', 'cy']);
+    expect(last.revision).toBe(2);
+  });
+
+  it('lets the commands of an in-place evolver work on the kept state without copying it', async () => {
+    const base = createMemoryEventStore();
+    const { store, read } = counting(base);
+    copies = 0;
+    for (let i = 0; i < 5; i++) {
+      await execute(store, 'names-b', names, (s) => {
+        if (s.has(`n${i}`)) throw new Error('seen');
+        return { events: [name(`n${i}`)], result: undefined };
+      });
+    }
+    await expect(execute(store, 'names-b', names, () => { throw new Error('refused'); })).rejects.toThrow('refused');
+    const { state } = await execute(store, 'names-b', names, (s) => ({ events: [name(`n${s.size}`)], result: undefined }));
+    expect([...state]).toEqual(['n0', 'n1', 'n2', 'n3', 'n4', 'n5']);
+    expect(copies).toBe(0);
+    expect(read()).toBe(0); // every command found the state the previous one left
+  });
+
+  it('keeps folds per evolver: another fold of the same stream starts from its own beginning', async () => {
+    const store = createMemoryEventStore();
+    await store.append('tally-b', [add(2), add(3)]);
+    const count: Evolver<number> = { initial: () => 0, evolve: (n) => n + 1 };
+    expect((await loadStream(store, 'tally-b', sum)).state).toBe(5);
+    expect((await loadStream(store, 'tally-b', count)).state).toBe(2);
+    expect((await loadStream(store, 'tally-b', sum)).state).toBe(5);
+  });
+
+  it('retries a decision lost to another writer on the fresh state', async () => {
+    const store = createMemoryEventStore();
+    await store.append('tally-c', [add(1)]);
+    await loadStream(store, 'tally-c', sum); // kept at 1
+    let tries = 0;
+    const { state } = await execute(store, 'tally-c', sum, async (n) => {
+      if (tries++ === 0) await store.append('tally-c', [add(10)]); // lands between read and append
+      return { events: [add(n)], result: undefined };
+    });
+    expect(tries).toBe(2);
+    expect(state).toBe(22); // 1 + 10, then doubled
+    expect((await loadStream(store, 'tally-c', sum)).state).toBe(22);
+  });
+
+  it('bounds what it keeps by the events the folds stand for', async () => {
+    const base = createMemoryEventStore();
+    const { store, read } = counting(base);
+    const big = Array.from({ length: FOLD_BUDGET / 2 + 1 }, () => add(1));
+    await base.append('tally-big1', big);
+    await base.append('tally-big2', big);
+    await loadStream(store, 'tally-big1', sum);
+    await loadStream(store, 'tally-big2', sum); // over the budget together: the older one goes
+    const before = read();
+    await loadStream(store, 'tally-big2', sum);
+    expect(read()).toBe(before);
+    await loadStream(store, 'tally-big1', sum);
+    expect(read()).toBe(before + big.length);
+  });
+});
