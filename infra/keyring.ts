@@ -57,3 +57,16 @@ export function loadKeyRing(dataDir: string): KeyRing {
 
   return { signingKey, verifyKey, kid, jwks: { keys: [{ ...jwk, kid, alg: 'EdDSA', use: 'sig' }] }, hmacKey };
 }
+
+/**
+ * Records the address tokens are issued for (PUBLIC_URL) next to the keys that sign them, and
+ * returns the one recorded before when it differs: tokens name their issuer, so after a
+ * change every token signed before is refused, which an operator should hear about.
+ */
+export function recordIssuer(dataDir: string, issuer: string): string | null {
+  const file = path.join(dataDir, 'keys', 'issuer');
+  const before = existsSync(file) ? readFileSync(file, 'utf8').trim() : null;
+  if (before === issuer) return null;
+  writeSecret(file, `${issuer}\n`);
+  return before;
+}

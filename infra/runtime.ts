@@ -15,7 +15,8 @@ import type { Config } from './config.js';
 import type { EventStore } from './ports/event-store.js';
 import { eventStoreFeed, type EventFeed } from './ports/event-feed.js';
 import type { ReadStore } from './ports/read-store.js';
-import { loadKeyRing, type KeyRing } from './keyring.js';
+import { loadKeyRing, recordIssuer, type KeyRing } from './keyring.js';
+import { refusePartialDataDir } from './data-dir.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
 import { openSqliteReadStore } from './sqlite/read-store.js';
 import type { RateLimiter } from './ports/rate-limiter.js';
@@ -269,10 +270,13 @@ function readModelGauges(metrics: Metrics, events: EventStore, runner: Projectio
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
   createDirectory(config.dataDir);
+  refusePartialDataDir(config.dataDir, config.store !== 'cluster');
   // Cluster processes share DATA_DIR (key ring, blobs) by design; the embedded store is one process's.
   const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);
   tightenDataDir(config.dataDir, logger);
   const keys = loadKeyRing(config.dataDir);
+  const formerIssuer = recordIssuer(config.dataDir, config.publicUrl);
+  if (formerIssuer) logger.warn({ was: formerIssuer, now: config.publicUrl }, 'PUBLIC_URL changed: tokens signed for the old address are refused, so every client signs in again');
 
   const role = processRole(config);
   // Embedded: in-memory windows (one process). Cluster: windows shared in MongoDB.
@@ -318,7 +322,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     settled: settledFor(config.store, await events.headPosition()),
   };
 
-  const tokens = createTokenService({ keys, issuer: config.publicUrl, accessTtl: config.accessTokenTtl, refreshTtl: config.refreshTokenTtl });
+  const tokens = createTokenService({ keys, issuer: config.publicUrl, accessTtl: config.accessTokenTtl, refreshTtl: config.refreshTokenTtl, events });
   const accounts = createAccounts(platform, tokens, keys.hmacKey);
   const shared: Shared = { platform, keys, tokens, accounts, auth: undefined as unknown as Authenticator };
 

@@ -14,12 +14,17 @@
  *   files are never rewritten or deleted, so every blob the copied log names is in the copy
  *   (a pack being appended to may end in a torn record, which a start skips, as after a crash);
  * - the key ring (tokens and links stay valid) and the outbox.
+ *
+ * The copy says it is unfinished (infra/data-dir.ts: a service refuses to start on it) from
+ * its first file until its last is durable: a backup killed midway, even by kill -9, never
+ * passes for one.
  */
-import { constants, copyFileSync, existsSync, mkdirSync, readdirSync, realpathSync, rmSync, statSync } from 'node:fs';
+import { constants, copyFileSync, existsSync, mkdirSync, readdirSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { loadConfig, ConfigError } from '../infra/config.js';
 import { fsyncPath } from '../infra/durable-file.js';
 import { openDatabase } from '../infra/sqlite/driver.js';
+import { UNFINISHED_BACKUP } from '../infra/data-dir.js';
 
 const DATABASES = ['read-models.sqlite', 'events.sqlite'] as const; // this order: see above
 const DIRECTORIES = ['blobs', 'keys', 'outbox'] as const;
@@ -61,6 +66,10 @@ async function backup(dataDir: string, target: string): Promise<Record<string, n
   if (!existsSync(path.join(dataDir, 'events.sqlite'))) throw new Error(`${dataDir} holds no event log (events.sqlite): nothing to back up`);
   if (existsSync(target) && readdirSync(target).length > 0) throw new Error(`${target} exists and is not empty: name a new directory`);
   mkdirSync(target, { recursive: true, mode: 0o700 });
+  const unfinished = path.join(target, UNFINISHED_BACKUP);
+  writeFileSync(unfinished, `This backup of ${dataDir} was cut short: part of the data is missing. Take it again.\n`);
+  await fsyncPath(unfinished);
+  await fsyncPath(target);
   const sizes: Record<string, number> = {};
   for (const name of DATABASES) {
     const source = path.join(dataDir, name);
@@ -78,8 +87,21 @@ async function backup(dataDir: string, target: string): Promise<Record<string, n
     const source = path.join(dataDir, name);
     if (existsSync(source)) sizes[name] = await copyTree(source, path.join(target, name), new Set(['tmp'])); // tmp/: unfinished writes
   }
+  await fsyncPath(target); // every name in place before the marker goes
+  rmSync(unfinished);
   await fsyncPath(target);
   return sizes;
+}
+
+/** `p` with every symbolic link resolved, for a path that may not exist yet (its nearest existing ancestor resolved). */
+function realPath(p: string): string {
+  const rest: string[] = [];
+  let head = path.resolve(p);
+  while (!existsSync(head) && path.dirname(head) !== head) {
+    rest.unshift(path.basename(head));
+    head = path.dirname(head);
+  }
+  return path.join(realpathSync(head), ...rest);
 }
 
 // The copy holds what DATA_DIR holds (password hashes, SMS texts, the key ring): the
@@ -93,18 +115,29 @@ try {
     throw new Error('this copies the embedded store; in cluster mode back up EventStoreDB and MongoDB with their own tools, and DATA_DIR (key ring, blobs) as files (docs/DEPLOYMENT.md)');
   }
   const dir = path.resolve(target);
-  const inside = path.relative(path.resolve(config.dataDir), dir);
+  // Through links too: a copy inside what it copies would copy itself until the disk fills.
+  const inside = path.relative(realPath(config.dataDir), realPath(dir));
   if (!inside.startsWith('..') && !path.isAbsolute(inside)) throw new Error(`${dir} is inside DATA_DIR: name a directory outside it`);
   const started = Date.now();
   const madeHere = !existsSync(dir);
   const wasEmpty = !madeHere && readdirSync(dir).length === 0;
+  // No half backup left to be mistaken for one: the directory as it was (absent, or empty).
+  const undo = () => {
+    if (madeHere) rmSync(dir, { recursive: true, force: true });
+    else if (wasEmpty) for (const name of readdirSync(dir)) rmSync(path.join(dir, name), { recursive: true, force: true });
+  };
+  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) {
+    process.on(signal, () => {
+      undo();
+      process.stderr.write(`backup failed: stopped by ${signal}; nothing was kept\n`);
+      process.exit(code);
+    });
+  }
   try {
     const sizes = await backup(path.resolve(config.dataDir), dir);
     process.stdout.write(`${JSON.stringify({ backup: dir, from: path.resolve(config.dataDir), bytes: sizes, ms: Date.now() - started })}\n`);
   } catch (err) {
-    // No half backup left to be mistaken for one: the directory as it was (absent, or empty).
-    if (madeHere) rmSync(dir, { recursive: true, force: true });
-    else if (wasEmpty) for (const name of readdirSync(dir)) rmSync(path.join(dir, name), { recursive: true, force: true });
+    undo();
     throw err;
   }
 } catch (err) {

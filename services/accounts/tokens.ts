@@ -3,11 +3,19 @@
  * REFRESH_TOKEN_TTL and rotate (RFC 9700 §4.14.2): each refresh spends the token and
  * mints the next of its family; presenting a spent one revokes the family.
  * `token_type` keeps the two kinds from standing in for each other.
+ *
+ * A token's session must be in the event log, started for the token's user: a DATA_DIR
+ * restored from a backup shares the key ring of the service it was copied from, and
+ * numbers again the accounts that service made after the copy; the tokens it signed for
+ * them name sessions this log never had.
  */
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 import type { KeyRing } from '../../infra/keyring.js';
 import { newId } from '../kernel/ids.js';
 import { tokenExpired, tokenNotValid } from '../gateway/errors.js';
+import { loadStream } from '../kernel/command.js';
+import type { EventStore } from '../../infra/ports/event-store.js';
+import { sessionEvolver, sessionStream } from './events.js';
 
 export type TokenType = 'access' | 'refresh';
 
@@ -26,6 +34,7 @@ export interface TokenServiceOptions {
   issuer: string;
   accessTtl: number;
   refreshTtl: number;
+  events: EventStore;
 }
 
 export function createTokenService(opts: TokenServiceOptions) {
@@ -57,7 +66,7 @@ export function createTokenService(opts: TokenServiceOptions) {
   const verified = new Map<string, TokenClaims>();
   const VERIFIED_CACHE_SIZE = 10_000;
 
-  /** Verifies signature, issuer, expiry and type. Expired → 401 token_expired; anything else → token_not_valid. */
+  /** Verifies signature, issuer, expiry, type and session. Expired → 401 token_expired; anything else → token_not_valid. */
   async function verify(token: string, expected: TokenType | 'any'): Promise<TokenClaims> {
     const cached = verified.get(token);
     if (cached) {
@@ -69,6 +78,8 @@ export function createTokenService(opts: TokenServiceOptions) {
       return cached;
     }
     const claims = await verifySignature(token, expected);
+    const { state: session } = await loadStream(opts.events, sessionStream(claims.sessionId), sessionEvolver);
+    if (!session.exists || session.userPk !== claims.userPk) throw tokenNotValid('Token is invalid');
     if (verified.size >= VERIFIED_CACHE_SIZE) verified.delete(verified.keys().next().value!); // oldest first
     verified.set(token, claims);
     return claims;

@@ -48,7 +48,7 @@ test('a backup taken under load restores every write acknowledged before it: acc
   const smtpPort = await freePort();
   const port = String(await freePort()); // the restored service on the same URL: tokens name their issuer
   const svc = await spawnService({ DATA_DIR: dataDir, PORT: port, SMTP_PORT: String(smtpPort), PASSWORD_HASH_MEMORY_KIB: '1024' });
-  let before: { access: string; identity: Json; attachment: Buffer };
+  let before: { access: string; identity: Json; attachment: Buffer; later?: { access: string; pk: number } };
   const acknowledged: string[] = [];
   try {
     // given: an account, an identity, and a mail with an attachment
@@ -77,6 +77,10 @@ test('a backup taken under load restores every write acknowledged before it: acc
     expect([result.code, result.err]).toEqual([0, '']);
     expect(JSON.parse(result.out)).toMatchObject({ backup: copy, bytes: { 'events.sqlite': expect.any(Number), blobs: expect.any(Number), keys: expect.any(Number) } });
     acknowledged.splice(0, acknowledged.length, ...ackedBefore);
+    // an account made after the copy: the restored service will number another one the same
+    expect((await post(`${svc.url}/api/auth/social/`, { username: 'later', email: 'later@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+    const later = (await (await post(`${svc.url}/api/auth/login/`, { username: 'later', password: 'pw' })).json()) as Json;
+    before = { ...before, later: { access: later.access, pk: later.user.pk } };
   } finally {
     svc.child.kill('SIGTERM');
   }
@@ -94,6 +98,17 @@ test('a backup taken under load restores every write acknowledged before it: acc
     const download = await fetch(messages[0].attachments[0].download_url, { headers: auth });
     expect(download.status).toBe(200);
     expect(Buffer.from(await download.arrayBuffer()).equals(before!.attachment)).toBe(true);
+
+    // A token signed after the copy names a session this log never had: refused, even once
+    // its user number belongs to someone who signed up on the restored service.
+    const { later } = before!;
+    for (let i = 0, pk = 0; pk < later!.pk; i++) {
+      const res = await post(`${restored.url}/api/auth/social/`, { username: `restored${i}`, email: `restored${i}@example.com`, password1: 'pw', password2: 'pw' });
+      pk = ((await res.json()) as Json).user.pk;
+    }
+    const stray = await fetch(`${restored.url}/api/auth/user/`, { headers: { authorization: `Bearer ${later!.access}` } });
+    expect([stray.status, ((await stray.json()) as Json).code]).toEqual([401, 'token_not_valid']);
+    expect((await post(`${restored.url}/api/auth/token/verify/`, { token: later!.access })).status).toBe(401);
   } finally {
     restored.child.kill('SIGTERM');
   }
@@ -136,3 +151,86 @@ test('copies what a symbolic link points to; a link looping back into the copy f
   expect([looped.code, looped.err]).toEqual([1, expect.stringMatching(/symbolic link loop/)]);
   expect(existsSync(path.join(root, 'copy2'))).toBe(false);
 }, 60_000);
+
+test('a backup cut short never passes for one: a service refuses its copy, as it refuses an event log without its keys', async () => {
+  const dataDir = path.join(root, 'data');
+  const svc = await spawnService({ DATA_DIR: dataDir, PASSWORD_HASH_MEMORY_KIB: '1024' });
+  try {
+    expect((await post(`${svc.url}/api/auth/social/`, { username: 'kept', email: 'kept@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
+  } finally {
+    svc.child.kill('SIGTERM');
+  }
+  expect(await svc.exited).toBe(0);
+
+  // a backup stopped by a signal (Ctrl-C, a shutdown) leaves nothing
+  writeFileSync(path.join(dataDir, 'outbox', 'large.eml'), Buffer.alloc(64 << 20)); // time to stop it midway
+  const stopped = path.join(root, 'stopped');
+  const child = spawn(process.execPath, ['--import', 'tsx', 'services/backup.ts', stopped], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir } });
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  while (!existsSync(path.join(stopped, 'BACKUP-UNFINISHED')) && child.exitCode === null) await new Promise((r) => setTimeout(r, 2));
+  child.kill('SIGTERM');
+  expect(await new Promise((r) => child.on('exit', (c) => r(c)))).toBe(143);
+  expect(err).toMatch(/stopped by SIGTERM; nothing was kept/);
+  expect(existsSync(stopped)).toBe(false);
+
+  // one killed outright keeps its mark: the service will not start on it
+  const killed = path.join(root, 'killed');
+  expect((await runBackup(dataDir, killed)).code).toBe(0);
+  writeFileSync(path.join(killed, 'BACKUP-UNFINISHED'), 'cut short'); // as a kill -9 midway leaves it
+  rmSync(path.join(killed, 'keys'), { recursive: true });
+  const refused = await startFails(killed);
+  expect(refused).toMatch(/^failed to start: DATA_DIR: an unfinished backup/m);
+
+  // without the mark, an event log without its key ring is refused too (a new ring would end every token)
+  rmSync(path.join(killed, 'BACKUP-UNFINISHED'));
+  expect(await startFails(killed)).toMatch(/^failed to start: DATA_DIR: keys\/ is missing, but the event log has events/m);
+  expect(existsSync(path.join(killed, 'keys'))).toBe(false);
+
+  // the documented way to go on with new keys: an empty keys/
+  mkdirSync(path.join(killed, 'keys'));
+  const renewed = await spawnService({ DATA_DIR: killed, PASSWORD_HASH_MEMORY_KIB: '1024' });
+  try {
+    expect((await post(`${renewed.url}/api/auth/login/`, { username: 'kept', password: 'pw' })).status).toBe(200);
+  } finally {
+    renewed.child.kill('SIGTERM');
+  }
+  expect(await renewed.exited).toBe(0);
+}, 120_000);
+
+test('refuses a target inside DATA_DIR reached through a symbolic link', async () => {
+  const dataDir = path.join(root, 'data');
+  mkdirSync(path.join(dataDir, 'outbox'), { recursive: true });
+  writeFileSync(path.join(dataDir, 'events.sqlite'), '');
+  symlinkSync(path.join(dataDir, 'outbox'), path.join(root, 'link'));
+  const through = await runBackup(dataDir, path.join(root, 'link', 'copy'));
+  expect([through.code, through.err]).toEqual([1, expect.stringMatching(/inside DATA_DIR/)]);
+  expect(readdirSync(path.join(dataDir, 'outbox'))).toEqual([]);
+}, 60_000);
+
+test('a start with another PUBLIC_URL says that the tokens signed before are refused', async () => {
+  const dataDir = path.join(root, 'data');
+  const first = await spawnService({ DATA_DIR: dataDir, PUBLIC_URL: 'https://ais.example.com' });
+  first.child.kill('SIGTERM');
+  expect(await first.exited).toBe(0);
+  expect(first.output()).not.toMatch(/PUBLIC_URL changed/);
+  const moved = await spawnService({ DATA_DIR: dataDir, PUBLIC_URL: 'https://id.example.org' });
+  moved.child.kill('SIGTERM');
+  expect(await moved.exited).toBe(0);
+  expect(moved.output()).toMatch(/"was":"https:\/\/ais.example.com","now":"https:\/\/id.example.org","msg":"PUBLIC_URL changed: tokens signed for the old address are refused/);
+}, 60_000);
+
+/** `npm start` on `dataDir`: the service must exit at once; its stderr. */
+function startFails(dataDir: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0' } });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => (child.kill('SIGKILL'), reject(new Error('the service started'))), 30_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      if (code === 1) resolve(err);
+      else reject(new Error(`exit ${code}: ${err}`));
+    });
+  });
+}

@@ -1,0 +1,38 @@
+/**
+ * What a DATA_DIR must hold before a service starts on it. A start on a partial directory
+ * would not fail: it would create what is missing (a new key ring) and serve, with every
+ * token, session and signed link of the old keys silently ended, or attachments gone.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { openDatabase } from './sqlite/driver.js';
+
+/** Written first into a backup's directory by services/backup.ts, removed once the copy is whole. */
+export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';
+
+/** Throws (with `path`: the directory) when a service must not start on `dir`. */
+export function refusePartialDataDir(dir: string, embedded: boolean): void {
+  const refuse = (message: string) => Object.assign(new Error(message), { path: dir, code: 'EPARTIAL' });
+  if (existsSync(path.join(dir, UNFINISHED_BACKUP))) {
+    throw refuse(`an unfinished backup (its copy was cut short, so part of the data is missing): restore a finished backup, or take the backup again`);
+  }
+  // Cluster: the log is in EventStoreDB, which cannot be asked before the ports are open;
+  // its gateways share one DATA_DIR, whose keys/ the first start made.
+  if (embedded && !existsSync(path.join(dir, 'keys')) && hasEvents(path.join(dir, 'events.sqlite'))) {
+    throw refuse(
+      'keys/ is missing, but the event log has events: their tokens, sessions and signed links need those keys. ' +
+        'Put keys/ back (from the backup), or create the empty directory keys/ to start with new keys (every token and link ends)',
+    );
+  }
+}
+
+function hasEvents(file: string): boolean {
+  if (!existsSync(file)) return false;
+  const db = openDatabase(file, { readonly: true });
+  try {
+    const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").get();
+    return table !== undefined && db.prepare('SELECT 1 FROM events LIMIT 1').get() !== undefined;
+  } finally {
+    db.close();
+  }
+}
