@@ -83,10 +83,14 @@ function foldOnto<S>(evolver: Evolver<S>, from: StreamState<S>, recorded: Record
 }
 
 /**
- * Kept folds, least recently loaded out first, bounded by the number of events they stand
- * for (a state grows at most with its stream's history): {@link FOLD_BUDGET} events in all.
+ * Kept folds, least recently loaded out first: at most {@link FOLDS_KEPT} of them, standing
+ * for at most {@link FOLD_BUDGET} events in all (a state grows at most with its stream's
+ * history). A stream shorter than {@link FOLD_MIN_EVENTS} is read as cheaply as it is found
+ * here, and most are (a session, an identity), so it is not kept.
  */
-export const FOLD_BUDGET = 200_000;
+export const FOLD_BUDGET = 100_000;
+export const FOLDS_KEPT = 5_000;
+export const FOLD_MIN_EVENTS = 4;
 
 interface KeptFold {
   evolver: Evolver<any>;
@@ -115,11 +119,11 @@ class KeptFolds {
   keep<S>(stream: string, evolver: Evolver<S>, fold: StreamState<S>): void {
     this.drop(stream);
     const weight = fold.revision + 1;
-    if (weight > FOLD_BUDGET) return;
+    if (weight < FOLD_MIN_EVENTS || weight > FOLD_BUDGET) return;
     this.kept.set(stream, { evolver, fold });
     this.events += weight;
     for (const [oldest] of this.kept) {
-      if (this.events <= FOLD_BUDGET) break;
+      if (this.events <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) break;
       this.drop(oldest);
     }
   }

@@ -1,5 +1,5 @@
 /** Commands over streams: a stream's history is read once per process, then only what is new. */
-import { execute, loadStream, event, FOLD_BUDGET, type Evolver } from '../../services/kernel/command.js';
+import { execute, loadStream, event, FOLD_BUDGET, FOLDS_KEPT, FOLD_MIN_EVENTS, type Evolver } from '../../services/kernel/command.js';
 import { createMemoryEventStore } from '../support/memory-event-store.js';
 import type { EventStore } from '../../infra/ports/event-store.js';
 
@@ -54,22 +54,24 @@ describe('commands over kept folds', () => {
 
   it('never changes a state already handed out, even with an evolver that works in place', async () => {
     const store = createMemoryEventStore();
-    await store.append('names-a', [name('ada')]);
-    await execute(store, 'names-a', names, () => ({ events: [], result: undefined })); // kept: [ada]
+    const early = ['ada', 'al', 'ann', 'ava'];
+    await store.append('names-a', early.map(name));
+    await execute(store, 'names-a', names, () => ({ events: [], result: undefined })); // kept
     const first = await loadStream(store, 'names-a', names);
     await execute(store, 'names-a', names, () => ({ events: [name('bob')], result: undefined }));
     await store.append('names-a', [name('cy')]);
     const last = await loadStream(store, 'names-a', names);
-    expect([...first.state]).toEqual(['ada']);
-    expect([...last.state]).toEqual(['ada', 'bob', 'cy']);
-    expect(last.revision).toBe(2);
+    expect([...first.state]).toEqual(early);
+    expect([...last.state]).toEqual([...early, 'bob', 'cy']);
+    expect(last.revision).toBe(5);
   });
 
   it('lets the commands of an in-place evolver work on the kept state without copying it', async () => {
     const base = createMemoryEventStore();
     const { store, read } = counting(base);
+    await base.append('names-b', ['n0', 'n1', 'n2', 'n3'].map(name));
     copies = 0;
-    for (let i = 0; i < 5; i++) {
+    for (let i = 4; i < 8; i++) {
       await execute(store, 'names-b', names, (s) => {
         if (s.has(`n${i}`)) throw new Error('seen');
         return { events: [name(`n${i}`)], result: undefined };
@@ -77,17 +79,17 @@ describe('commands over kept folds', () => {
     }
     await expect(execute(store, 'names-b', names, () => { throw new Error('refused'); })).rejects.toThrow('refused');
     const { state } = await execute(store, 'names-b', names, (s) => ({ events: [name(`n${s.size}`)], result: undefined }));
-    expect([...state]).toEqual(['n0', 'n1', 'n2', 'n3', 'n4', 'n5']);
+    expect([...state]).toEqual(['n0', 'n1', 'n2', 'n3', 'n4', 'n5', 'n6', 'n7', 'n8']);
     expect(copies).toBe(0);
-    expect(read()).toBe(0); // every command found the state the previous one left
+    expect(read()).toBe(4); // the history once; then every command found the state the previous one left
   });
 
   it('keeps folds per evolver: another fold of the same stream starts from its own beginning', async () => {
     const store = createMemoryEventStore();
-    await store.append('tally-b', [add(2), add(3)]);
+    await store.append('tally-b', [add(2), add(3), add(0), add(0)]);
     const count: Evolver<number> = { initial: () => 0, evolve: (n) => n + 1 };
     expect((await loadStream(store, 'tally-b', sum)).state).toBe(5);
-    expect((await loadStream(store, 'tally-b', count)).state).toBe(2);
+    expect((await loadStream(store, 'tally-b', count)).state).toBe(4);
     expect((await loadStream(store, 'tally-b', sum)).state).toBe(5);
   });
 
@@ -118,5 +120,21 @@ describe('commands over kept folds', () => {
     expect(read()).toBe(before);
     await loadStream(store, 'tally-big1', sum);
     expect(read()).toBe(before + big.length);
+  });
+
+  it('bounds how many folds it keeps, and keeps none of streams a read finds as cheaply', async () => {
+    const base = createMemoryEventStore();
+    const { store, read } = counting(base);
+    const history = Array.from({ length: FOLD_MIN_EVENTS }, () => add(1));
+    for (let i = 0; i <= FOLDS_KEPT; i++) await base.append(`tally-many${i}`, history);
+    await base.append('tally-short', history.slice(1));
+    for (let i = 0; i <= FOLDS_KEPT; i++) await loadStream(store, `tally-many${i}`, sum); // one too many: the first goes
+    await loadStream(store, 'tally-short', sum);
+    const before = read();
+    await loadStream(store, `tally-many${FOLDS_KEPT}`, sum);
+    expect(read()).toBe(before);
+    await loadStream(store, 'tally-many0', sum);
+    await loadStream(store, 'tally-short', sum);
+    expect(read()).toBe(before + 2 * FOLD_MIN_EVENTS - 1);
   });
 });
