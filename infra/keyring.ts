@@ -21,15 +21,15 @@ export interface KeyRing {
  * key that a power loss then took, or a key file left empty, would end every session or
  * keep the service from starting.
  */
-function writeSecret(file: string, content: string | Buffer): void {
-  const fd = openSync(`${file}.tmp`, 'w', 0o600);
+function writeSecret(file: string, content: string | Buffer, tmp = `${file}.tmp`): void {
+  const fd = openSync(tmp, 'w', 0o600);
   try {
     writeFileSync(fd, content); // loops until all is written (one writeSync may write part)
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
-  renameSync(`${file}.tmp`, file);
+  renameSync(tmp, file);
   const dir = openSync(path.dirname(file), 'r');
   try {
     fsyncSync(dir);
@@ -67,6 +67,11 @@ export function recordIssuer(dataDir: string, issuer: string): string | null {
   const file = path.join(dataDir, 'keys', 'issuer');
   const before = existsSync(file) ? readFileSync(file, 'utf8').trim() : null;
   if (before === issuer) return null;
-  writeSecret(file, `${issuer}\n`);
+  try {
+    // A temporary file of this process's own: cluster processes share keys/ and may start together.
+    writeSecret(file, `${issuer}\n`, `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  } catch {
+    // A keys/ this process may not write (a mounted secret): only the warning is lost, and only for later starts.
+  }
   return before;
 }

@@ -322,7 +322,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     settled: settledFor(config.store, await events.headPosition()),
   };
 
-  const tokens = createTokenService({ keys, issuer: config.publicUrl, accessTtl: config.accessTokenTtl, refreshTtl: config.refreshTokenTtl, events });
+  const tokens = createTokenService({ keys, issuer: config.publicUrl, accessTtl: config.accessTokenTtl, refreshTtl: config.refreshTokenTtl, events: platform.events });
   const accounts = createAccounts(platform, tokens, keys.hmacKey);
   const shared: Shared = { platform, keys, tokens, accounts, auth: undefined as unknown as Authenticator };
 

@@ -122,14 +122,18 @@ try {
   const madeHere = !existsSync(dir);
   const wasEmpty = !madeHere && readdirSync(dir).length === 0;
   // No half backup left to be mistaken for one: the directory as it was (absent, or empty).
+  // Once the marker is gone the copy is whole: a late signal (or a failing last fsync) keeps it.
+  const whole = () => existsSync(dir) && readdirSync(dir).length > 0 && !existsSync(path.join(dir, UNFINISHED_BACKUP));
   const undo = () => {
+    if (whole()) return;
     if (madeHere) rmSync(dir, { recursive: true, force: true });
     else if (wasEmpty) for (const name of readdirSync(dir)) rmSync(path.join(dir, name), { recursive: true, force: true });
   };
   for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) {
     process.on(signal, () => {
+      const kept = whole();
       undo();
-      process.stderr.write(`backup failed: stopped by ${signal}; nothing was kept\n`);
+      process.stderr.write(`backup ${kept ? 'stopped' : 'failed'}: stopped by ${signal}; ${kept ? `the copy in ${dir} is whole` : 'nothing was kept'}\n`);
       process.exit(code);
     });
   }

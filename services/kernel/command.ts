@@ -39,6 +39,11 @@ export interface Evolver<S> {
    * state `execute` returns is good until the next command on the stream.
    */
   copy?: (state: S) => S;
+  /**
+   * How much the state holds, for the bound on kept states: one per entry of a state that
+   * grows with its stream (the vault's names), 1 when absent (a state of fixed size).
+   */
+  weight?: (state: S) => number;
 }
 
 export interface StreamState<S> {
@@ -72,10 +77,11 @@ async function catchUp<S>(store: EventStore, stream: string, evolver: Evolver<S>
   return foldOnto(evolver, from, await store.readStream(stream, from.revision >= 0 ? { fromRevision: from.revision + 1 } : undefined));
 }
 
-/** Changes `from.state` when the evolver works in place: callers fold only onto states they own. */
-function foldOnto<S>(evolver: Evolver<S>, from: StreamState<S>, recorded: RecordedEvent[]): StreamState<S> {
-  // An idempotent append answers with events recorded before; they are in `from` already.
-  const events = recorded.filter((e) => e.revision > from.revision);
+/**
+ * `events` must be the ones right after `from`. Changes `from.state` when the evolver works in
+ * place: callers fold only onto states they own.
+ */
+function foldOnto<S>(evolver: Evolver<S>, from: StreamState<S>, events: RecordedEvent[]): StreamState<S> {
   if (events.length === 0) return from;
   let state = from.state;
   for (const e of events) state = evolver.evolve(state, e);
@@ -83,10 +89,10 @@ function foldOnto<S>(evolver: Evolver<S>, from: StreamState<S>, recorded: Record
 }
 
 /**
- * Kept folds, least recently loaded out first: at most {@link FOLDS_KEPT} of them, standing
- * for at most {@link FOLD_BUDGET} events in all (a state grows at most with its stream's
- * history). A stream shorter than {@link FOLD_MIN_EVENTS} is read as cheaply as it is found
- * here, and most are (a session, an identity), so it is not kept.
+ * Kept folds, least recently loaded out first: at most {@link FOLDS_KEPT} of them, weighing
+ * at most {@link FOLD_BUDGET} in all (see Evolver.weight). A stream shorter than
+ * {@link FOLD_MIN_EVENTS} events is read as cheaply as it is found here, and most are (a
+ * session, an identity), so it is not kept.
  */
 export const FOLD_BUDGET = 100_000;
 export const FOLDS_KEPT = 5_000;
@@ -95,11 +101,12 @@ export const FOLD_MIN_EVENTS = 4;
 interface KeptFold {
   evolver: Evolver<any>;
   fold: StreamState<any>;
+  weight: number;
 }
 
 class KeptFolds {
   private readonly kept = new Map<string, KeptFold>();
-  private events = 0;
+  private weight = 0;
 
   /** The kept fold, no longer kept (a command of an in-place evolver holds it). */
   take<S>(stream: string, evolver: Evolver<S>): StreamState<S> | undefined {
@@ -118,12 +125,13 @@ class KeptFolds {
 
   keep<S>(stream: string, evolver: Evolver<S>, fold: StreamState<S>): void {
     this.drop(stream);
-    const weight = fold.revision + 1;
-    if (weight < FOLD_MIN_EVENTS || weight > FOLD_BUDGET) return;
-    this.kept.set(stream, { evolver, fold });
-    this.events += weight;
+    if (fold.revision + 1 < FOLD_MIN_EVENTS) return;
+    const weight = Math.max(1, evolver.weight?.(fold.state) ?? 1);
+    if (weight > FOLD_BUDGET) return;
+    this.kept.set(stream, { evolver, fold, weight });
+    this.weight += weight;
     for (const [oldest] of this.kept) {
-      if (this.events <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) break;
+      if (this.weight <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) break;
       this.drop(oldest);
     }
   }
@@ -132,7 +140,7 @@ class KeptFolds {
     const k = this.kept.get(stream);
     if (!k) return;
     this.kept.delete(stream);
-    this.events -= k.fold.revision + 1;
+    this.weight -= k.weight;
   }
 }
 
@@ -181,17 +189,22 @@ async function decideAndAppend<S, R>(
   for (let attempt = 0; ; attempt++) {
     // Commands on this stream take turns here, so one may hold its kept state (see Evolver.copy).
     const kept = evolver.copy ? folds.take(stream, evolver) : folds.get(stream, evolver);
-    let loaded = await catchUp(store, stream, evolver, kept ?? unborn(evolver));
+    const loaded = await catchUp(store, stream, evolver, kept ?? unborn(evolver));
+    /** What to keep when this attempt ends: none while a fold is under way (one that throws may leave a state half changed). */
+    let keeping: StreamState<S> | null = loaded;
     try {
       const { events, result } = await decide(loaded.state, loaded.revision);
       if (events.length === 0) return { result, append: null, state: loaded.state };
       const append = await store.append(stream, events, { expectedRevision: expectedFor(loaded.revision) });
-      loaded = foldOnto(evolver, loaded, append.events);
-      return { result, append, state: loaded.state };
+      keeping = null;
+      // An idempotent append answers with the events as recorded earlier, maybe after others.
+      const next = append.events[0]?.revision === loaded.revision + 1 ? foldOnto(evolver, loaded, append.events) : await catchUp(store, stream, evolver, loaded);
+      keeping = next;
+      return { result, append, state: next.state };
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= retries) throw err;
     } finally {
-      if (loaded.revision >= 0) folds.keep(stream, evolver, loaded);
+      if (keeping && keeping.revision >= 0) folds.keep(stream, evolver, keeping);
     }
   }
 }

@@ -93,6 +93,7 @@ const vaultEvolver: Evolver<VaultState> = {
     return s;
   },
   copy: (s) => ({ entries: new Map(s.entries), secretByKey: new Map(s.secretByKey), keyBySecret: new Map(s.keyBySecret) }),
+  weight: (s) => s.entries.size + 2 * s.secretByKey.size,
 };
 
 interface EncryptionState {
