@@ -301,10 +301,20 @@ function queued(e: RecordedEvent): DocUpdate[] {
   ];
 }
 
+/** `list` less the ids in `drop` (a set: a long thread's marking is thousands of each). */
+function without(list: string[], drop: string[]): string[] {
+  const dropped = new Set(drop);
+  return list.filter((id) => !dropped.has(id));
+}
+
 function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
   const d = e.data as EmailMarkedData;
   const byThread = new Map<string, string[]>();
-  for (const m of d.messages) byThread.set(m.threadId, [...(byThread.get(m.threadId) ?? []), m.messageId]);
+  for (const m of d.messages) {
+    const ids = byThread.get(m.threadId);
+    if (ids) ids.push(m.messageId);
+    else byThread.set(m.threadId, [m.messageId]);
+  }
   return [
     ...d.messages.map((m) => patchMessage(m.messageId, (doc) => (doc.read === read || doc.direction !== 'inbound' ? null : { read }))),
     ...[...byThread].map(
@@ -314,7 +324,7 @@ function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
         evolve: (doc) => {
           const t = doc as ThreadDoc | null;
           if (!t || comparePositions(e.position, t.pos) <= 0) return doc;
-          const unreadIds = read ? t.unreadIds.filter((id) => !ids.includes(id)) : [...t.unreadIds, ...ids.filter((id) => !t.unreadIds.includes(id))];
+          const unreadIds = read ? without(t.unreadIds, ids) : [...t.unreadIds, ...without(ids, t.unreadIds)];
           return { ...t, unreadIds, unreadCount: unreadIds.length, unread: unreadIds.length > 0, pos: e.position };
         },
       }),

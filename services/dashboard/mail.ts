@@ -8,6 +8,9 @@ import { html, Safe } from '../gateway/html.js';
 import { fmtDate, MAIL_FRAME_CSP } from './html.js';
 import { api, errorText, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
 
+/** The most messages a thread's page shows (its newest). */
+const THREAD_PAGE_MESSAGES = 200;
+
 export function mailRoutes(r: Router, kit: PageKit): void {
   const { send, requireSession } = kit;
 
@@ -42,11 +45,14 @@ export function mailRoutes(r: Router, kit: PageKit): void {
   async function threadPage(ctx: Context, s: DashboardSession, id: string, thread: string) {
     const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
     if (t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
-    const messages: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
+    const all: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
+    const messages = all.slice(-THREAD_PAGE_MESSAGES); // the newest: a page of thousands of mails helps nobody
+    const count = typeof t.body.message_count === 'number' ? t.body.message_count : all.length;
     send(
       ctx,
       str(t.body.subject) || '(no subject)',
       html`<p><a href="/identities/${id}">← Back to the identity</a></p>
+${count > messages.length ? html`<p class="note">The newest ${messages.length} of ${count} messages are shown; the API and the CLI list them all.</p>` : ''}
 ${messages.map((m) => html`<article class="message card">
 <header><h2 class="message-h">${sender(m)}, ${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</h2>
 <dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd>${m.direction === 'outbound' ? html`<dt>Delivery</dt><dd>${delivery(m)}</dd>` : ''}</dl></header>

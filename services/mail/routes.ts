@@ -21,6 +21,8 @@ import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './te
 export const ANSWER_BODY_BUDGET = 16 * 1024 * 1024;
 /** Blobs of older versions have no recorded size: counted as this much. */
 const UNKNOWN_BLOB_WEIGHT = 4 * 1024 * 1024;
+/** The most messages a thread's answer holds (its newest). */
+export const THREAD_MESSAGES = 5000;
 
 interface ComposeBody {
   to: string;
@@ -199,15 +201,19 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     return m;
   }
 
+  /**
+   * A thread's newest {@link THREAD_MESSAGES} messages, oldest first: the ones a reader is
+   * after. Older ones of a longer thread are listed by GET /api/email-messages/?thread_id=.
+   */
   async function threadMessages(threadId: string): Promise<MessageDoc[]> {
-    const all: MessageDoc[] = [];
+    const newest: MessageDoc[] = [];
     let cursor: string | null = null;
     do {
-      const page = await messages().find({ where: { threadId }, orderBy: { field: 'seq', direction: 'asc' }, limit: 200, cursor });
-      all.push(...page.items);
+      const page = await messages().find({ where: { threadId }, orderBy: { field: 'seq', direction: 'desc' }, limit: 200, cursor });
+      newest.push(...page.items);
       cursor = page.next;
-    } while (cursor && all.length < 5000);
-    return all;
+    } while (cursor && newest.length < THREAD_MESSAGES);
+    return newest.slice(0, THREAD_MESSAGES).reverse();
   }
 
   async function reply(ctx: Context, all: boolean): Promise<void> {
@@ -264,8 +270,10 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         let thread = isUuid(id) ? await threads().get(id.toLowerCase()) : null;
         if (!thread || thread.identityId !== identityId) throw notFound('Thread not found.');
         let list = await threadMessages(thread.id);
-        const unread = list.filter((m) => !m.read);
-        // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events").
+        // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events"), those older than the answer holds too.
+        const shown = new Set(list.map((m) => m.id));
+        const older = await Promise.all(thread.unreadIds.filter((m) => !shown.has(m)).map((m) => messages().get(m)));
+        const unread = [...list.filter((m) => !m.read), ...older.filter((m): m is MessageDoc => m !== null && !m.read)];
         if (unread.length && (await markOnOpen(ctx, () => mail.markRead(identityId, unread, true)))) {
           thread = (await threads().get(thread.id)) ?? thread;
           list = await threadMessages(thread.id);

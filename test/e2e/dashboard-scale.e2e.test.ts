@@ -61,3 +61,18 @@ it("pages through an identity's threads: older ones, and back to the newest", as
   await page.getByRole('link', { name: 'Newest' }).click();
   expect(await subjects()).toContain('topic 52');
 });
+
+it("shows a long thread's newest messages, and says how many there are", async () => {
+  const ids = ((await s.api('GET', '/api/identities/?limit=4', { token: access })).body as { uuid: string; inbox: string }[]);
+  const [, , reader, writer] = ids;
+  for (let i = 0; i < 203; i++) {
+    const sent = await s.api('POST', '/api/email-messages/compose/', { token: access, identity: writer.uuid, body: { to: reader.inbox, subject: i ? 'Re: chat' : 'chat', body: `<p>line ${i}</p>` } });
+    expect(sent.status).toBe(201);
+  }
+  const [thread] = (await s.api('GET', '/api/email-inbox/', { token: access, identity: reader.uuid })).body;
+  expect(thread.message_count).toBe(203);
+  await page.goto(`${s.url}/identities/${reader.uuid}/mail/${thread.thread_id}`);
+  expect(await page.locator('article.message').count()).toBe(200);
+  expect(await page.textContent('main')).toContain('The newest 200 of 203 messages are shown');
+  expect(await page.locator('article.message').last().textContent()).toContain('line 202');
+});
