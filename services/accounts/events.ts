@@ -109,6 +109,10 @@ export interface UserState {
   emailVerified: boolean;
   /** Bumped by every UserSessionsRevoked: sessions of an older generation are dead. */
   sessionGeneration: number;
+  /** Position of the event that last set the username (reservations: kernel/reservations.ts). */
+  namedAt: string | null;
+  /** The external provider's subject the account was made for, if any. */
+  external: UserRegisteredData['external'];
 }
 
 export const userEvolver: Evolver<UserState> = {
@@ -122,15 +126,19 @@ export const userEvolver: Evolver<UserState> = {
     passwordHash: null,
     emailVerified: false,
     sessionGeneration: 0,
+    namedAt: null,
+    external: null,
   }),
   evolve: (s, e: RecordedEvent) => {
     switch (e.type) {
       case UserRegistered: {
         const d = e.data as UserRegisteredData;
-        return { ...s, exists: true, pk: d.pk, username: d.username, email: d.email, firstName: d.firstName, lastName: d.lastName, passwordHash: d.passwordHash, emailVerified: d.emailVerified };
+        return { ...s, exists: true, pk: d.pk, username: d.username, email: d.email, firstName: d.firstName, lastName: d.lastName, passwordHash: d.passwordHash, emailVerified: d.emailVerified, namedAt: e.position, external: d.external ?? null };
       }
-      case UserProfileUpdated:
-        return { ...s, ...(e.data as Pick<UserProfileUpdatedData, 'username' | 'firstName' | 'lastName'>) };
+      case UserProfileUpdated: {
+        const d = e.data as Pick<UserProfileUpdatedData, 'username' | 'firstName' | 'lastName'>;
+        return { ...s, ...d, namedAt: d.username !== undefined ? e.position : s.namedAt };
+      }
       case UserPasswordChanged:
         return { ...s, passwordHash: (e.data as UserPasswordChangedData).passwordHash };
       case UserSessionsRevoked:

@@ -68,6 +68,9 @@ export const toPublicUser = (u: Pick<UserDoc, 'pk' | 'username' | 'email' | 'fir
   last_name: u.lastName,
 });
 
+/** The last user number allocated (they only grow: the last event's is the highest). */
+const userNumberEvolver: Evolver<number> = { initial: () => 0, evolve: (_, e) => (e.data as { pk: number }).pk, lastOnly: true };
+
 /**
  * Brute-force limits for sign-in, over 15 minutes. Failures count per account and client
  * address (as Auth0's brute-force protection): a stranger guessing from one address locks
@@ -75,9 +78,6 @@ export const toPublicUser = (u: Pick<UserDoc, 'pk' | 'username' | 'email' | 'fir
  * many addresses still meet the account's own budget, and one address guessing at many
  * accounts meets the address's.
  */
-/** The highest user number allocated so far. */
-const userNumberEvolver: Evolver<number> = { initial: () => 0, evolve: (n, e) => Math.max(n, (e.data as { pk: number }).pk) };
-
 const LOGIN_WINDOW_S = 15 * 60;
 const LOGIN_FAILURES_PER_ACCOUNT_AND_IP = 10;
 const LOGIN_FAILURES_PER_ACCOUNT = 100;
@@ -132,19 +132,12 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   const accountValue = (kind: 'username' | 'useremail' | 'externalsubject'): Reclaim => ({
     settled: platform.settled,
     async check(holder, value, reservation) {
-      let s = userEvolver.initial();
-      let namedAt: string | null = null;
-      let external: UserRegisteredData['external'] = null;
-      for (const e of await store.readStream(userStream(Number(streamId(holder))))) {
-        s = userEvolver.evolve(s, e);
-        if (e.type === UserRegistered) external = (e.data as UserRegisteredData).external;
-        if (e.type === UserRegistered || (e.type === UserProfileUpdated && (e.data as { username?: string }).username !== undefined)) namedAt = e.position;
-      }
+      const { state: s } = await loadStream(store, userStream(Number(streamId(holder))), userEvolver);
       if (!s.exists) return 'unknown';
-      if (kind === 'externalsubject') return external && externalKeyOf(external.issuer, external.subject) === value ? 'holds' : 'gone';
+      if (kind === 'externalsubject') return s.external && externalKeyOf(s.external.issuer, s.external.subject) === value ? 'holds' : 'gone';
       // An email reservation is the account's email, or the mirror of a username spelling one.
       if (s.username.toLowerCase() === value || (kind === 'useremail' && s.email.toLowerCase() === value)) return 'holds';
-      return movedAway(namedAt, reservation);
+      return movedAway(s.namedAt, reservation);
     },
   });
   const reclaim = { username: accountValue('username'), useremail: accountValue('useremail'), externalsubject: accountValue('externalsubject') };

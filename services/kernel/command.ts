@@ -44,6 +44,11 @@ export interface Evolver<S> {
    * grows with its stream (the vault's names), 1 when absent (a state of fixed size).
    */
   weight?: (state: S) => number;
+  /**
+   * The state is what the stream's last event says (a sequence's latest number): a load
+   * reads that event alone, however long the stream.
+   */
+  lastOnly?: boolean;
 }
 
 export interface StreamState<S> {
@@ -74,6 +79,10 @@ export async function loadStream<S>(store: EventStore, stream: string, evolver: 
 
 /** `from` with the events appended after it. */
 async function catchUp<S>(store: EventStore, stream: string, evolver: Evolver<S>, from: StreamState<S>): Promise<StreamState<S>> {
+  if (evolver.lastOnly) {
+    const last = await store.readStream(stream, { direction: 'backwards', maxCount: 1 });
+    return last.length && last[0].revision > from.revision ? foldOnto(evolver, unborn(evolver), last) : from;
+  }
   return foldOnto(evolver, from, await store.readStream(stream, from.revision >= 0 ? { fromRevision: from.revision + 1 } : undefined));
 }
 
@@ -125,13 +134,14 @@ class KeptFolds {
 
   keep<S>(stream: string, evolver: Evolver<S>, fold: StreamState<S>): void {
     this.drop(stream);
-    if (fold.revision + 1 < FOLD_MIN_EVENTS) return;
+    if (fold.revision + 1 < FOLD_MIN_EVENTS || evolver.lastOnly) return;
     const weight = Math.max(1, evolver.weight?.(fold.state) ?? 1);
-    if (weight > FOLD_BUDGET) return;
     this.kept.set(stream, { evolver, fold, weight });
     this.weight += weight;
+    // One heavier than the whole budget is kept alone: its commands fold it whole anyway, so
+    // keeping it takes no memory they would not take again, and spares them its history.
     for (const [oldest] of this.kept) {
-      if (this.weight <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) break;
+      if ((this.weight <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) || oldest === stream) break;
       this.drop(oldest);
     }
   }

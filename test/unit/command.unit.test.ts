@@ -124,6 +124,34 @@ describe('commands over kept folds', () => {
     expect(read()).toBe(before + FOLD_BUDGET / 2 + 1);
   });
 
+  it('keeps a state heavier than the whole budget alone, rather than fold its history for every command', async () => {
+    const base = createMemoryEventStore();
+    const { store, read } = counting(base);
+    const weighed: Evolver<Set<string>> = { ...names, weight: (s) => s.size };
+    const look = (stream: string) => execute(store, stream, weighed, () => ({ events: [], result: undefined }));
+    await base.append('names-small', ['a', 'b', 'c', 'd'].map(name));
+    await base.append('names-huge', Array.from({ length: FOLD_BUDGET + 1 }, (_, i) => name(`h${i}`)));
+    await look('names-small');
+    await look('names-huge');
+    const before = read();
+    await execute(store, 'names-huge', weighed, () => ({ events: [name('one more')], result: undefined }));
+    await look('names-huge');
+    expect(read()).toBe(before);
+    await look('names-small'); // made room for the huge one
+    expect(read()).toBe(before + 4);
+  });
+
+  it('reads only the last event for a state the last event says', async () => {
+    const base = createMemoryEventStore();
+    const { store, read } = counting(base);
+    const latest: Evolver<number> = { initial: () => 0, evolve: (_, e) => (e.data as { n: number }).n, lastOnly: true };
+    await base.append('seq-a', Array.from({ length: 500 }, (_, i) => add(i + 1)));
+    const { result } = await execute(store, 'seq-a', latest, (n) => ({ events: [add(n + 1)], result: n + 1 }));
+    expect(result).toBe(501);
+    expect((await loadStream(store, 'seq-a', latest)).state).toBe(501);
+    expect(read()).toBe(2);
+  });
+
   it('keeps no state a fold may have left half done, nor one that skipped an event', async () => {
     // an in-place fold that fails midway (the first of two appended events applied)
     const store = createMemoryEventStore();
