@@ -8,10 +8,10 @@
  * exhausts the retries, which remain for writers in other processes (cluster gateways).
  * Hence the rule: `decide` must not run commands itself (no lock order, no deadlock).
  *
- * A stream is read whole only once per process: the state it folds to is kept (see
+ * A long stream is read whole once per process: the state it folds to is kept (see
  * {@link loadStream}) and later loads fold only the events appended since, by any process.
- * Streams that live long (an identity's vault, a key's uses, the user-number sequence)
- * would otherwise make every command cost their whole history.
+ * Streams that live long (an identity's vault, a user's, the user-number sequence) would
+ * otherwise make every command cost their whole history.
  */
 import {
   WrongExpectedRevisionError,
@@ -60,10 +60,10 @@ export interface StreamState<S> {
 const unborn = <S>(evolver: Evolver<S>): StreamState<S> => ({ state: evolver.initial(), revision: -1 });
 
 /**
- * The stream's state and revision. Kept per event store, stream and evolver, so a load reads
- * only the events appended since the last one (appends of other processes too: the store is
- * the truth, the kept state a prefix of it). Evolvers made per call are never found again;
- * keep them at module level.
+ * The stream's state and revision. Kept per event store and stream (for the evolver that
+ * last loaded it), so a load reads only the events appended since the last one (appends of
+ * other processes too: the store is the truth, the kept state a prefix of it). Evolvers made
+ * per call are never found again; keep them at module level.
  */
 export async function loadStream<S>(store: EventStore, stream: string, evolver: Evolver<S>): Promise<StreamState<S>> {
   const folds = foldsOf(store);
