@@ -185,7 +185,8 @@ async function postForm(url: string, form: Record<string, string>, headers: Reco
 
 /** The service with an identity that holds a phone, and an identity key for its streams. */
 async function serviceTarget(): Promise<{ target: Target; stop: () => Promise<void> }> {
-  const svc = await startService({ SMS_PROVIDER: 'local', SMS_WEBHOOK_SECRET: SECRET, ADMIN_TOKEN: ADMIN });
+  // One account holds every stream of the measurement (10,000): above the per-account default.
+  const svc = await startService({ SMS_PROVIDER: 'local', SMS_WEBHOOK_SECRET: SECRET, ADMIN_TOKEN: ADMIN, SSE_STREAMS_PER_ACCOUNT: '20000' });
   try {
     const { key, pk } = await account(svc.url);
     await api(svc.url, 'PUT', `/api/admin/users/${pk}/subscription/`, { token: ADMIN, body: { plan: 'developer', status: 'active' } });

@@ -124,6 +124,9 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   }
 
   /** Parks until the authorization settles, `ms` passes, the client goes away or the service stops. */
+  /** Waiting polls one device code may have parked at once (see poll). */
+  const WAITERS_PER_CODE = 2;
+
   function park(id: string, ms: number, abort: AbortSignal | undefined): { promise: Promise<void>; cancel: () => void } {
     let done!: () => void;
     const promise = new Promise<void>((resolve) => (done = resolve));
@@ -224,7 +227,10 @@ export function createDeviceService(deps: DeviceServiceDeps) {
     let state = await load(id);
     let status = effectiveStatus(state, Date.now());
 
-    if (status === 'pending' && input.wait && config.deviceWaitMax > 0) {
+    // One agent waits on its code at a time (a retry may overlap): more waiting polls of one
+    // code would each hold a socket for DEVICE_WAIT_MAX, so they count as ordinary polls.
+    const mayWait = (waiters.get(id)?.size ?? 0) < WAITERS_PER_CODE;
+    if (status === 'pending' && input.wait && config.deviceWaitMax > 0 && mayWait) {
       // Park first, then look again: an approval landing in between still wakes us.
       const untilExpiry = Date.parse(state.expiresAt) - Date.now() + 25;
       const parked = park(id, Math.min(config.deviceWaitMax * 1000, untilExpiry), input.abort);

@@ -18,6 +18,7 @@ import { SseConnection } from '../gateway/sse.js';
 import { EventHub, MESSAGE_TYPES, type Listener } from './hub.js';
 import { EMAIL_RECEIVED, mailboxStream } from '../mail/events.js';
 import { SmsReceived, smsboxStream } from '../sms/events.js';
+import { startOf } from '../kernel/text.js';
 
 /** Reconnection delay announced to clients (`retry:`). */
 export const RETRY_MS = 3000;
@@ -29,6 +30,12 @@ const MAX_HELD_EVENTS = 10_000;
 const REPLAY_PAGE = 256;
 /** A reader that takes nothing for this long during a replay is cut. */
 const REPLAY_STALL_MS = 60_000;
+/**
+ * A frame's subject and preview at most (UTF-16 units): a frame says that something came,
+ * GET says what. A mail's subject may be a megabyte of folded header, which every open
+ * stream would otherwise copy.
+ */
+export const FRAME_TEXT_MAX = 1000;
 
 const EVENT_ID = /^\d{1,30}$/;
 
@@ -52,7 +59,7 @@ export function lastEventIdOf(ctx: Context): string | null {
 /** The frame of an inbound-message event: `email` or `sms`, all values strings. */
 export function frameOf(e: RecordedEvent): { event: string; data: Record<string, string> } | null {
   const d = e.data ?? {};
-  const s = (v: unknown) => (v === undefined || v === null ? '' : String(v));
+  const s = (v: unknown) => (v === undefined || v === null ? '' : startOf(String(v), FRAME_TEXT_MAX));
   if (e.type === EMAIL_RECEIVED) {
     const from = d.from && typeof d.from === 'object' ? d.from.address : d.from;
     return { event: 'email', data: { thread_id: s(d.threadId), message_id: s(d.messageId), from_email: s(from), subject: s(d.subject), preview: s(d.preview) } };
@@ -78,6 +85,8 @@ export const eventsContext: ContextFactory = (shared) => {
   );
   /** Open streams, with when their credential expires (an access token's exp; else never). */
   const open = new Map<SseConnection, number>();
+  /** Open streams per account: an account holding a process's memory and sockets is refused (429). */
+  const perAccount = new Map<number, number>();
   platform.metrics.gauge('sse_streams', 'Event streams (GET /api/events/stream/) open in this process.', [], () => open.size);
   let keepalive: NodeJS.Timeout | null = null;
   let stopping = false;
@@ -103,6 +112,15 @@ export const eventsContext: ContextFactory = (shared) => {
       throw new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
     }
     if (stopping) throw new ApiError(503, 'service_unavailable', 'The service is shutting down; reconnect shortly.', undefined, { 'Retry-After': '1' });
+    if ((perAccount.get(principal.userPk) ?? 0) >= config.sseStreamsPerAccount) {
+      throw new ApiError(
+        429,
+        'too_many_streams',
+        `This account has ${config.sseStreamsPerAccount} event streams open already (SSE_STREAMS_PER_ACCOUNT); close one first (one stream per identity is enough).`,
+        undefined,
+        { 'Retry-After': String(Math.ceil(RETRY_MS / 1000)) },
+      );
+    }
     if (ctx.method === 'HEAD') {
       // The stream's headers, no stream: a HEAD that opened one would never end.
       ctx.status = 200;
@@ -114,13 +132,12 @@ export const eventsContext: ContextFactory = (shared) => {
     let lastSent: string | null = after;
     let held: RecordedEvent[] | null = after === null ? null : []; // non-null while replaying
 
-    const send = (e: RecordedEvent) => {
-      if (comparePositions(e.position, lastSent) <= 0) return; // already sent (replay/live overlap)
-      const frame = frameOf(e);
-      if (!frame) return;
-      conn.send(e.position, frame.event, frame.data);
-      lastSent = e.position;
+    const sendFrame = (position: string, frame: ReturnType<typeof frameOf>) => {
+      if (comparePositions(position, lastSent) <= 0 || !frame) return; // already sent (replay/live overlap)
+      conn.send(position, frame.event, frame.data);
+      lastSent = position;
     };
+    const send = (e: RecordedEvent) => sendFrame(e.position, frameOf(e));
 
     const listener: Listener = {
       identityId,
@@ -147,10 +164,15 @@ export const eventsContext: ContextFactory = (shared) => {
       maxBufferedBytes: MAX_BUFFERED_BYTES,
       onClose: () => {
         hub.remove(listener);
-        open.delete(conn);
+        if (open.delete(conn)) {
+          const left = (perAccount.get(principal.userPk) ?? 1) - 1;
+          if (left > 0) perAccount.set(principal.userPk, left);
+          else perAccount.delete(principal.userPk);
+        }
       },
     });
     open.set(conn, principal.expiresAt ?? Infinity);
+    perAccount.set(principal.userPk, (perAccount.get(principal.userPk) ?? 0) + 1);
     if (!hub.add(listener) || (sessionBound && hub.sessionsEndedAt(principal.userPk) !== endedBefore)) {
       conn.end(); // the key, identity or session went away between the check and now
       return;
@@ -161,14 +183,18 @@ export const eventsContext: ContextFactory = (shared) => {
       const filter = { streams: [mailboxStream(identityId), smsboxStream(identityId)], eventTypes: [...MESSAGE_TYPES] };
       for (;;) {
         const page = await events.readAll({ after: lastSent, maxCount: REPLAY_PAGE, filter });
-        for (const e of page) {
+        // Only the frames are kept while a slow reader takes them: the events (bodies, headers) go now.
+        const frames = page.map((e) => [e.position, frameOf(e)] as const);
+        const full = page.length === REPLAY_PAGE;
+        page.length = 0;
+        for (const [position, frame] of frames) {
           if (conn.closed) return;
-          send(e);
+          sendFrame(position, frame);
           // Paced per frame: a page of large frames written at once would count as a slow reader.
           if (!conn.writable) await stalled(conn);
         }
         if (conn.closed) return;
-        if (page.length < REPLAY_PAGE) break;
+        if (!full) break;
       }
       // Synchronous from here: no live event can slip between the flush and going live.
       const pending = held ?? [];

@@ -11,6 +11,7 @@ import { createMailService, type MailService } from './service.js';
 import { createSmtpListener, type SmtpListener } from './smtp.js';
 import { createDeliveryReactor, type DeliveryOptions } from './delivery.js';
 import { mailRoutes } from './routes.js';
+import { bodyBudget } from './body-budget.js';
 
 export type { MailService } from './service.js';
 export { derivedId, MAX_MESSAGE_BYTES } from './service.js';
@@ -31,11 +32,12 @@ export function createMailContext(options: { blobs?: BlobStore; delivery?: Deliv
     const blobs = options.blobs ?? createFsBlobStore({ dir: path.join(config.dataDir, 'blobs') });
     const mail = createMailService(platform, { blobs, hmacKey: shared.keys.hmacKey });
     const reactor = createDeliveryReactor(platform, { mail, blobs, options: options.delivery, feed: platform.feed });
-    const smtp: SmtpListener | null = config.smtpPort === 0 ? null : createSmtpListener({ config, logger: platform.logger, mail, blobs, metrics: platform.metrics });
+    const budget = bodyBudget(); // SMTP DATA and uploads share it: both are bodies in memory
+    const smtp: SmtpListener | null = config.smtpPort === 0 ? null : createSmtpListener({ config, logger: platform.logger, mail, blobs, metrics: platform.metrics, budget });
     return {
       name: 'mail',
       projections: [mailProjection],
-      module: mailRoutes({ mail, blobs, config, auth: () => shared.auth }),
+      module: mailRoutes({ mail, blobs, config, budget, auth: () => shared.auth }),
       mail,
       blobs,
       smtpPort: () => smtp?.port() ?? null,

@@ -16,11 +16,15 @@ import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mai
 import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
 import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
+import type { BodyBudget } from './body-budget.js';
 
 /** Message bodies one answer carries at most (UTF-16 units or bytes, roughly): lists and the thread view. */
 export const ANSWER_BODY_BUDGET = 16 * 1024 * 1024;
 /** Blobs of older versions have no recorded size: counted as this much. */
 const UNKNOWN_BLOB_WEIGHT = 4 * 1024 * 1024;
+const sizeMismatch = (got: number | undefined, presigned: number) =>
+  new ApiError(400, 'size_mismatch', got === undefined ? `The upload has more than the ${presigned} bytes presigned.` : `The upload has ${got} bytes; ${presigned} were presigned.`, undefined, { Connection: 'close' });
+
 /** The most messages a thread's answer holds (its newest). */
 export const THREAD_MESSAGES = 5000;
 
@@ -94,7 +98,7 @@ const without = (list: EmailAddress[], exclude: string[]) => {
   return out;
 };
 
-export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: Config; auth: () => Authenticator }): HttpModule {
+export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: Config; budget: BodyBudget; auth: () => Authenticator }): HttpModule {
   const { mail, blobs, config } = deps;
   const { threads, messages, attachments } = mail.collections;
 
@@ -359,18 +363,25 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const tooLarge = () => new ApiError(413, 'payload_too_large', 'Attachments are limited to 25 MiB.', undefined, { Connection: 'close' });
         const declared = Number(ctx.get('content-length') || NaN);
         if (declared > MAX_MESSAGE_BYTES) throw tooLarge();
-        let content: Buffer;
+        // The presigned size is what a valid upload holds in memory (more is refused below).
+        if (!deps.budget.take(presigned.size)) {
+          throw new ApiError(503, 'service_unavailable', 'Too many uploads are in progress; try again shortly.', undefined, { 'Retry-After': '5', Connection: 'close' });
+        }
         try {
-          content = await getRawBody(ctx.req, { limit: MAX_MESSAGE_BYTES });
-        } catch (err) {
-          if ((err as { type?: string }).type === 'entity.too.large') throw tooLarge();
-          throw new ApiError(400, 'parse_error', 'Could not read the upload body.');
+          let content: Buffer;
+          try {
+            content = await getRawBody(ctx.req, { limit: Math.min(MAX_MESSAGE_BYTES, presigned.size) });
+          } catch (err) {
+            // Read no further than the presigned size (what the budget holds for it).
+            if ((err as { type?: string }).type === 'entity.too.large') throw sizeMismatch(undefined, presigned.size);
+            throw new ApiError(400, 'parse_error', 'Could not read the upload body.');
+          }
+          if (content.length !== presigned.size) throw sizeMismatch(content.length, presigned.size);
+          await mail.completeUpload(id, presigned.identityId, content, revision);
+          ctx.body = { uuid: id, filename: presigned.filename, content_type: presigned.contentType, size: content.length, status: 'uploaded' };
+        } finally {
+          deps.budget.give(presigned.size);
         }
-        if (content.length !== presigned.size) {
-          throw new ApiError(400, 'size_mismatch', `The upload has ${content.length} bytes; ${presigned.size} were presigned.`);
-        }
-        await mail.completeUpload(id, presigned.identityId, content, revision);
-        ctx.body = { uuid: id, filename: presigned.filename, content_type: presigned.contentType, size: content.length, status: 'uploaded' };
       });
 
       r.get('/api/email-attachments/:uuid/', async (ctx) => {

@@ -18,6 +18,7 @@ import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
 import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, trimReferences } from './text.js';
+import type { BodyBudget } from './body-budget.js';
 
 /** RFC 5321 §4.5.3.1.8: at least 100 recipients must be accepted; we stop there. */
 export const MAX_RCPT = 100;
@@ -131,8 +132,8 @@ export interface SmtpListener {
   port(): number | null;
 }
 
-export function createSmtpListener(deps: { config: Config; logger: Logger; mail: MailService; blobs: BlobStore; metrics: Pick<Metrics, 'smtpMessage'> }): SmtpListener {
-  const { config, mail, blobs, metrics } = deps;
+export function createSmtpListener(deps: { config: Config; logger: Logger; mail: MailService; blobs: BlobStore; metrics: Pick<Metrics, 'smtpMessage'>; budget: BodyBudget }): SmtpListener {
+  const { config, mail, blobs, metrics, budget } = deps;
   const log = deps.logger.child({ component: 'smtp' });
   const tls = config.tls ? { key: readFileSync(config.tls.keyFile), cert: readFileSync(config.tls.certFile) } : null;
 
@@ -182,20 +183,44 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     },
 
     onData(stream: SMTPServerDataStream, session: SMTPServerSession, callback: (err?: Error | null, message?: string) => void) {
-      const chunks: Buffer[] = [];
+      let chunks: Buffer[] = [];
       let size = 0;
+      /** Bytes of the budget this message holds; null once refused for want of it (the rest is read and dropped). */
+      let held: number | null = 0;
+      const release = () => {
+        if (held) budget.give(held);
+        held = null;
+      };
       stream.on('data', (chunk: Buffer) => {
         size += chunk.length;
-        if (size <= MAX_MESSAGE_BYTES) chunks.push(chunk);
+        if (held === null || size > MAX_MESSAGE_BYTES) return;
+        if (!budget.take(chunk.length)) {
+          release();
+          chunks = [];
+          return;
+        }
+        held += chunk.length;
+        chunks.push(chunk);
       });
-      stream.on('error', (err) => callback(err));
+      stream.on('error', (err) => {
+        release();
+        callback(err);
+      });
       stream.on('end', () => {
         if (stream.sizeExceeded || size > MAX_MESSAGE_BYTES) {
+          release();
           metrics.smtpMessage('rejected');
           callback(smtpError(552, '5.3.4 Message size exceeds fixed maximum message size'));
           return;
         }
+        if (held === null) {
+          metrics.smtpMessage('failed');
+          log.warn({ size }, 'inbound message refused for now: too many bodies in memory (the sender retries)');
+          callback(smtpError(452, '4.3.1 Insufficient system resources, try again later'));
+          return;
+        }
         accept(Buffer.concat(chunks), session)
+          .finally(release)
           .then((count) => {
             metrics.smtpMessage('accepted', count);
             callback(null, `2.0.0 Ok: delivered to ${count} mailbox${count === 1 ? '' : 'es'}`);

@@ -235,6 +235,20 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     expect(parked(s)).toBe(0);
   });
 
+  it('one code parks at most two waiting polls: more are answered at once, as ordinary polls (each would hold a socket)', async () => {
+    const d = await start();
+    const t0 = Date.now();
+    const waiting = [poll(d.device_code, { wait: true }), poll(d.device_code, { wait: true })];
+    await sleep(200);
+    expect(parked(s)).toBe(2);
+    const extra = await Promise.all(Array.from({ length: 5 }, () => poll(d.device_code, { wait: true })));
+    expect(Date.now() - t0).toBeLessThan(1500); // not held for DEVICE_WAIT_MAX (2 s)
+    expect(extra.map((a) => a.body.error).sort()).toEqual(['authorization_pending', 'slow_down', 'slow_down', 'slow_down', 'slow_down']);
+    expect(parked(s)).toBe(2);
+    await deny(d.user_code);
+    expect((await Promise.all(waiting)).map((a) => a.body.error)).toEqual(['access_denied', 'access_denied']);
+  });
+
   it('a long poll whose client goes away stops waiting', async () => {
     const d = await start();
     const abort = new AbortController();

@@ -11,6 +11,7 @@ import { startTestServer, type TestServer } from '../support/server.js';
 import { openSse, type SseReader } from '../support/sse-client.js';
 import { newId, nowIso } from '../../services/kernel/ids.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
+import { FRAME_TEXT_MAX } from '../../services/events/index.js';
 
 let s: TestServer;
 let owner: { access: string };
@@ -259,20 +260,21 @@ describe('Last-Event-ID: replay from the log, then live, no gap, no duplicate', 
     expect(ids).toEqual(all.map((e) => e.position));
   }, 40_000);
 
-  it('large frames reach a reader that keeps up, live and replayed: three 1.4 MB subjects in a row, then 40 frames of 100 KB', async () => {
+  it('a frame carries at most 1,000 characters of a subject or preview, live and replayed (a megabyte subject is copied into no stream)', async () => {
     const fresh = await createIdentity(owner.access, `large-${Date.now()}`);
     const live = await stream(owner.access, fresh);
     await settle();
-    const subject = '"'.repeat(700_000); // escaped in JSON: a 1.4 MB frame
-    const [huge, huge2, huge3] = await Promise.all([email(fresh, subject), email(fresh, subject), email(fresh, subject)]);
-    const after = await sms(fresh);
-    expect((await live.frames(4, 10_000)).map((f) => f.id)).toEqual([huge, huge2, huge3, after]);
-    const many: string[] = [];
-    for (let i = 0; i < 40; i++) many.push(await email(fresh, `${i} ${'s'.repeat(100_000)}`));
-    const replay = await stream(owner.access, fresh, { 'last-event-id': '0' });
-    const frames = await replay.frames(44, 20_000);
-    expect(frames.map((f) => f.id)).toEqual([huge, huge2, huge3, after, ...many]);
-    expect(JSON.parse(frames[0].data!).subject).toHaveLength(700_000);
+    const huge = await email(fresh, `${'😀'.repeat(499)}x${'"'.repeat(700_000)}`, 'p'.repeat(5_000));
+    const after = await sms(fresh, 's'.repeat(2_000));
+    const check = (frames: { id: string | null; data?: string }[]) => {
+      expect(frames.map((f) => f.id)).toEqual([huge, after]);
+      const [mail, text] = frames.map((f) => JSON.parse(f.data!));
+      expect([mail.subject, mail.preview.length, text.preview.length]).toEqual([`${'😀'.repeat(499)}x"`, FRAME_TEXT_MAX, FRAME_TEXT_MAX]);
+    };
+    check(await live.frames(2, 10_000));
+    check(await (await stream(owner.access, fresh, { 'last-event-id': String(BigInt(huge) - 1n) })).frames(2, 10_000));
+    await email(fresh, `x${'😀'.repeat(500)}`); // a cut that would split an emoji leaves it out
+    expect(JSON.parse((await live.frames(1, 10_000))[0].data!).subject).toBe(`x${'😀'.repeat(499)}`);
   }, 40_000);
 
   it('HEAD answers the stream\'s headers and ends (it opened a stream that never ended: a request after it on the connection hung)', async () => {
@@ -445,9 +447,9 @@ describe('backpressure', () => {
     let closed = false;
     socket.on('close', () => (closed = true));
     socket.on('error', () => {});
-    const total = 200;
-    const big = 'y'.repeat(64 * 1024);
-    for (let i = 0; i < total; i++) await email(fresh, `big ${i}`, big); // ~13 MB in all
+    const total = 6000;
+    const big = 'y'.repeat(FRAME_TEXT_MAX);
+    for (let i = 0; i < total; i += 200) await Promise.all(Array.from({ length: 200 }, (_, k) => email(fresh, `${i + k} ${big}`, big))); // ~13 MB in all
     await settle(500);
     let received = '';
     socket.on('data', (c: Buffer) => (received += c.toString()));
@@ -458,4 +460,35 @@ describe('backpressure', () => {
     const frames = (received.match(/^event: email$/gm) ?? []).length;
     expect(frames).toBeLessThan(total);
   }, 30_000);
+});
+
+describe('streams per account', () => {
+  it('an account holds at most SSE_STREAMS_PER_ACCOUNT streams: one more is refused with 429 until one closes', async () => {
+    const capped = await startTestServer({ SSE_STREAMS_PER_ACCOUNT: '3' });
+    try {
+      const user = await capped.signUp();
+      const id = (await capped.api('POST', '/api/identities/', { token: user.access, body: { name: 'streams' } })).body.uuid;
+      const outsider = await capped.signUp();
+      const theirs = (await capped.api('POST', '/api/identities/', { token: outsider.access, body: { name: 'theirs' } })).body.uuid;
+      const open = (token: string, identity: string) => openSse(`${capped.url}/api/events/stream/`, { authorization: `Bearer ${token}`, 'x-service-identity': identity });
+      const held = [await open(user.access, id), await open(user.access, id), await open(user.access, id)];
+      expect(held.map((r) => r.status)).toEqual([200, 200, 200]);
+      const refused = await fetch(`${capped.url}/api/events/stream/`, { headers: { authorization: `Bearer ${user.access}`, 'x-service-identity': id } });
+      expect([refused.status, refused.headers.get('retry-after'), ((await refused.json()) as { code: string }).code]).toEqual([429, '3', 'too_many_streams']);
+      const another = await open(outsider.access, theirs); // other accounts are not held back
+      expect(another.status).toBe(200);
+      held[0].close();
+      another.close();
+      let again: SseReader | null = null;
+      for (let i = 0; i < 50 && again?.status !== 200; i++) {
+        again?.close();
+        await settle(20);
+        again = await open(user.access, id);
+      }
+      expect(again!.status).toBe(200);
+      for (const r of [...held, again!]) r.close();
+    } finally {
+      await capped.close();
+    }
+  });
 });
