@@ -125,3 +125,20 @@ export function createMemoryEventStore(): EventStore & { readonly events: readon
     async close() {},
   };
 }
+
+/** `store` counting the events read back from streams: a test shows what a check reads. */
+export function countingReads(store: EventStore): { store: EventStore; read: () => number } {
+  let read = 0;
+  const wrapped: EventStore = {
+    ...store,
+    append: store.append.bind(store),
+    readAll: store.readAll.bind(store),
+    subscribeAll: store.subscribeAll.bind(store),
+    async readStream(stream, options) {
+      const events = await store.readStream(stream, options);
+      read += events.length;
+      return events;
+    },
+  };
+  return { store: wrapped, read: () => read };
+}

@@ -1,24 +1,7 @@
 /** Commands over streams: a stream's history is read once per process, then only what is new. */
 import { execute, loadStream, event, FOLD_BUDGET, FOLDS_KEPT, FOLD_MIN_EVENTS, type Evolver } from '../../services/kernel/command.js';
-import { createMemoryEventStore } from '../support/memory-event-store.js';
-import type { EventStore } from '../../infra/ports/event-store.js';
+import { countingReads, createMemoryEventStore } from '../support/memory-event-store.js';
 
-/** Counts the events read back from streams. */
-function counting(store: EventStore) {
-  let read = 0;
-  const wrapped: EventStore = {
-    ...store,
-    append: store.append.bind(store),
-    readAll: store.readAll.bind(store),
-    subscribeAll: store.subscribeAll.bind(store),
-    async readStream(stream, options) {
-      const events = await store.readStream(stream, options);
-      read += events.length;
-      return events;
-    },
-  };
-  return { store: wrapped, read: () => read };
-}
 
 const sum: Evolver<number> = { initial: () => 0, evolve: (n, e) => n + (e.data as { n: number }).n };
 const add = (n: number) => event('Added', { n });
@@ -35,7 +18,7 @@ const name = (n: string) => event('Named', { name: n });
 describe('commands over kept folds', () => {
   it('reads a long stream once, then only the events appended since (by anyone)', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     for (let i = 0; i < 100; i++) await base.append('tally-a', [add(1)]);
     expect((await loadStream(store, 'tally-a', sum)).state).toBe(100);
     expect(read()).toBe(100);
@@ -68,7 +51,7 @@ describe('commands over kept folds', () => {
 
   it('lets the commands of an in-place evolver work on the kept state without copying it', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     await base.append('names-b', ['n0', 'n1', 'n2', 'n3'].map(name));
     copies = 0;
     for (let i = 4; i < 8; i++) {
@@ -109,7 +92,7 @@ describe('commands over kept folds', () => {
 
   it('bounds what it keeps by what the states hold', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     const weighed: Evolver<Set<string>> = { ...names, weight: (s) => s.size };
     const big = (tag: string) => Array.from({ length: FOLD_BUDGET / 2 + 1 }, (_, i) => name(`${tag}${i}`));
     await base.append('names-big1', big('a'));
@@ -126,7 +109,7 @@ describe('commands over kept folds', () => {
 
   it('keeps a state heavier than the whole budget alone, rather than fold its history for every command', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     const weighed: Evolver<Set<string>> = { ...names, weight: (s) => s.size };
     const look = (stream: string) => execute(store, stream, weighed, () => ({ events: [], result: undefined }));
     await base.append('names-small', ['a', 'b', 'c', 'd'].map(name));
@@ -143,7 +126,7 @@ describe('commands over kept folds', () => {
 
   it('reads only the last event for a state the last event says', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     const latest: Evolver<number> = { initial: () => 0, evolve: (_, e) => (e.data as { n: number }).n, lastOnly: true };
     await base.append('seq-a', Array.from({ length: 500 }, (_, i) => add(i + 1)));
     const { result } = await execute(store, 'seq-a', latest, (n) => ({ events: [add(n + 1)], result: n + 1 }));
@@ -187,7 +170,7 @@ describe('commands over kept folds', () => {
 
   it('bounds how many folds it keeps, and keeps none of streams a read finds as cheaply', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     const history = Array.from({ length: FOLD_MIN_EVENTS }, () => add(1));
     for (let i = 0; i <= FOLDS_KEPT; i++) await base.append(`tally-many${i}`, history);
     await base.append('tally-short', history.slice(1));

@@ -1,6 +1,6 @@
 /** Send limits over the outbox stream: rolling windows, sends by other processes, bounded memory. */
 import { createSendLimits } from '../../services/mail/send-limits.js';
-import { createMemoryEventStore } from '../support/memory-event-store.js';
+import { countingReads, createMemoryEventStore } from '../support/memory-event-store.js';
 import { WrongExpectedRevisionError, type EventStore } from '../../infra/ports/event-store.js';
 
 const HOUR = 3600_000;
@@ -14,22 +14,6 @@ let n = 0;
 const sent = (store: EventStore, stream: string, atMs: number) =>
   store.append(stream, [{ id: `00000000-0000-7000-8000-${String(++n).padStart(12, '0')}`, type: 'EmailQueued', data: { at: new Date(atMs).toISOString() }, metadata: {} }]);
 
-/** Counts the events the limits read, to show a check reads only what is new. */
-function counting(store: EventStore) {
-  let read = 0;
-  const wrapped: EventStore = {
-    ...store,
-    append: store.append.bind(store),
-    readAll: store.readAll.bind(store),
-    subscribeAll: store.subscribeAll.bind(store),
-    async readStream(stream, options) {
-      const events = await store.readStream(stream, options);
-      read += events.length;
-      return events;
-    },
-  };
-  return { store: wrapped, read: () => read };
-}
 
 describe('send limits', () => {
   it('counts each window over the sends inside it, and says when the oldest counted one leaves', async () => {
@@ -49,7 +33,7 @@ describe('send limits', () => {
 
   it('sees sends appended by another process, reading only what is new', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     const limits = createSendLimits({ events: store, windows: [{ limit: 100, ms: DAY, label: 'day' }] });
     for (let i = 0; i < 50; i++) await sent(base, 'outbox-b', now - i * 60_000);
     await limits.check('outbox-b', now); // first check: the newest (up to 100) sends
@@ -74,7 +58,7 @@ describe('send limits', () => {
 
   it('holds a bounded number of streams and reads a dropped one back in full', async () => {
     const base = createMemoryEventStore();
-    const { store, read } = counting(base);
+    const { store, read } = countingReads(base);
     const limits = createSendLimits({ events: store, windows, held: 2 });
     for (const s of ['outbox-d', 'outbox-e', 'outbox-f']) {
       await sent(base, s, now);
