@@ -123,10 +123,10 @@ export function createDeviceService(deps: DeviceServiceDeps) {
     for (const fn of set) fn();
   }
 
-  /** Parks until the authorization settles, `ms` passes, the client goes away or the service stops. */
   /** Waiting polls one device code may have parked at once (see poll). */
   const WAITERS_PER_CODE = 2;
 
+  /** Parks until the authorization settles, `ms` passes, the client goes away or the service stops. */
   function park(id: string, ms: number, abort: AbortSignal | undefined): { promise: Promise<void>; cancel: () => void } {
     let done!: () => void;
     const promise = new Promise<void>((resolve) => (done = resolve));

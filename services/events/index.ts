@@ -129,6 +129,10 @@ export const eventsContext: ContextFactory = (shared) => {
       return;
     }
 
+    // Gone during the checks above: its 'close' came before anyone listened, and a stream
+    // registered now would be counted against the account for good.
+    if (SseConnection.gone(ctx)) return;
+
     let lastSent: string | null = after;
     let held: RecordedEvent[] | null = after === null ? null : []; // non-null while replaying
 

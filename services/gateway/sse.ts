@@ -40,6 +40,11 @@ export class SseConnection {
     res.once('close', () => this.#finish());
   }
 
+  /** Whether the client went away before the stream opened (its 'close' already came). */
+  static gone(ctx: Context): boolean {
+    return ctx.req.socket.destroyed || ctx.res.destroyed;
+  }
+
   /** Takes the response over from Koa and sends the headers and the `retry:` line. */
   static open(ctx: Context, options: SseOptions): SseConnection {
     ctx.respond = false;

@@ -116,6 +116,12 @@ interface KeptFold {
 class KeptFolds {
   private readonly kept = new Map<string, KeptFold>();
   private weight = 0;
+  /**
+   * The last fold heavier than the whole budget, kept outside it: its commands fold it whole
+   * anyway, so keeping it takes no memory they would not take again, and spares them its
+   * history (in the budget it would push out every other fold, and then be pushed out).
+   */
+  private heavy: { stream: string; kept: KeptFold } | null = null;
 
   /** The kept fold, no longer kept (a command of an in-place evolver holds it). */
   take<S>(stream: string, evolver: Evolver<S>): StreamState<S> | undefined {
@@ -125,6 +131,7 @@ class KeptFolds {
   }
 
   get<S>(stream: string, evolver: Evolver<S>): StreamState<S> | undefined {
+    if (this.heavy?.stream === stream) return this.heavy.kept.evolver === evolver ? this.heavy.kept.fold : undefined;
     const k = this.kept.get(stream);
     if (!k || k.evolver !== evolver) return undefined;
     this.kept.delete(stream); // to the young end
@@ -136,17 +143,20 @@ class KeptFolds {
     this.drop(stream);
     if (fold.revision + 1 < FOLD_MIN_EVENTS || evolver.lastOnly) return;
     const weight = Math.max(1, evolver.weight?.(fold.state) ?? 1);
+    if (weight > FOLD_BUDGET) {
+      this.heavy = { stream, kept: { evolver, fold, weight } };
+      return;
+    }
     this.kept.set(stream, { evolver, fold, weight });
     this.weight += weight;
-    // One heavier than the whole budget is kept alone: its commands fold it whole anyway, so
-    // keeping it takes no memory they would not take again, and spares them its history.
     for (const [oldest] of this.kept) {
-      if ((this.weight <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) || oldest === stream) break;
+      if (this.weight <= FOLD_BUDGET && this.kept.size <= FOLDS_KEPT) break;
       this.drop(oldest);
     }
   }
 
   private drop(stream: string): void {
+    if (this.heavy?.stream === stream) this.heavy = null;
     const k = this.kept.get(stream);
     if (!k) return;
     this.kept.delete(stream);

@@ -2,7 +2,6 @@
 import type Router from '@koa/router';
 import { pipeline, Transform } from 'node:stream';
 import type { Context } from 'koa';
-import getRawBody from 'raw-body';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, markOnOpen, pageParams, queryFlag, queryParam, sendPage } from '../gateway/http.js';
@@ -101,6 +100,8 @@ const without = (list: EmailAddress[], exclude: string[]) => {
 export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: Config; budget: BodyBudget; auth: () => Authenticator }): HttpModule {
   const { mail, blobs, config } = deps;
   const { threads, messages, attachments } = mail.collections;
+  /** Attachments whose upload is being read in this process. */
+  const uploading = new Set<string>();
 
   /** PUBLIC_URL, or the request's own origin when PUBLIC_URL names an ephemeral port 0 (tests). */
   const baseUrl = (ctx: Context) => (/:0$/.test(config.publicUrl) ? `${ctx.protocol}://${ctx.host}` : config.publicUrl);
@@ -363,24 +364,34 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const tooLarge = () => new ApiError(413, 'payload_too_large', 'Attachments are limited to 25 MiB.', undefined, { Connection: 'close' });
         const declared = Number(ctx.get('content-length') || NaN);
         if (declared > MAX_MESSAGE_BYTES) throw tooLarge();
-        // The presigned size is what a valid upload holds in memory (more is refused below).
-        if (!deps.budget.take(presigned.size)) {
-          throw new ApiError(503, 'service_unavailable', 'Too many uploads are in progress; try again shortly.', undefined, { 'Retry-After': '5', Connection: 'close' });
-        }
+        if (Number.isFinite(declared) && declared !== presigned.size) throw sizeMismatch(declared, presigned.size);
+        // One upload of an attachment at a time: a second would read (and hold) the same bytes again.
+        if (uploading.has(id)) throw new ApiError(409, 'upload_in_progress', 'This attachment is being uploaded by another request.');
+        uploading.add(id);
+        const holder = `upload:${presigned.identityId}`;
+        let held = 0;
         try {
-          let content: Buffer;
+          const chunks: Buffer[] = [];
           try {
-            content = await getRawBody(ctx.req, { limit: Math.min(MAX_MESSAGE_BYTES, presigned.size) });
+            // Read no further than the presigned size, taking the body budget as bytes arrive.
+            for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+              if (held + chunk.length > presigned.size) throw sizeMismatch(undefined, presigned.size);
+              if (!deps.budget.take(chunk.length, holder)) {
+                throw new ApiError(503, 'service_unavailable', 'Too many uploads are in progress; try again shortly.', undefined, { 'Retry-After': '5', Connection: 'close' });
+              }
+              held += chunk.length;
+              chunks.push(chunk);
+            }
           } catch (err) {
-            // Read no further than the presigned size (what the budget holds for it).
-            if ((err as { type?: string }).type === 'entity.too.large') throw sizeMismatch(undefined, presigned.size);
+            if (err instanceof ApiError) throw err;
             throw new ApiError(400, 'parse_error', 'Could not read the upload body.');
           }
-          if (content.length !== presigned.size) throw sizeMismatch(content.length, presigned.size);
-          await mail.completeUpload(id, presigned.identityId, content, revision);
-          ctx.body = { uuid: id, filename: presigned.filename, content_type: presigned.contentType, size: content.length, status: 'uploaded' };
+          if (held !== presigned.size) throw sizeMismatch(held, presigned.size);
+          await mail.completeUpload(id, presigned.identityId, Buffer.concat(chunks), revision);
+          ctx.body = { uuid: id, filename: presigned.filename, content_type: presigned.contentType, size: held, status: 'uploaded' };
         } finally {
-          deps.budget.give(presigned.size);
+          deps.budget.give(held, holder);
+          uploading.delete(id);
         }
       });
 

@@ -47,6 +47,8 @@ import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index
 export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
 /** How long compose waits for the outcome of mail that stays within MAIL_DOMAIN. */
 const INTERNAL_DELIVERY_WAIT_MS = 2_000;
+/** Messages one read-marking event names at most (about 100 bytes each). */
+const MARKED_PER_EVENT = 1000;
 /** Lifetime of a presigned upload URL. */
 export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
 /** How long an uploaded attachment may be used in a compose request. */
@@ -419,10 +421,13 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   /** Marks inbound messages read or unread; messages already in that state are left out. */
   async function markRead(identityId: string, docs: MessageDoc[], read: boolean, now = nowIso()): Promise<void> {
     const changed = docs.filter((m) => m.identityId === identityId && m.direction === 'inbound' && m.read !== read);
-    if (!changed.length) return;
-    const data: EmailMarkedData = { identityId, messages: changed.map((m) => ({ messageId: m.id, threadId: m.threadId })), at: now };
-    const append = await events.append(mailboxStream(identityId), [event(read ? EMAIL_MARKED_READ : EMAIL_MARKED_UNREAD, data)]);
-    await settle(append.position);
+    // A thread opened with thousands unread: events of a bounded size (EventStoreDB refuses appends over 1 MiB).
+    let position: string | null = null;
+    for (let i = 0; i < changed.length; i += MARKED_PER_EVENT) {
+      const data: EmailMarkedData = { identityId, messages: changed.slice(i, i + MARKED_PER_EVENT).map((m) => ({ messageId: m.id, threadId: m.threadId })), at: now };
+      position = (await events.append(mailboxStream(identityId), [event(read ? EMAIL_MARKED_READ : EMAIL_MARKED_UNREAD, data)])).position;
+    }
+    if (position) await settle(position);
   }
 
   // ---- attachments -------------------------------------------------------------------

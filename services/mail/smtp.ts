@@ -187,14 +187,15 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       let size = 0;
       /** Bytes of the budget this message holds; null once refused for want of it (the rest is read and dropped). */
       let held: number | null = 0;
+      const holder = `smtp:${session.remoteAddress}`;
       const release = () => {
-        if (held) budget.give(held);
+        if (held) budget.give(held, holder);
         held = null;
       };
       stream.on('data', (chunk: Buffer) => {
         size += chunk.length;
         if (held === null || size > MAX_MESSAGE_BYTES) return;
-        if (!budget.take(chunk.length)) {
+        if (!budget.take(chunk.length, holder)) {
           release();
           chunks = [];
           return;

@@ -491,4 +491,30 @@ describe('streams per account', () => {
       await capped.close();
     }
   });
+
+  it('a client gone while its stream was being opened is not counted against the account', async () => {
+    const capped = await startTestServer({ SSE_STREAMS_PER_ACCOUNT: '2' });
+    try {
+      const user = await capped.signUp();
+      const id = (await capped.api('POST', '/api/identities/', { token: user.access, body: { name: 'streams' } })).body.uuid;
+      const basic = Buffer.from(`${user.user.username}:${user.password}`).toString('base64');
+      const { port } = new URL(capped.url);
+      // HTTP basic: the password check (Argon2) keeps the request in its checks while the client leaves.
+      for (let i = 0; i < 10; i++) {
+        const socket = net.connect(Number(port), '127.0.0.1');
+        socket.on('error', () => {});
+        await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+        socket.write(`GET /api/events/stream/ HTTP/1.1\r\nHost: x\r\nAuthorization: Basic ${basic}\r\nX-Service-Identity: ${id}\r\n\r\n`);
+        await settle(5);
+        socket.destroy();
+      }
+      await settle(500);
+      const open = () => openSse(`${capped.url}/api/events/stream/`, { authorization: `Bearer ${user.access}`, 'x-service-identity': id });
+      const both = [await open(), await open()];
+      expect(both.map((r) => r.status)).toEqual([200, 200]);
+      for (const r of both) r.close();
+    } finally {
+      await capped.close();
+    }
+  });
 });
