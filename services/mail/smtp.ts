@@ -19,6 +19,7 @@ import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailServic
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
 import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, trimReferences } from './text.js';
 import type { BodyBudget } from './body-budget.js';
+import { throttleAddress } from '../kernel/client-address.js';
 
 /** RFC 5321 §4.5.3.1.8: at least 100 recipients must be accepted; we stop there. */
 export const MAX_RCPT = 100;
@@ -187,7 +188,7 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       let size = 0;
       /** Bytes of the budget this message holds; null once refused for want of it (the rest is read and dropped). */
       let held: number | null = 0;
-      const holder = `smtp:${session.remoteAddress}`;
+      const holder = `smtp:${throttleAddress(session.remoteAddress)}`; // an IPv6 client by its /64
       const release = () => {
         if (held) budget.give(held, holder);
         held = null;
