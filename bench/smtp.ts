@@ -32,6 +32,8 @@ const COMPOSERS = 16;
 /** BENCH_SMTP_BODY_BYTES: pads each inbound message's text body to about this size (default: two short lines). */
 const BODY_BYTES = Number(process.env.BENCH_SMTP_BODY_BYTES ?? 0);
 const PADDING = BODY_BYTES > 0 ? padding(BODY_BYTES) : [];
+/** BENCH_SMTP_WARMUP: seconds of unmeasured load before each measured one of the `smtp` section. */
+const WARMUP = Number(process.env.BENCH_SMTP_WARMUP ?? DURATION);
 
 /** Lines of plain prose (76 characters each, as mail is usually wrapped) adding up to about `bytes`. */
 function padding(bytes: number): string[] {
@@ -115,12 +117,12 @@ function message(to: string, c: number, i: number): string {
 }
 
 /**
- * Sends messages on `connections` connections for DURATION seconds; returns messages/s, the
+ * Sends messages on `connections` connections for `seconds`; returns messages/s, the
  * DATA→250 p99, and the CPU time per message of the server (process `pid`, all threads) and
  * of this client: on a 2-core machine the three compete, so CPU per message is what bounds
  * a rate.
  */
-export async function blast(port: number, recipients: string[], pid: number): Promise<{ rate: number; p99: number; sent: number; serverCpu: number; clientCpu: number; threads: string }> {
+export async function blast(port: number, recipients: string[], pid: number, seconds = DURATION): Promise<{ rate: number; p99: number; sent: number; serverCpu: number; clientCpu: number; threads: string }> {
   const conns = await Promise.all(Array.from({ length: CONNECTIONS }, () => SmtpConn.open(port)));
   const waits: number[] = [];
   let sent = 0;
@@ -128,7 +130,7 @@ export async function blast(port: number, recipients: string[], pid: number): Pr
   const threads0 = threadCpuMicros(pid);
   const client0 = process.cpuUsage();
   const start = performance.now();
-  const end = start + DURATION * 1000;
+  const end = start + seconds * 1000;
   await Promise.all(
     conns.map(async (conn, c) => {
       const to = recipients[c % recipients.length];
@@ -157,6 +159,17 @@ export async function blast(port: number, recipients: string[], pid: number): Pr
   return { rate: sent / elapsed, p99: quantile(waits, 0.99), sent, serverCpu, clientCpu: (client.user + client.system) / sent, threads };
 }
 
+/**
+ * {@link blast} after an unmeasured warm-up of the same load (BENCH_SMTP_WARMUP seconds,
+ * default BENCH_SECONDS): every server is measured in its steady state, not while V8 still
+ * compiles its hot paths (on a fresh service, optimising compilation alone took a third of
+ * the CPU of a cold 5-second load; the sink, with far less code, warms up within a second).
+ */
+async function warmBlast(port: number, recipients: string[], pid: number) {
+  if (WARMUP > 0) await blast(port, recipients, pid, WARMUP);
+  return blast(port, recipients, pid);
+}
+
 const cpuNote = (r: { serverCpu: number; clientCpu: number; threads: string }) =>
   `CPU/msg: server ${Math.round(r.serverCpu)} µs (by thread: ${r.threads}), client ${Math.round(r.clientCpu)} µs`;
 
@@ -166,7 +179,7 @@ const cpuNote = (r: { serverCpu: number; clientCpu: number; threads: string }) =
  * its fdatasync, group-committed (the messages arriving during one fdatasync share the
  * next) — the least a durable MX must do, without the event log, blobs or read models.
  */
-async function sink(durable = false): Promise<{ port: number; pid: number; stop: () => Promise<void> }> {
+export async function sink(durable = false): Promise<{ port: number; pid: number; stop: () => Promise<void> }> {
   const port = await freePort();
   const file = durable ? path.join(mkdtempSync(path.join(os.tmpdir(), 'ais-bench-sink-')), 'spool') : '';
   const code = `
@@ -287,11 +300,11 @@ async function nodemailerBaseline(relayPort: number, n: number): Promise<number>
 export async function smtpSection(): Promise<void> {
   const boxes = Array.from({ length: INBOXES }, (_, i) => `box${i}@agents.localhost`);
   const noop = await sink();
-  const base = await blast(noop.port, boxes, noop.pid);
+  const base = await warmBlast(noop.port, boxes, noop.pid);
   await noop.stop();
   row(`no-op smtp-server + mailparser sink, ${CONNECTIONS} connections${BODY_BYTES ? `, ~${BODY_BYTES} B bodies` : ''} (baseline)`, `${fmt(base.rate)} msg/s`, `p99 ${ms(base.p99)}`, '100%', cpuNote(base));
   const spool = await sink(true);
-  const durable = await blast(spool.port, boxes, spool.pid);
+  const durable = await warmBlast(spool.port, boxes, spool.pid);
   await spool.stop();
   row(`the same sink + group-committed fdatasync'd spool (reference)`, `${fmt(durable.rate)} msg/s`, `p99 ${ms(durable.p99)}`, pct(durable.rate, base.rate), cpuNote(durable));
 
@@ -301,7 +314,7 @@ export async function smtpSection(): Promise<void> {
     const { key } = await account(svc.url);
     const inboxes: { uuid: string; inbox: string }[] = [];
     for (let i = 0; i < INBOXES; i++) inboxes.push(await api(svc.url, 'POST', '/api/identities/', { token: key, body: { name: `inbox ${i}` } }));
-    const inbound = await blast(
+    const inbound = await warmBlast(
       smtpPort,
       inboxes.map((x) => x.inbox),
       svc.pid,

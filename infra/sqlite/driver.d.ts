@@ -32,6 +32,8 @@ export interface Database {
   /** Runs one or more SQL statements (no parameters, no results). */
   exec(sql: string): void;
   prepare(sql: string): Statement;
+  /** The prepared statement for `sql`, prepared once and kept (at most STATEMENTS_KEPT, least recently used out first). */
+  statement(sql: string): Statement;
   /** Runs `PRAGMA <text>`; returns the first column of its first row, or undefined. */
   pragma(text: string): unknown;
   /**
@@ -49,3 +51,9 @@ export interface Database {
 export const driverName: 'node:sqlite' | 'better-sqlite3';
 
 export function openDatabase(file: string, options?: OpenOptions): Database;
+
+/** How many prepared statements a connection keeps for `statement`. */
+export const STATEMENTS_KEPT: number;
+
+/** ` LIMIT <count>` with the count written in (a bound LIMIT re-prepares the statement on every run); negative: no limit. */
+export function limitSql(count: number): string;

@@ -152,9 +152,30 @@ function openBetterSqlite3(file, options) {
   };
 }
 
+/**
+ * Prepared statements a connection keeps for reuse ({@link wrap}'s `statement`), least recently
+ * used out first: SQL texts differ by their query shape and by the literal LIMITs written into
+ * them (a client's page size), so they must not pile up.
+ */
+export const STATEMENTS_KEPT = 500;
+
+/**
+ * A LIMIT clause with its count written in: SQLite (3.47 and later) reads a LIMIT that is a bound
+ * parameter while planning and marks the statement expired whenever that parameter is bound
+ * again, so `LIMIT ?` re-prepared the whole statement on every run (about half of a point
+ * query's cost). Negative: no limit. Only safe integers are written.
+ * @param {number} count
+ */
+export function limitSql(count) {
+  if (!Number.isSafeInteger(count)) throw new Error(`invalid LIMIT: ${count}`);
+  return ` LIMIT ${count}`;
+}
+
 /** The driver-independent part: transactions, pragmas, idempotent close. @param {Connection} conn */
 function wrap(conn) {
   let depth = 0; // savepoints currently open inside the outer transaction
+  /** @type {Map<string, Statement>} the kept statements, least recently used first */
+  const kept = new Map();
   /** @type {Map<string, Statement>} */
   const control = new Map();
   /** Transaction control statements, prepared once each. @param {string} sql */
@@ -172,6 +193,22 @@ function wrap(conn) {
     /** @param {string} sql @returns {Statement} */
     prepare(sql) {
       return conn.prepare(sql);
+    },
+    /**
+     * The prepared statement for `sql`, prepared once and kept (at most {@link STATEMENTS_KEPT}
+     * per connection, least recently used out first).
+     * @param {string} sql @returns {Statement}
+     */
+    statement(sql) {
+      let stmt = kept.get(sql);
+      if (stmt) {
+        kept.delete(sql); // to the recent end
+      } else {
+        stmt = conn.prepare(sql);
+        if (kept.size >= STATEMENTS_KEPT) kept.delete(/** @type {string} */ (kept.keys().next().value));
+      }
+      kept.set(sql, stmt);
+      return stmt;
     },
     /**
      * Runs `PRAGMA <text>` and returns the first column of the first row it yields

@@ -20,7 +20,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { openDatabase, type Database, type Statement } from './driver.js';
+import { limitSql, openDatabase, type Database, type Statement } from './driver.js';
 import {
   comparePositions,
   EventStoreUnavailableError,
@@ -168,7 +168,6 @@ class SqliteStore implements SqliteEventStore {
   private writerExitExpected = false;
   private readonly counters: SqliteEventStoreStats = { batches: 0, appends: 0 };
   private readonly fanout = new Fanout();
-  private readonly statements = new Map<string, Statement>();
 
   constructor(
     private readonly worker: Worker,
@@ -291,12 +290,11 @@ class SqliteStore implements SqliteEventStore {
     const rows =
       options.direction === 'backwards'
         ? // Backwards, fromRevision is where reading starts going down (default: the end).
-          this.statement(
-            `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision <= ? ORDER BY revision DESC LIMIT ?`,
-          ).all(stream, options.fromRevision ?? Number.MAX_SAFE_INTEGER, limit)
-        : this.statement(
-            `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision ASC LIMIT ?`,
-          ).all(stream, options.fromRevision ?? 0, limit);
+          this.statement(`SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision <= ? ORDER BY revision DESC${limitSql(limit)}`).all(
+            stream,
+            options.fromRevision ?? Number.MAX_SAFE_INTEGER,
+          )
+        : this.statement(`SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision ASC${limitSql(limit)}`).all(stream, options.fromRevision ?? 0);
     return (rows as Row[]).map(fromRow);
   }
 
@@ -334,8 +332,7 @@ class SqliteStore implements SqliteEventStore {
       where.push('type IN (SELECT value FROM json_each(?))');
       params.push(JSON.stringify(filter.eventTypes));
     }
-    params.push(limit);
-    const sql = `SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`;
+    const sql = `SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position${limitSql(limit)}`;
     return (this.statement(sql).all(...params) as Row[]).map(fromRow);
   }
 
@@ -347,10 +344,10 @@ class SqliteStore implements SqliteEventStore {
    */
   private readStreamsNow(streams: string[], after: number, limit: number, types: string[] | undefined): RecordedEvent[] {
     // `+type`: filtered per row, never the index to walk.
-    const sql = `SELECT ${COLUMNS} FROM events WHERE stream = ? AND position > ?${types ? ' AND +type IN (SELECT value FROM json_each(?))' : ''} ORDER BY position LIMIT ?`;
+    const sql = `SELECT ${COLUMNS} FROM events WHERE stream = ? AND position > ?${types ? ' AND +type IN (SELECT value FROM json_each(?))' : ''} ORDER BY position${limitSql(limit)}`;
     const statement = this.statement(sql);
     const rows: Row[] = [];
-    for (const stream of new Set(streams)) rows.push(...((types ? statement.all(stream, after, JSON.stringify(types), limit) : statement.all(stream, after, limit)) as Row[]));
+    for (const stream of new Set(streams)) rows.push(...((types ? statement.all(stream, after, JSON.stringify(types)) : statement.all(stream, after)) as Row[]));
     rows.sort((a, b) => a.position - b.position);
     return (limit < 0 ? rows : rows.slice(0, limit)).map(fromRow); // -1: no limit
   }
@@ -362,12 +359,7 @@ class SqliteStore implements SqliteEventStore {
 
   private statement(sql: string): Statement {
     if (this.readerClosed) throw new EventStoreUnavailableError('event store is closed');
-    let stmt = this.statements.get(sql);
-    if (!stmt) {
-      stmt = this.reader.prepare(sql);
-      this.statements.set(sql, stmt);
-    }
-    return stmt;
+    return this.reader.statement(sql);
   }
 
   // ----- subscriptions -------------------------------------------------------------------

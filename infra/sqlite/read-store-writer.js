@@ -42,17 +42,8 @@ function comparePositions(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-/** @type {Map<string, import('./driver.js').Statement>} */
-const statements = new Map();
 /** @param {string} sql */
-function prepare(sql) {
-  let statement = statements.get(sql);
-  if (!statement) {
-    statement = db.prepare(sql);
-    statements.set(sql, statement);
-  }
-  return statement;
-}
+const prepare = (sql) => db.statement(sql);
 
 const created = new Set();
 /** @param {string} table quoted name */

@@ -28,7 +28,7 @@
  * cache: its writes happen in another process, which no local counter can see.
  */
 import { Worker } from 'node:worker_threads';
-import { openDatabase, type Statement } from './driver.js';
+import { limitSql, openDatabase, type Statement } from './driver.js';
 import type {
   Collection,
   CollectionSpec,
@@ -324,16 +324,8 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
   // The leading underscore keeps it out of the collection namespace.
   db.exec('CREATE TABLE IF NOT EXISTS _checkpoints (projection TEXT PRIMARY KEY, position TEXT NOT NULL)');
 
-  // One prepared statement per distinct SQL text, i.e. per query shape.
-  const statements = new Map<string, Statement>();
-  function prepare(sql: string): Statement {
-    let statement = statements.get(sql);
-    if (!statement) {
-      statement = db.prepare(sql);
-      statements.set(sql, statement);
-    }
-    return statement;
-  }
+  // One prepared statement per distinct SQL text: a query shape and its page size.
+  const prepare = (sql: string): Statement => db.statement(sql);
 
   const tables = new Set<string>();
   /** Quoted table name; the table is created on first use so reads never hit a missing table. */
@@ -422,16 +414,16 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
     }
     const where = (extra: string[]) => (extra.length ? ` WHERE ${extra.join(' AND ')}` : '');
     const order = ` ORDER BY ${sort} ${dir}${field === 'id' ? '' : `, id ${dir}`}`;
-    const sql = `SELECT id, doc, ${sort} AS s FROM ${table(name)}${where(clauses)}${order}${limit === undefined ? '' : ' LIMIT ?'}`;
+    // One extra row tells whether more remain.
+    const sql = `SELECT id, doc, ${sort} AS s FROM ${table(name)}${where(clauses)}${order}${limit === undefined ? '' : limitSql(limit + 1)}`;
     const baseParams = params.slice(0, params.length - (nullsAfter ? 3 : 0));
-    if (limit !== undefined) params.push(limit + 1); // one extra row tells whether more remain
 
     const rows = prepare(sql).all(...params) as Row[];
     if (nullsAfter && (limit === undefined || rows.length <= limit)) {
       // The walk went past the last sort value: the rows without one follow, by id.
       const nullClauses = [...clauses.slice(0, -1), `${sort} IS NULL`];
-      const rest = limit === undefined ? [] : [limit + 1 - rows.length];
-      rows.push(...(prepare(`SELECT id, doc, ${sort} AS s FROM ${table(name)}${where(nullClauses)}${order}${limit === undefined ? '' : ' LIMIT ?'}`).all(...baseParams, ...rest) as Row[]));
+      const rest = limit === undefined ? '' : limitSql(limit + 1 - rows.length);
+      rows.push(...(prepare(`SELECT id, doc, ${sort} AS s FROM ${table(name)}${where(nullClauses)}${order}${rest}`).all(...baseParams) as Row[]));
     }
     const more = limit !== undefined && rows.length > limit;
     const pageRows = more ? rows.slice(0, limit) : rows;

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { driverName, openDatabase, type Database } from '../../infra/sqlite/driver.js';
+import { driverName, limitSql, openDatabase, STATEMENTS_KEPT, type Database } from '../../infra/sqlite/driver.js';
 
 let dir: string;
 let db: Database;
@@ -48,6 +48,24 @@ it('should bind numbers as REAL and BigInts as INTEGER in both drivers', () => {
   db.prepare('INSERT INTO t (k, v) VALUES (?, ?)').run('a', 7);
   expect({ ...(db.prepare('SELECT typeof(v) AS type, v FROM t').get() as object) }).toEqual({ type: 'integer', v: 7 });
   expect(db.prepare('SELECT id FROM t WHERE v = ?').get(7)).toBeDefined();
+});
+
+it('should keep prepared statements by their SQL, the least recently used given up first', () => {
+  const first = db.statement('SELECT 1 AS x');
+  expect(db.statement('SELECT 1 AS x')).toBe(first);
+  for (let i = 0; i < STATEMENTS_KEPT - 1; i++) db.statement(`SELECT ${i + 2} AS x`);
+  expect(db.statement('SELECT 1 AS x')).toBe(first); // used again: now the most recent
+  db.statement('SELECT -1 AS x'); // one over: the least recent (SELECT 2) goes
+  expect(db.statement('SELECT 1 AS x')).toBe(first);
+  const second = db.statement('SELECT 2 AS x');
+  expect({ ...(second.get() as object) }).toEqual({ x: 2 });
+});
+
+it('should write a LIMIT count into the SQL, refusing anything but a safe integer', () => {
+  for (const k of ['a', 'b', 'c']) db.prepare('INSERT INTO t (k) VALUES (?)').run(k);
+  expect(db.statement(`SELECT k FROM t ORDER BY id${limitSql(2)}`).all().map((r) => (r as { k: string }).k)).toEqual(['a', 'b']);
+  expect(db.statement(`SELECT k FROM t ORDER BY id${limitSql(-1)}`).all()).toHaveLength(3); // no limit
+  for (const bad of [1.5, NaN, Infinity, 2 ** 53]) expect(() => limitSql(bad)).toThrow(/invalid LIMIT/);
 });
 
 it('should run pragmas and return the first value they yield', () => {
