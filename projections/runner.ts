@@ -1,17 +1,19 @@
 /**
  * Runs every projection off one catch-up subscription to the event store.
  *
- * Per event, each projection that has not seen it yet and reads its type names the
- * documents it touches; the runner loads them (pending in-batch version first, then the
- * read store), evolves them, and keeps the results in a per-projection overlay. When the
- * subscription has nothing more immediately available (next macrotask) or a batch reaches
- * {@link MAX_BATCH} events, each projection's overlay is committed together with its
- * checkpoint in one read-store transaction. Busy catch-up thus costs one transaction per
- * batch, while an idle service sees its write in the read model within a macrotask.
+ * Events are gathered into a batch until the subscription has nothing more immediately
+ * available (next macrotask) or the batch reaches {@link MAX_BATCH} events. Then, per event,
+ * each projection that has not seen it yet and reads its type names the documents it
+ * touches; the runner reads every one of them not already pending in one read per
+ * collection (a batch of inbound mail read its new documents one query each before),
+ * evolves them in log order, and keeps the results in a per-projection overlay, committed
+ * together with the projection's checkpoint in one read-store transaction. Busy catch-up
+ * thus costs one transaction per batch, while an idle service sees its write in the read
+ * model within a macrotask.
  */
 import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../infra/ports/event-store.js';
 import type { Change, Doc, ReadStore } from '../infra/ports/read-store.js';
-import type { Projection } from './projection.js';
+import type { DocUpdate, Projection } from './projection.js';
 import type { EventFeed } from '../infra/ports/event-feed.js';
 import { isStorageFault } from '../services/kernel/faults.js';
 
@@ -164,6 +166,8 @@ export function createProjectionRunner(deps: {
   let seen: string | null = null; // last event processed, maybe not yet committed
   let processed: string | null = null; // last event processed and committed by all
   let pendingEvents = 0;
+  /** Events received and not yet processed (the batch being gathered). */
+  let gathered: RecordedEvent[] = [];
   let flushTimer: NodeJS.Immediate | null = null;
   const waiters = new Set<Waiter>();
 
@@ -184,44 +188,82 @@ export function createProjectionRunner(deps: {
     return run;
   }
 
-  async function applyEvent(state: ProjectionState, event: RecordedEvent): Promise<void> {
-    for (const update of state.projection.apply(event)) {
-      if (!state.collections.has(update.collection)) {
-        // Rebuild resets only declared collections; writing elsewhere would leave stale docs.
-        throw new Error(`writes to undeclared collection ${update.collection}`);
-      }
-      const key = `${update.collection}\0${update.id}`;
-      const current = state.overlay.has(key)
-        ? state.overlay.get(key)!.doc
-        : await readStore.collection(update.collection).get(update.id);
-      const next = update.evolve(current);
-      if (next === current) continue; // unchanged by contract
-      if (next && next.id !== update.id) throw new Error(`evolve of ${update.collection}/${update.id} returned id ${String(next.id)}`);
-      state.overlay.set(key, { collection: update.collection, id: update.id, doc: next as Doc | null });
-      state.lastChange = event.position;
-    }
+  const overlayKey = (collection: string, id: string) => `${collection}\0${id}`;
+
+  function projectionFailed(state: ProjectionState, event: RecordedEvent, error: unknown): ProjectionFailedError {
+    return new ProjectionFailedError(
+      `projection ${state.projection.name} failed on ${event.type} at ${event.position}: ${(error as Error)?.message ?? String(error)}`,
+      state.projection.name,
+      { type: event.type, position: event.position, stream: event.stream },
+      { cause: error },
+    );
   }
 
-  async function processEvent(event: RecordedEvent): Promise<void> {
-    for (const state of states) {
-      if (comparePositions(event.position, state.position) <= 0) continue; // already has it (replay)
-      if (state.types.has(event.type)) {
-        try {
-          await applyEvent(state, event);
-        } catch (error) {
-          throw new ProjectionFailedError(
-            `projection ${state.projection.name} failed on ${event.type} at ${event.position}: ${(error as Error)?.message ?? String(error)}`,
-            state.projection.name,
-            { type: event.type, position: event.position, stream: event.stream },
-            { cause: error },
-          );
+  /** One event's updates for one projection, waiting for their documents. */
+  interface Pending {
+    state: ProjectionState;
+    event: RecordedEvent;
+    updates: DocUpdate[];
+  }
+
+  /**
+   * Processes the gathered events: every projection's updates are named first, the documents
+   * they touch that no pending write holds are read (one read per collection), then they
+   * evolve in log order into the overlays.
+   */
+  async function processGathered(): Promise<void> {
+    if (!gathered.length) return;
+    const events = gathered;
+    gathered = [];
+    const work: Pending[] = [];
+    const wanted = new Map<string, Set<string>>(); // collection → ids no overlay holds
+    for (const event of events) {
+      for (const state of states) {
+        if (comparePositions(event.position, state.position) <= 0) continue; // already has it (replay)
+        if (state.types.has(event.type)) {
+          let updates: DocUpdate[];
+          try {
+            updates = state.projection.apply(event);
+            for (const update of updates) {
+              // Rebuild resets only declared collections; writing elsewhere would leave stale docs.
+              if (!state.collections.has(update.collection)) throw new Error(`writes to undeclared collection ${update.collection}`);
+              if (state.overlay.has(overlayKey(update.collection, update.id))) continue;
+              let ids = wanted.get(update.collection);
+              if (!ids) wanted.set(update.collection, (ids = new Set()));
+              ids.add(update.id);
+            }
+          } catch (error) {
+            throw projectionFailed(state, event, error);
+          }
+          work.push({ state, event, updates });
         }
+        state.position = event.position;
+        state.sinceCommit += 1;
       }
-      state.position = event.position;
-      state.sinceCommit += 1;
+      seen = event.position;
+      pendingEvents += 1;
     }
-    seen = event.position;
-    pendingEvents += 1;
+    const stored = new Map<string, Doc | null>();
+    for (const [collection, ids] of wanted) {
+      const list = [...ids];
+      const docs = await readStore.collection(collection).getMany(list);
+      list.forEach((id, i) => stored.set(overlayKey(collection, id), docs[i]));
+    }
+    for (const { state, event, updates } of work) {
+      try {
+        for (const update of updates) {
+          const key = overlayKey(update.collection, update.id);
+          const current = state.overlay.has(key) ? state.overlay.get(key)!.doc : (stored.get(key) ?? null);
+          const next = update.evolve(current);
+          if (next === current) continue; // unchanged by contract
+          if (next && next.id !== update.id) throw new Error(`evolve of ${update.collection}/${update.id} returned id ${String(next.id)}`);
+          state.overlay.set(key, { collection: update.collection, id: update.id, doc: next as Doc | null });
+          state.lastChange = event.position;
+        }
+      } catch (error) {
+        throw projectionFailed(state, event, error);
+      }
+    }
   }
 
   /**
@@ -257,9 +299,10 @@ export function createProjectionRunner(deps: {
     }
   }
 
-  /** Commits each projection's pending changes and checkpoint; then wakes the waiters. */
+  /** Processes the gathered events, commits each projection's pending changes and checkpoint; then wakes the waiters. */
   async function flush(force = false): Promise<void> {
     if (failure) return; // a failed batch may hold half an event: never commit it
+    await processGathered();
     for (const state of states) {
       if (comparePositions(state.position, state.committed) <= 0) continue;
       if (state.overlay.size === 0 && !force && state.sinceCommit < CHECKPOINT_EVERY) continue;
@@ -337,8 +380,8 @@ export function createProjectionRunner(deps: {
       serial(async () => {
         if (mine !== generation || failure || stopped) return;
         try {
-          await processEvent(event);
-          if (pendingEvents >= MAX_BATCH) await flush();
+          gathered.push(event);
+          if (pendingEvents + gathered.length >= MAX_BATCH) await flush();
           else scheduleFlush();
         } catch (error) {
           fail(error);

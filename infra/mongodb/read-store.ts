@@ -154,6 +154,12 @@ class MongoStore implements MongoReadStore {
         const found = await coll.findOne({ _id: id as never });
         return found ? (fromStored(found) as T) : null;
       },
+      getMany: async (ids) => {
+        if (!ids.length) return [];
+        const rows = await coll.find({ _id: { $in: [...new Set(ids)] as never[] } }).toArray();
+        const byId = new Map(rows.map((r) => [String(r._id), fromStored(r) as T]));
+        return ids.map((id) => byId.get(id) ?? null);
+      },
       findOne: async (where) => {
         const found = await coll.findOne(toMongoFilter({ where }), { sort: { _id: 1 } });
         return found ? (fromStored(found) as T) : null;

@@ -49,6 +49,11 @@ export interface Change {
 
 export interface Collection<T extends Doc = Doc> {
   get(id: string): Promise<T | null>;
+  /**
+   * Documents by id in one read, in the order of `ids` (null where there is none; an id
+   * named twice is answered twice): what a projection batch touches, read at once.
+   */
+  getMany(ids: string[]): Promise<(T | null)[]>;
   findOne(where: Record<string, Scalar>): Promise<T | null>;
   find(query?: Query): Promise<Page<T>>;
   count(where?: Record<string, Scalar>): Promise<number>;

@@ -445,6 +445,30 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
     return doc;
   }
 
+  /** `get` for many ids: cached ones from the cache, the others in one statement (then cached). */
+  function getDocs(name: string, ids: string[]): (Doc | null)[] {
+    const found = new Map<string, Doc | null>();
+    const missing = new Set<string>();
+    for (const id of ids) {
+      if (found.has(id) || missing.has(id)) continue;
+      const hit = cache.getDoc(name, id);
+      if (hit) found.set(id, hit.value as Doc | null);
+      else missing.add(id);
+    }
+    if (missing.size) {
+      // json_each keeps one statement whatever the number of ids (and no parameter limit).
+      const rows = prepare(`SELECT id, doc FROM ${table(name)} WHERE id IN (SELECT value FROM json_each(?))`).all(JSON.stringify([...missing])) as Row[];
+      const texts = new Map(rows.map((row) => [row.id, row.doc]));
+      for (const id of missing) {
+        const text = texts.get(id);
+        const doc = text === undefined ? null : (JSON.parse(text) as Doc);
+        if (cache.enabled) cache.putDoc(name, id, deepFreeze(doc), text?.length ?? 0);
+        found.set(id, doc);
+      }
+    }
+    return ids.map((id) => found.get(id) ?? null);
+  }
+
   function count(name: string, where: Record<string, Scalar>): number {
     const key = cache.enabled ? queryKey('c', where) : null;
     const hit = key === null ? undefined : cache.getQuery(name, key);
@@ -465,6 +489,9 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
       found = {
         async get(id) {
           return getDoc(name, id);
+        },
+        async getMany(ids) {
+          return getDocs(name, ids);
         },
         async findOne(where) {
           return find(name, { where, limit: 1 }).items[0] ?? null;

@@ -51,6 +51,24 @@ export function readStoreContract(adapterName: string, open: Open): void {
         await expect(store.collection(c).get('nope')).resolves.toBeNull();
       });
 
+      it('should return many documents by id in the order asked, null for unknown ids', async () => {
+        const c = await givenCollection(people);
+        await expect(store.collection(c).getMany(['c', 'nope', 'a', 'c'])).resolves.toEqual([people[2], null, people[0], people[2]]);
+        await expect(store.collection(c).getMany([])).resolves.toEqual([]);
+        await expect(store.collection(unique('empty')).getMany(['a'])).resolves.toEqual([null]);
+      });
+
+      it('should answer many documents by id as they are after a commit', async () => {
+        const c = await givenCollection(people);
+        const coll = store.collection(c);
+        await expect(coll.getMany(['a', 'f'])).resolves.toEqual([people[0], null]); // (a cache may now hold both)
+        await store.commit(unique('p'), '1', [
+          { collection: c, id: 'a', doc: null },
+          { collection: c, id: 'f', doc: { id: 'f', name: 'Fay' } },
+        ]);
+        await expect(coll.getMany(['a', 'f'])).resolves.toEqual([null, { id: 'f', name: 'Fay' }]);
+      });
+
       it('should find one matching document, or null', async () => {
         const c = await givenCollection(people);
         await expect(store.collection(c).findOne({ name: 'Bob' })).resolves.toEqual(people[1]);

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jest } from '@jest/globals';
 import type { EventStore } from '../../infra/ports/event-store.js';
-import type { ReadStore } from '../../infra/ports/read-store.js';
+import type { Doc, ReadStore } from '../../infra/ports/read-store.js';
 import { openSqliteReadStore } from '../../infra/sqlite/read-store.js';
 import type { Projection } from '../../projections/projection.js';
 import {
@@ -280,6 +280,42 @@ describe('projection runner', () => {
     // then
     expect(eventStore.events.length).toBeGreaterThan(500);
     expect(commits.length).toBeLessThanOrEqual(3 * 3); // ≤ 2 batches of 500 + the idle flush, per projection
+  });
+
+  it('should read the documents a batch touches at once, one read per collection, none one by one', async () => {
+    // given: a history delivered as batches (catch-up pages of up to 500 events)
+    const head = await givenHistory(300);
+    const reads: { collection: string; ids: number }[] = [];
+    let singleGets = 0;
+    const counting: ReadStore = {
+      ...readStore,
+      collection: <T extends Doc = Doc>(name: string) => {
+        const c = readStore.collection<T>(name);
+        return {
+          ...c,
+          get: async (id) => {
+            singleGets += 1;
+            return c.get(id);
+          },
+          getMany: async (ids) => {
+            reads.push({ collection: name, ids: ids.length });
+            return c.getMany(ids);
+          },
+        } as typeof c;
+      },
+    };
+    // when
+    const r = runner({ readStore: counting });
+    await r.start();
+    await r.waitFor(head);
+    // then: per batch, each collection once, and the live models are those of event-by-event reads
+    expect(singleGets).toBe(0);
+    expect(reads.filter((x) => x.collection === 'identities').length).toBeLessThanOrEqual(2);
+    expect(reads.find((x) => x.collection === 'identities')!.ids).toBeGreaterThan(100);
+    const state = await snapshot();
+    expect(state.identities).toHaveLength(240); // 300 created, every fifth deleted
+    expect(state.identities.find((d) => d.id === 'id2')).toMatchObject({ name: 'renamed2', renames: 1 });
+    expect(state.stats).toContainEqual({ id: 'IdentityCreated', count: 300 });
   });
 
   it('should commit changes at the event that made them, not at the batch end, so processes batching differently name the same position', async () => {
