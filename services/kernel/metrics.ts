@@ -13,7 +13,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
-export type SmtpOutcome = 'accepted' | 'rejected' | 'failed' | 'recipient_rejected';
+export type SmtpOutcome = 'accepted' | 'rejected' | 'failed' | 'recipient_rejected' | 'connection_refused';
 
 /** A gauge's samples, asked for at scrape time: a number, or one value per label set. */
 export type GaugeReading = number | Array<{ labels: Record<string, string>; value: number }>;
@@ -21,7 +21,7 @@ export type GaugeReading = number | Array<{ labels: Record<string, string>; valu
 export interface Metrics {
   /** One answered HTTP request (`route`: the router's pattern, or `unmatched`). */
   httpRequest(method: string, route: string, status: number, seconds: number): void;
-  /** One message's outcome at the end of DATA (per recipient identity when accepted), or a recipient refused at RCPT. */
+  /** One message's outcome at the end of DATA (per recipient identity when accepted), a recipient refused at RCPT, or a connection refused (too many from its address). */
   smtpMessage(outcome: SmtpOutcome, count?: number): void;
   /**
    * Events appended to the store by this process, by type: also what the reactors did
@@ -74,7 +74,7 @@ export function createMetrics(options: { enabled: boolean } = { enabled: true })
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry],
   });
-  const smtp = new Counter({ name: `${PREFIX}smtp_messages_total`, help: 'Inbound SMTP: messages at the end of DATA accepted (per recipient identity), rejected (5xx, nothing kept) or failed (4xx, the sender retries); recipients refused at RCPT (recipient_rejected).', labelNames: ['outcome'], registers: [registry] });
+  const smtp = new Counter({ name: `${PREFIX}smtp_messages_total`, help: 'Inbound SMTP: messages at the end of DATA accepted (per recipient identity), rejected (5xx, nothing kept) or failed (4xx, the sender retries); recipients refused at RCPT (recipient_rejected); connections refused, too many from one address (connection_refused).', labelNames: ['outcome'], registers: [registry] });
   const appended = new Counter({ name: `${PREFIX}events_appended_total`, help: 'Events appended to the event store by this process, by type.', labelNames: ['type'], registers: [registry] });
 
   const appendedChildren = new Map<string, Counter.Internal>();

@@ -25,6 +25,12 @@ import { throttleAddress } from '../kernel/client-address.js';
 export const MAX_RCPT = 100;
 /** Concurrent SMTP connections. */
 export const MAX_CLIENTS = 200;
+/**
+ * Connections one client address (an IPv6 client by its /64) may hold at once: a quarter of
+ * them, as with the body budget. Without it, 200 idle connections from one address kept
+ * everyone else's mail out (421) until they timed out.
+ */
+export const MAX_CLIENTS_PER_ADDRESS = MAX_CLIENTS / 4;
 /** Idle socket timeout (RFC 5321 §4.5.3.2.7 suggests 5 minutes for the server; 2 is plenty for an MX behind nothing). */
 export const SOCKET_TIMEOUT_MS = 120_000;
 
@@ -147,6 +153,10 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     return found;
   }
 
+  /** Open connections by client address, and the address each counted session holds. */
+  const byAddress = new Map<string, number>();
+  const counted = new Map<string, string>();
+
   const server = new SMTPServer({
     name: config.mailDomain,
     banner: 'agent identity MX',
@@ -162,6 +172,28 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     // acknowledged, so its sender retries.
     closeTimeout: 3_000,
     logger: false,
+
+    onConnect(session: SMTPServerSession, callback: (err?: Error | null) => void) {
+      const address = throttleAddress(session.remoteAddress);
+      const open = byAddress.get(address) ?? 0;
+      if (open >= MAX_CLIENTS_PER_ADDRESS) {
+        metrics.smtpMessage('connection_refused');
+        // As Postfix words it (smtpd_client_connection_count_limit); the client tries again later.
+        return callback(smtpError(421, '4.7.0 Too many connections from your address, try again later'));
+      }
+      byAddress.set(address, open + 1);
+      counted.set(session.id, address);
+      callback();
+    },
+
+    onClose(session: SMTPServerSession) {
+      const address = counted.get(session.id);
+      if (address === undefined) return; // refused, or gone before it was greeted
+      counted.delete(session.id);
+      const left = (byAddress.get(address) ?? 1) - 1;
+      if (left > 0) byAddress.set(address, left);
+      else byAddress.delete(address);
+    },
 
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
       if (session.envelope.rcptTo.length >= MAX_RCPT) return callback(smtpError(452, '4.5.3 Too many recipients'));
