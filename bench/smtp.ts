@@ -32,8 +32,18 @@ const COMPOSERS = 16;
 /** BENCH_SMTP_BODY_BYTES: pads each inbound message's text body to about this size (default: two short lines). */
 const BODY_BYTES = Number(process.env.BENCH_SMTP_BODY_BYTES ?? 0);
 const PADDING = BODY_BYTES > 0 ? padding(BODY_BYTES) : [];
-/** BENCH_SMTP_WARMUP: seconds of unmeasured load before each measured one of the `smtp` section. */
+/**
+ * The `smtp` section's three servers (no-op sink, spooling sink, service) stay up together;
+ * each first gets BENCH_SMTP_WARMUP seconds (default BENCH_SECONDS) of unmeasured load, so it
+ * is measured in its steady state, not while V8 still compiles its hot paths (on a fresh
+ * service, optimising compilation alone took a third of the CPU of a cold 5-second load).
+ * Then BENCH_SMTP_ROUNDS rounds (default 3) load them one after the other and the round with
+ * the median service/sink ratio is reported: this VM's speed drifts by a third within
+ * minutes (the same service's CPU per message went from 422 to 766 µs between two runs), so a
+ * baseline measured in another minute than its target says little.
+ */
 const WARMUP = Number(process.env.BENCH_SMTP_WARMUP ?? DURATION);
+const ROUNDS = Math.max(1, Number(process.env.BENCH_SMTP_ROUNDS ?? 3));
 
 /** Lines of plain prose (76 characters each, as mail is usually wrapped) adding up to about `bytes`. */
 function padding(bytes: number): string[] {
@@ -94,8 +104,10 @@ class SmtpConn {
     if (r.code !== code) throw new Error(`SMTP ${what}: expected ${code}, got ${r.text}`);
   }
 
-  close(): void {
+  close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => (this.socket.destroyed ? resolve() : this.socket.once('close', () => resolve())));
     this.socket.end('QUIT\r\n');
+    return closed;
   }
 }
 
@@ -155,20 +167,13 @@ export async function blast(port: number, recipients: string[], pid: number, sec
     .map((t) => `${t.name} ${Math.round(t.us)}`)
     .join(', ');
   const client = process.cpuUsage(client0);
-  for (const c of conns) c.close();
+  // Closed before the next load opens its own: the service lets one address hold only 50.
+  await Promise.all(conns.map((c) => c.close()));
+  await sleep(50); // the server counts a close a moment after the socket's
   return { rate: sent / elapsed, p99: quantile(waits, 0.99), sent, serverCpu, clientCpu: (client.user + client.system) / sent, threads };
 }
 
-/**
- * {@link blast} after an unmeasured warm-up of the same load (BENCH_SMTP_WARMUP seconds,
- * default BENCH_SECONDS): every server is measured in its steady state, not while V8 still
- * compiles its hot paths (on a fresh service, optimising compilation alone took a third of
- * the CPU of a cold 5-second load; the sink, with far less code, warms up within a second).
- */
-async function warmBlast(port: number, recipients: string[], pid: number) {
-  if (WARMUP > 0) await blast(port, recipients, pid, WARMUP);
-  return blast(port, recipients, pid);
-}
+type Blast = Awaited<ReturnType<typeof blast>>;
 
 const cpuNote = (r: { serverCpu: number; clientCpu: number; threads: string }) =>
   `CPU/msg: server ${Math.round(r.serverCpu)} µs (by thread: ${r.threads}), client ${Math.round(r.clientCpu)} µs`;
@@ -300,30 +305,37 @@ async function nodemailerBaseline(relayPort: number, n: number): Promise<number>
 export async function smtpSection(): Promise<void> {
   const boxes = Array.from({ length: INBOXES }, (_, i) => `box${i}@agents.localhost`);
   const noop = await sink();
-  const base = await warmBlast(noop.port, boxes, noop.pid);
-  await noop.stop();
-  row(`no-op smtp-server + mailparser sink, ${CONNECTIONS} connections${BODY_BYTES ? `, ~${BODY_BYTES} B bodies` : ''} (baseline)`, `${fmt(base.rate)} msg/s`, `p99 ${ms(base.p99)}`, '100%', cpuNote(base));
   const spool = await sink(true);
-  const durable = await warmBlast(spool.port, boxes, spool.pid);
-  await spool.stop();
-  row(`the same sink + group-committed fdatasync'd spool (reference)`, `${fmt(durable.rate)} msg/s`, `p99 ${ms(durable.p99)}`, pct(durable.rate, base.rate), cpuNote(durable));
-
   const smtpPort = await freePort();
   const svc = await startService({ SMTP_PORT: String(smtpPort) });
   try {
     const { key } = await account(svc.url);
     const inboxes: { uuid: string; inbox: string }[] = [];
     for (let i = 0; i < INBOXES; i++) inboxes.push(await api(svc.url, 'POST', '/api/identities/', { token: key, body: { name: `inbox ${i}` } }));
-    const inbound = await warmBlast(
-      smtpPort,
-      inboxes.map((x) => x.inbox),
-      svc.pid,
-    );
+    const servers = {
+      base: () => blast(noop.port, boxes, noop.pid),
+      durable: () => blast(spool.port, boxes, spool.pid),
+      inbound: () => blast(smtpPort, inboxes.map((x) => x.inbox), svc.pid),
+    };
+    if (WARMUP > 0) {
+      await blast(noop.port, boxes, noop.pid, WARMUP);
+      await blast(spool.port, boxes, spool.pid, WARMUP);
+      await blast(smtpPort, inboxes.map((x) => x.inbox), svc.pid, WARMUP);
+    }
+    const rounds: { base: Blast; durable: Blast; inbound: Blast }[] = [];
+    for (let round = 0; round < ROUNDS; round++) rounds.push({ base: await servers.base(), durable: await servers.durable(), inbound: await servers.inbound() });
+    // The round with the median ratio (the rows show one real round, not a blend).
+    const ratio = (r: (typeof rounds)[number]) => r.inbound.rate / r.base.rate;
+    rounds.sort((a, b) => ratio(a) - ratio(b));
+    const { base, durable, inbound } = rounds[Math.floor(rounds.length / 2)];
+    const all = rounds.map((r) => pct(r.inbound.rate, r.base.rate)).join(', ');
+    row(`no-op smtp-server + mailparser sink, ${CONNECTIONS} connections${BODY_BYTES ? `, ~${BODY_BYTES} B bodies` : ''} (baseline)`, `${fmt(base.rate)} msg/s`, `p99 ${ms(base.p99)}`, '100%', cpuNote(base));
+    row(`the same sink + group-committed fdatasync'd spool (reference)`, `${fmt(durable.rate)} msg/s`, `p99 ${ms(durable.p99)}`, pct(durable.rate, base.rate), cpuNote(durable));
     row(
       `service SMTP listener, durable append, ${CONNECTIONS} connections`,
       `${fmt(inbound.rate)} msg/s`,
       `p99 ${ms(inbound.p99)}`,
-      `${pct(inbound.rate, base.rate)} (${pct(inbound.rate, durable.rate)} of the spooling sink)`,
+      `${pct(inbound.rate, base.rate)}${ROUNDS > 1 ? ` (median of ${all})` : ''} (${pct(inbound.rate, durable.rate)} of the spooling sink)`,
       `goal ≥ 60%; ${cpuNote(inbound)}`,
     );
     // Spot check that the accepted mail is really there.
@@ -331,6 +343,8 @@ export async function smtpSection(): Promise<void> {
     if (threads.length !== 1) throw new Error('inbound mail not visible in the inbox');
   } finally {
     await svc.stop();
+    await spool.stop();
+    await noop.stop();
   }
 }
 
