@@ -445,12 +445,20 @@ export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOp
     return doc;
   }
 
+  /** Whether a string holds no lone surrogate (SQLite stores such a one as U+FFFD's bytes). */
+  const isWellFormed = (id: string) => !/\p{Cs}/u.test(id);
+
   /** `get` for many ids: cached ones from the cache, the others in one statement (then cached). */
   function getDocs(name: string, ids: string[]): (Doc | null)[] {
     const found = new Map<string, Doc | null>();
     const missing = new Set<string>();
     for (const id of ids) {
       if (found.has(id) || missing.has(id)) continue;
+      // An id with a lone surrogate comes back from SQLite changed and would match no row below.
+      if (!isWellFormed(id)) {
+        found.set(id, getDoc(name, id));
+        continue;
+      }
       const hit = cache.getDoc(name, id);
       if (hit) found.set(id, hit.value as Doc | null);
       else missing.add(id);

@@ -58,6 +58,14 @@ export function readStoreContract(adapterName: string, open: Open): void {
         await expect(store.collection(unique('empty')).getMany(['a'])).resolves.toEqual([null]);
       });
 
+      it('should answer many documents by id as get does, whatever characters the ids hold', async () => {
+        const odd = ['k\ud800', 'ü\u0301', 'a\u0000b', '01', '1e3', '😀'];
+        const c = await givenCollection(odd.map((id, n) => ({ id, n })));
+        const coll = store.collection(c);
+        await expect(coll.getMany(odd)).resolves.toEqual(odd.map((id, n) => ({ id, n })));
+        await expect(Promise.all(odd.map((id) => coll.get(id)))).resolves.toEqual(odd.map((id, n) => ({ id, n }))); // nothing wrong cached
+      });
+
       it('should answer many documents by id as they are after a commit', async () => {
         const c = await givenCollection(people);
         const coll = store.collection(c);
