@@ -15,7 +15,7 @@ import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '..
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { hold, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
+import { abandoned, hold, holderReservation, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -216,7 +216,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     return new ApiError(402, 'payment_required', detail, undefined, undefined, planRequired ? { plan_required: planRequired } : undefined);
   }
 
-  /** Refuses early (before any reservation) when the plan has no room for one more phone. */
+  /** Refuses early (before a slot is claimed) when the plan has no room for one more phone. */
   async function precheckPhone(ownerPk: number): Promise<void> {
     const sub = await currentSubscription(reads, ownerPk);
     const used = await phonesUsed(store, ownerPk, platform.settled);
@@ -235,15 +235,31 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     }
   }
 
+  const inboxTaken = () => conflict('This email address is already taken (addresses are never reused, not even after their identity is deleted).');
+
+  /** Whether an inbox address is free to reserve (a look, not a reservation). */
+  async function inboxFree(inbox: string): Promise<boolean> {
+    const held = await holderReservation(store, INBOX_KIND, inbox);
+    return !held || (await abandoned(inboxes, held.holder, inbox, held.reservation));
+  }
+
+  /** The local part asked for (null: none, one is generated); a bad or reserved one refused before anything is taken. */
+  function chosenLocalPart(emailIdentifier: string | null | undefined): string | null {
+    if (emailIdentifier === undefined || emailIdentifier === null) return null;
+    const local = normalizeLocalPart(emailIdentifier);
+    if ('error' in local) throw badRequest({ email_identifier: [local.error] });
+    if (RESERVED_LOCAL_PARTS.has(local.value)) {
+      throw conflict(`The address ${local.value}@${config.mailDomain} is reserved for the mail domain's operators (RFC 2142); choose another.`);
+    }
+    return local.value;
+  }
+
   async function reserveInbox(identityId: string, name: string, emailIdentifier: string | null | undefined): Promise<string> {
     const domain = config.mailDomain;
-    if (emailIdentifier !== undefined && emailIdentifier !== null) {
-      const local = normalizeLocalPart(emailIdentifier);
-      if ('error' in local) throw badRequest({ email_identifier: [local.error] });
-      const inbox = `${local.value}@${domain}`;
-      if (RESERVED_LOCAL_PARTS.has(local.value) || !(await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes))) {
-        throw conflict('This email address is already taken (addresses are never reused, not even after their identity is deleted).');
-      }
+    const local = chosenLocalPart(emailIdentifier);
+    if (local !== null) {
+      const inbox = `${local}@${domain}`;
+      if (!(await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes))) throw inboxTaken();
       return inbox;
     }
     for (let attempt = 0; attempt < GENERATE_ATTEMPTS; attempt++) {
@@ -258,14 +274,20 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const id = newId();
     const owner = identityStream(id);
     const started = Date.now();
-    if (input.provisionPhone) await precheckPhone(ownerPk);
+    // Refusals in this order: the input (400), what is taken (409), the plan (402). The plan's
+    // slot is claimed before the inbox, whose reservation is never given back.
+    const local = chosenLocalPart(input.emailIdentifier);
     const nameKey = nameKeyOf(ownerPk, name);
     if (!(await reserve(store, NAME_KIND, nameKey, owner, false, names))) throw nameTaken();
 
     let slot = false;
     let number: AllocatedNumber | null = null;
     try {
-      if (input.provisionPhone) slot = await claimSlot(ownerPk, id);
+      if (input.provisionPhone) {
+        if (local !== null && !(await inboxFree(`${local}@${config.mailDomain}`))) throw inboxTaken();
+        await precheckPhone(ownerPk);
+        slot = await claimSlot(ownerPk, id);
+      }
       const inbox = await reserveInbox(id, name, input.emailIdentifier);
       if (input.provisionPhone) number = await allocateNumber(id);
       if (outlivedReservations(started)) throw tookTooLong('The request');

@@ -141,9 +141,11 @@ describe('conflicts (409)', () => {
     expect(dup.body.code).toBe('conflict');
   });
 
-  it('409 for the reserved operator mailboxes (postmaster, abuse)', async () => {
-    expect((await create(owner.access, { name: 'pm', email_identifier: 'postmaster' })).status).toBe(409);
-    expect((await create(owner.access, { name: 'ab', email_identifier: 'abuse' })).status).toBe(409);
+  it('409 for the reserved operator mailboxes (postmaster, abuse), saying they are reserved', async () => {
+    const pm = await create(owner.access, { name: 'pm', email_identifier: 'postmaster' });
+    expect(pm.status).toBe(409);
+    expect(pm.body.detail).toMatch(/postmaster@.* is reserved/);
+    expect((await create(owner.access, { name: 'ab', email_identifier: 'Abuse' })).status).toBe(409);
   });
 
   it('200 concurrent creates of one name give exactly one 201 (the rest 409)', async () => {
@@ -386,6 +388,20 @@ describe('phone (plan)', () => {
     expect(res.status).toBe(402);
     expect(res.body).toEqual({ detail: expect.any(String), code: 'payment_required', plan_required: 'developer' });
     expect((await create(owner.access, { name: 'Wants Phone', provision_phone: 'false' })).status).toBe(201);
+  });
+
+  it('a bad input (400) or a taken name or address (409) is said before the plan (402)', async () => {
+    const bad = await create(owner.access, { name: 'Plan Order', provision_phone: true, email_identifier: 'bad id' });
+    expect([bad.status, Object.keys(bad.body)]).toEqual([400, ['email_identifier']]);
+    expect((await create(owner.access, { name: 'Plan Order', email_identifier: 'plan-order' })).status).toBe(201);
+    const name = await create(owner.access, { name: 'plan order', provision_phone: true });
+    expect([name.status, name.body.code]).toEqual([409, 'conflict']);
+    const address = await create(owner.access, { name: 'Plan Order 2', provision_phone: true, email_identifier: 'Plan-Order' });
+    expect([address.status, address.body.code]).toEqual([409, 'conflict']);
+    // Refused for the plan, the address asked for stays free
+    expect((await create(owner.access, { name: 'Plan Order 3', provision_phone: true, email_identifier: 'plan-order-3' })).status).toBe(402);
+    const again = await create(owner.access, { name: 'Plan Order 3', email_identifier: 'plan-order-3' });
+    expect([again.status, again.body.inbox]).toEqual([201, expect.stringMatching(/^plan-order-3@/)]);
   });
 
   it('a PUT or PATCH refused with 402 changes nothing: the rename is not applied and the new name stays free', async () => {
