@@ -212,12 +212,12 @@ function lockDataDir(dir: string): () => void {
       if (attempt === 0 && /NOTADB|not a database/i.test(text)) {
         const pid = Number(readFileSync(file, 'utf8').trim());
         if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && processAlive(pid)) {
-          throw Object.assign(new Error(`in use by another process (pid ${pid}, an older version); stop it first`), { path: dir, code: 'EBUSY' });
+          throw Object.assign(new Error(`${path.resolve(dir)} is in use by another process (pid ${pid}, an older version); stop it first`), { path: dir, code: 'EBUSY' });
         }
         rmSync(file, { force: true });
         continue;
       }
-      if (/BUSY|locked/i.test(text)) throw Object.assign(new Error('in use by another process; stop it first'), { path: dir, code: 'EBUSY' });
+      if (/BUSY|locked/i.test(text)) throw Object.assign(new Error(`${path.resolve(dir)} is in use by another process; stop it first`), { path: dir, code: 'EBUSY' });
       throw err;
     }
   }

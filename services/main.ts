@@ -55,7 +55,10 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     runtime.logger.info({ signal }, 'shutting down');
     runtime
       .close()
-      .then(() => process.exit(0))
+      .then(() => {
+        runtime.logger.info('stopped: drained and flushed');
+        process.exit(0);
+      })
       .catch((err) => {
         runtime.logger.error({ err }, 'shutdown failed');
         process.exit(1);

@@ -74,6 +74,7 @@ async function shutdown(code: number): Promise<never> {
     await runtime.close().catch((err: unknown) => logger.error({ err }, 'shutdown failed'));
     await lease.release();
     await mongo.close().catch(() => {});
+    if (code === 0) logger.info('stopped: flushed');
   }
   process.exit(code);
 }

@@ -140,7 +140,7 @@ describe('durability', () => {
     let err = '';
     second.stderr.on('data', (d) => (err += d));
     expect(await new Promise((resolve) => second.on('exit', resolve))).toBe(1);
-    expect(err.trim()).toMatch(/^failed to start: DATA_DIR: in use by another process/);
+    expect(err.trim()).toMatch(/^failed to start: DATA_DIR: \/\S+ is in use by another process; stop it first$/);
     first.child.kill('SIGKILL');
     await first.exited;
     const again = await spawnService({ DATA_DIR: dataDir }); // the stale lock is taken over
@@ -162,7 +162,7 @@ describe('durability', () => {
     };
     writeFileSync(path.join(dataDir, 'service.lock'), `${process.pid}\n`); // a live process: this test
     const refused = await start();
-    expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^failed to start: DATA_DIR: in use by another process \(pid \d+, an older version\)/)]);
+    expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^failed to start: DATA_DIR: \/\S+ is in use by another process \(pid \d+, an older version\)/)]);
     const gone = spawn(process.execPath, ['-e', '0']);
     await new Promise((resolve) => gone.on('exit', resolve));
     writeFileSync(path.join(dataDir, 'service.lock'), `${gone.pid}\n`);
@@ -296,7 +296,7 @@ describe('durability', () => {
     try {
       svc.child.kill('SIGTERM'); // npm only, as `kill <pid of npm>` would
       expect(await svc.exited).toBe(0);
-      expect(svc.output()).toMatch(/shutting down/);
+      expect(svc.output()).toMatch(/shutting down[^]*stopped: drained and flushed/);
       await expect(fetch(`${svc.url}/api/health/`)).rejects.toThrow(); // the service is gone, not orphaned
     } finally {
       try {
@@ -483,7 +483,7 @@ describe('durability', () => {
       });
     const running = await spawnService({ DATA_DIR: dataDir });
     const refused = await rebuild({});
-    expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^rebuild failed: DATA_DIR: in use by another process/)]);
+    expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^rebuild failed: DATA_DIR: \/\S+ is in use by another process/)]);
     running.child.kill('SIGTERM');
     expect(await running.exited).toBe(0);
     expect((await rebuild({})).code).toBe(0);
