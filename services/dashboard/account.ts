@@ -54,11 +54,11 @@ export function accountRoutes(r: Router, kit: PageKit): void {
   const sessionsSection = (ctx: Context, s: DashboardSession, live: { items: SessionDoc[]; more: boolean }, keyLabels: Map<string, string>) => html`<section aria-labelledby="sessions-h"><h2 id="sessions-h">Signed-in sessions</h2>
 <p>Browsers and agents signed in as you. Signing one out ends its refresh token at once; an access token it already holds works until it expires (within the hour). API keys are not sessions: revoke them under <a href="/keys">API keys</a>.</p>
 ${live.more ? html`<p class="note">The ${live.items.length} sessions signed in or refreshed last are shown.</p>` : ''}
-${tableRegion('Signed-in sessions', html`<table><thead><tr><th scope="col">Session</th><th scope="col">Started</th><th scope="col">Last refreshed</th><th scope="col">Ends</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody>
+${tableRegion('Signed-in sessions', html`<table><thead><tr><th scope="col">Session</th><th scope="col">Started</th><th scope="col">Last refreshed</th><th scope="col">Ends</th><th scope="col" class="actions"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${live.items.map((doc) => {
   const mine = doc.id === s.sessionId;
   return html`<tr${mine ? html` class="current"` : ''}><td>${sessionKind(doc, keyLabels)}${mine ? html` <strong>(this browser)</strong>` : ''}</td><td>${fmtDate(doc.startedAt)}</td><td>${fmtDate(doc.refreshedAt)}</td><td>${fmtDate(doc.expiresAt)}</td>
-<td><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `${sessionKind(doc, keyLabels)}, started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
+<td class="actions"><form method="post" action="/account/sessions/${doc.id}/end" class="inline">${hidden(ctx, s)}<button type="submit" class="danger" aria-label="Sign out ${mine ? 'this browser' : `${sessionKind(doc, keyLabels)}, started ${fmtDate(doc.startedAt)}`}">Sign out</button></form></td></tr>`;
 })}
 </tbody></table>`)}
 <form method="post" action="/account/sessions/end-others" class="card">${hidden(ctx, s)}
@@ -267,8 +267,37 @@ ${fieldErrors(errors, 'new_password2')}
     } catch (err) {
       return resetPage(ctx, f.uid ?? '', f.token ?? '', fieldsOf(err));
     }
-    await loginPage(ctx, '', { kind: 'ok', text: 'Your password was reset. Sign in with the new one.' });
+    // Post/redirect/get: the success is a page of its own, so a reload does not post the spent link again.
+    seeOther(ctx, '/login?reset=1');
   });
+
+  /**
+   * A verification link that did not work, and what to do next: a signed-in person whose
+   * address is unverified gets a new link with one button; one already verified is told so;
+   * anyone else asks for a new link by address (the same answer whether or not it is known).
+   */
+  const deadVerifyLink = (ctx: Context, s: DashboardSession | null) => {
+    const u = s ? ctx.state.dashboardUser : null;
+    if (u?.emailVerified) return send(ctx, 'Email verification', html`<p>This link is no longer needed. <a href="/">Continue</a></p>`, s, { kind: 'ok', text: 'Your email address is already verified.' });
+    send(
+      ctx,
+      'Email verification',
+      html`<p>Verification links work once, for a limited time. Ask for a new one:</p>
+${u
+  ? html`<form method="post" action="/account/resend-verification" class="card">${hidden(ctx, s)}
+<p>A new link goes to <strong>${u.email}</strong>.</p>
+<button type="submit">Send a new verification link</button></form>`
+  : resendForm(ctx)}`,
+      s,
+      { kind: 'error', text: 'Not verified: this verification link is invalid or has expired.' },
+      400,
+    );
+  };
+  /** The form asking for a new verification link by address (POST /verify-email/resend). */
+  const resendForm = (ctx: Context) => html`<form method="post" action="/verify-email/resend" class="card">${hidden(ctx, null)}
+<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required>
+<button type="submit">Send a new verification link</button></form>
+<p>Or <a href="/login?next=%2Faccount">sign in</a>: your account page sends one too.</p>`;
 
   r.get('/verify-email', async (ctx) => {
     const s = await session(ctx);
@@ -276,8 +305,28 @@ ${fieldErrors(errors, 'new_password2')}
       await accounts.verifyEmail(str(ctx.query.key));
     } catch (err) {
       fieldsOf(err);
-      return send(ctx, 'Email verification', html`<p>This verification link is invalid or has expired.</p>`, s, { kind: 'error', text: 'Not verified.' }, 400);
+      return deadVerifyLink(ctx, s);
     }
     send(ctx, 'Email verification', html`<p><a href="/">Continue</a></p>`, s, { kind: 'ok', text: 'Your email address is verified.' });
+  });
+  // A new verification link for a person who is not signed in: the rules of POST
+  // /api/auth/social/resend-email/ (nothing for an unknown or verified address, throttled per
+  // account, the same answer either way); post/redirect/get.
+  r.get('/verify-email/resend', async (ctx) => {
+    const s = await session(ctx);
+    if (ctx.query.sent) return send(ctx, 'Email verification', html`<p>Open the link in the mail to verify your address.</p>`, s, { kind: 'ok', text: 'If an unverified account uses this address, a new verification link is on its way.' });
+    send(ctx, 'Email verification', resendForm(ctx), s);
+  });
+  r.post('/verify-email/resend', async (ctx) => {
+    const s = await session(ctx);
+    const f = await form(ctx, null);
+    if (!f) return;
+    try {
+      const b = v.emailOnly({ email: (f.email ?? '').trim() });
+      await accounts.resendVerification(b.email);
+    } catch (err) {
+      return send(ctx, 'Email verification', resendForm(ctx), s, { kind: 'error', text: Object.values(fieldsOf(err)).flat().join(' ') }, 400);
+    }
+    seeOther(ctx, '/verify-email/resend?sent=1');
   });
 }

@@ -41,6 +41,10 @@ export interface LayoutOptions {
   script?: boolean;
   /** The path of the page: its link in the menu is marked aria-current="page". */
   path?: string;
+  /** False: the body brings its own h1 (the /device page's, see sign-in.ts `frame`). Default true. */
+  heading?: boolean;
+  /** The body shows an error of its own (not the flash): the title says so too. */
+  error?: boolean;
 }
 
 /** A link of the main menu, marked as the current page when it is the one shown. */
@@ -63,7 +67,7 @@ export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kin
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
-<title>${documentTitle(title, flash?.kind === 'error')} · Agent Identity Service</title>
+<title>${documentTitle(title, flash?.kind === 'error' || opts.error === true)} · Agent Identity Service</title>
 <link rel="stylesheet" href="/static/dashboard.css">
 ${opts.script === false ? '' : html`<script src="/static/dashboard.js" defer></script>`}
 </head>
@@ -85,7 +89,7 @@ ${opts.script === false ? '' : html`<script src="/static/dashboard.js" defer></s
     : html`<nav aria-label="Main">${navLink('/login', 'Sign in', opts.path)}${navLink('/register', 'Register', opts.path)}</nav>`}
 </header>
 <main id="main">
-<h1>${title}</h1>
+${opts.heading === false ? '' : html`<h1>${title}</h1>`}
 ${flash ? html`<p class="flash ${flash.kind}" role="${flash.kind === 'error' ? 'alert' : 'status'}">${flash.text}</p>` : ''}
 ${body}
 </main>

@@ -26,6 +26,7 @@ export function identityRoutes(r: Router, kit: PageKit): void {
     const [ids, sub] = await Promise.all([apiAll(ctx, s, '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
     const list: any[] = Array.isArray(ids.body) ? ids.body : [];
     const user = ctx.state.dashboardUser;
+    const noPhone = noPhoneReason(sub);
     send(
       ctx,
       'Identities',
@@ -54,8 +55,10 @@ ${ids.status !== 200
   <label for="email_identifier">Email identifier (optional: the part before @${platform.config.mailDomain})</label>
   <input id="email_identifier" name="email_identifier" value="${values.email_identifier ?? ''}"${describedBy(errors, 'email_identifier')}>
   ${fieldErrors(errors, 'email_identifier')}
-  <label class="check"><input type="checkbox" name="provision_phone" value="true"${values.provision_phone ? new Safe(' checked') : ''}> Provision a phone number (depends on your plan)</label>
-  ${fieldErrors(errors, 'provision_phone')}
+  ${noPhone
+    ? html`<p class="note" id="phone-note">${noPhone}</p>`
+    : html`<label class="check"><input type="checkbox" name="provision_phone" value="true"${values.provision_phone ? new Safe(' checked') : ''}> Provision a phone number</label>
+  ${fieldErrors(errors, 'provision_phone')}`}
   <button type="submit">Create identity</button>
 </form>
 </section>`,
@@ -75,7 +78,10 @@ ${ids.status !== 200
     return html`<dl class="kv">
 <dt>Plan</dt><dd>${str(b.plan)}</dd>
 <dt>Status</dt><dd>${str(b.status)}</dd>
-<dt>Phone numbers</dt><dd>${String(n(b.phones_used))} of ${String(n(b.phone_limit))} used <meter min="0" max="${String(Math.max(1, n(b.phone_limit)))}" value="${String(n(b.phones_used))}" aria-label="Phone numbers used">${String(n(b.phones_used))}</meter> · ${String(n(b.phones_available))} available</dd>
+<dt>Phone numbers</dt><dd id="phone-usage">${n(b.phone_limit) > 0
+  ? html`${String(n(b.phones_used))} of ${String(n(b.phone_limit))} used <meter min="0" max="${String(n(b.phone_limit))}" value="${String(n(b.phones_used))}" aria-label="Phone numbers used">${String(n(b.phones_used))}</meter> · ${String(n(b.phones_available))} available`
+  : // A bar of 0 of 0 says nothing: say the plan has none.
+    html`Not included in the ${str(b.plan)} plan${n(b.phones_used) > 0 ? html` (${String(n(b.phones_used))} in use)` : ''}`}</dd>
 <dt>Outgoing email</dt><dd>${limit(b.email_limit_hour, 'hour')}, ${limit(b.email_limit_day, 'day')}, per identity</dd>
 </dl>`;
   }
@@ -97,7 +103,13 @@ ${ids.status !== 200
     // list has its own cursor in the page's query, and a link to the next page and back to the newest.
     const cursors = { threads: str(ctx.query.threads), sms: str(ctx.query.sms) };
     const pageOf = (path: string, cursor: string) => api(ctx, s, 'GET', `${path}?limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { identity: id });
-    const [threads, convs, usage] = await Promise.all([pageOf('/api/email-inbox/', cursors.threads), pageOf('/api/sms-inbox/', cursors.sms), emailUsage(id)]);
+    const [threads, convs, usage, sub] = await Promise.all([
+      pageOf('/api/email-inbox/', cursors.threads),
+      pageOf('/api/sms-inbox/', cursors.sms),
+      emailUsage(id),
+      str(i.phone) ? null : api(ctx, s, 'GET', '/api/subscription/'), // only asked when a number could be offered
+    ]);
+    const noPhone = sub && noPhoneReason(sub);
     const cursorOf = (a: ApiAnswer) => (a.next ? new URLSearchParams(a.next.split('?')[1] ?? '').get('cursor') : null);
     const pageLink = (list: 'threads' | 'sms', cursor: string | null, text: string) => {
       const query = new URLSearchParams({ ...cursors, [list]: cursor ?? '' });
@@ -124,8 +136,8 @@ ${threads.status !== 200
   ? html`<p>Mail is not available (${errorText(threads)}).</p>`
   : threadList.length === 0
     ? html`<p>No mail yet.</p>`
-    : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">From</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
-${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${addr({ name: t.from_name, address: t.from_email })}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
+    : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">With</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${threadWith(t, str(i.inbox))}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
 ${pager('threads', threads, 'Older threads')}
 </section>
@@ -141,10 +153,13 @@ ${pager('sms', convs, 'Older conversations')}
 </section>
 ${str(i.phone)
   ? ''
-  : html`<section aria-labelledby="phone-h"><h2 id="phone-h">Phone number</h2>
+  : noPhone
+    ? html`<section aria-labelledby="phone-h"><h2 id="phone-h">Phone number</h2>
+<p class="note" id="phone-note">This identity has no phone number. ${noPhone}</p></section>`
+    : html`<section aria-labelledby="phone-h"><h2 id="phone-h">Phone number</h2>
 <form method="post" action="/identities/${id}/phone" class="card">
   ${hidden(ctx, s)}
-  <p>This identity has no phone number. A number receives SMS; plans with phones: developer, team.</p>
+  <p>This identity has no phone number. A number receives SMS.</p>
   <button type="submit">Get a phone number</button>
 </form></section>`}
 <section aria-labelledby="rename-h"><h2 id="rename-h">Rename</h2>
@@ -239,6 +254,41 @@ ${str(i.phone)
     if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
     await homePage(ctx, s, { kind: 'ok', text: html`Identity “${str(current.body.name)}” deleted.` });
   });
+}
+
+/**
+ * Why no phone number can be had now (the API would answer 402), from GET /api/subscription/
+ * (services/billing: `phones_available` is what may still be provisioned); null when one can,
+ * or when the subscription is not known (the API decides). The dashboard offers a button only
+ * when it can work: plans change only through the admin API, never from here.
+ */
+function noPhoneReason(sub: ApiAnswer): string | null {
+  const b = sub.status === 200 && sub.body && typeof sub.body === 'object' ? (sub.body as Record<string, unknown>) : null;
+  if (!b || typeof b.phones_available !== 'number' || b.phones_available > 0) return null;
+  const limit = typeof b.phone_limit === 'number' ? b.phone_limit : 0;
+  if (limit <= 0) return `Your plan (${str(b.plan)}) includes no phone numbers; plans are changed by the service's operator.`;
+  if (str(b.status) !== 'active') return `Your subscription is ${str(b.status)}; phone numbers need an active subscription, which the service's operator sets.`;
+  return `All ${limit} phone numbers of your plan (${str(b.plan)}) are in use; deleting an identity releases its number.`;
+}
+
+/** At most this many of a thread's other parties are named in its row; the rest are counted. */
+const WITH_SHOWN = 3;
+
+/**
+ * Who a thread is with: its participants but the identity itself, as the CLI's `inbox list`
+ * WITH column (services/cli/commands/mail.ts). The last sender says nothing once the identity
+ * answered, and on a thread it started it is always the identity. The last sender's name goes
+ * with its address when it is one of them; a thread with nobody else (a mail to itself, or no
+ * participants given) shows its last sender.
+ */
+function threadWith(t: { participants?: unknown; from_email?: unknown; from_name?: unknown }, ownInbox: string): Safe {
+  const own = ownInbox.toLowerCase();
+  const lastFrom = str(t.from_email).toLowerCase();
+  const others = (Array.isArray(t.participants) ? t.participants : []).map(str).filter((a) => a && a.toLowerCase() !== own);
+  if (!others.length) return addr({ name: t.from_name, address: t.from_email });
+  const shown = others.slice(0, WITH_SHOWN).map((a) => (a.toLowerCase() === lastFrom ? { name: t.from_name, address: a } : a));
+  const more = others.length - shown.length;
+  return html`${addr(shown)}${more > 0 ? ` and ${more} more` : ''}`;
 }
 
 /**

@@ -27,7 +27,8 @@ export function mailRoutes(r: Router, kit: PageKit): void {
       // The frame takes no keyboard focus when the mail has no link, so a long mail could not be
       // scrolled without a mouse: the same document opens on its own too (its CSP sandboxes it there as well).
       const src = `/identities/${identity}/mail-body/${str(m.uuid)}`;
-      return html`<iframe class="mail-html" sandbox="allow-popups allow-popups-to-escape-sandbox" referrerpolicy="no-referrer" title="Message content" src="${src}"></iframe>
+      // Its height is a guess (frameSize): the box around it can be dragged taller (CSS resize).
+      return html`<div class="mail-frame ${frameSize(htmlOf(m))}"><iframe class="mail-html" sandbox="allow-popups allow-popups-to-escape-sandbox" referrerpolicy="no-referrer" title="Message content" src="${src}"></iframe></div>
 <p><a href="${src}">Open this message on its own</a></p>
 <details><summary>Plain text</summary><pre class="mail-text">${text}</pre></details>`;
     }
@@ -89,6 +90,33 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     // The mail's own HTML is the one value not escaped: the sandbox and the CSP contain it.
     ctx.body = html`<!doctype html><html><head><meta charset="utf-8"><title>${str(m.body.subject) || '(no subject)'}</title><base target="_blank"></head><body>${new Safe(htmlOf(m.body))}</body></html>`.value;
   });
+}
+
+/** Characters of a line in the mail frame at the widest page (60rem less padding). */
+const FRAME_LINE_CHARS = 90;
+/** Lines of text per frame height class (dashboard.css `.mail-h-*`), smallest first; past the last, `mail-h-xl`. */
+const FRAME_SIZES: [maxLines: number, cls: string][] = [
+  [3, 'mail-h-s'],
+  [8, 'mail-h-m'],
+  [18, 'mail-h-l'],
+];
+
+/**
+ * A height class for a mail's frame, guessed from its HTML. The frame cannot be measured: it
+ * holds a document of an opaque origin (sandbox without allow-same-origin) that runs no
+ * script, and loosening either to measure it would let the mail's HTML reach this page. So
+ * its visible text in lines of FRAME_LINE_CHARS, plus a line per block (paragraph margins,
+ * line breaks, rows), picks one of a few heights (classes: the page's CSP allows no inline
+ * style) of the box around the frame; the reader can drag that box taller or shorter (CSS
+ * resize) or open the mail on its own.
+ */
+function frameSize(mailHtml: string): string {
+  // Only the first 20,000 characters are read: that bounds the work, and that much mail is tall anyway.
+  const body = mailHtml.slice(0, 20_000).replace(/<(style|script|head|title)\b[\s\S]*?<\/\1\s*>/gi, '');
+  const blocks = (body.match(/<(p|div|br|li|tr|h[1-6]|blockquote|pre|hr|img|table)\b/gi) ?? []).length;
+  const text = body.replace(/<[^>]*>/g, ' ').replace(/&[#\w]+;/g, 'x').replace(/\s+/g, ' ').trim();
+  const lines = Math.ceil(text.length / FRAME_LINE_CHARS) + blocks;
+  return FRAME_SIZES.find(([max]) => lines <= max)?.[1] ?? 'mail-h-xl';
 }
 
 /** Who sent a message, for its heading: the sender's name, else the address. */

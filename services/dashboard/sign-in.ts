@@ -34,7 +34,7 @@ import {
 import { createOidcClient, OidcLoginError, type OidcPending } from '../device/oidc.js';
 import { formatUserCode, normalizeUserCode } from '../device/codes.js';
 import { codeShown } from '../device/html.js';
-import { html, type Safe } from '../gateway/html.js';
+import { html, Safe } from '../gateway/html.js';
 import { layout, pageCsp } from './html.js';
 
 export const OIDC_CALLBACK_PATH = '/device/oidc/callback';
@@ -222,10 +222,22 @@ ${oidc
     seeOther(ctx, next ?? '/');
   }
 
+  /**
+   * The dashboard's shell (header, menu, stylesheet) around another context's page body, for a
+   * signed-in person: the /device page (services/device/page.ts) looks like every other page
+   * of theirs. The body brings its own h1 and notice (`shown`: an error one puts "Error: " in
+   * the title); no script (that page's CSP allows none).
+   */
+  function frame(ctx: Context, s: WebSession, username: string, path: string) {
+    return (title: string, body: Safe, shown?: { kind: string }): Safe =>
+      new Safe(layout(title, html`<div class="device-page">${body}</div>`, { username, csrf: csrf.token(ctx, s) }, null, { script: false, path, heading: false, error: shown?.kind === 'error' }));
+  }
+
   return {
     cookieOpts,
     csrf,
     session,
+    frame,
     formTargets,
     renderSignIn,
     passwordLogin,

@@ -49,7 +49,9 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
   r.get('/login', async (ctx) => {
     const next = safeReturnPath(ctx.query.next);
     if (await session(ctx)) return seeOther(ctx, next ?? '/');
-    await loginPage(ctx, '', ctx.query.signed_out === '1' ? { kind: 'ok', text: 'You are signed out.' } : null, 200, next);
+    // Where a sign-out and a password reset land (post/redirect/get): what just happened.
+    const done = ctx.query.signed_out === '1' ? 'You are signed out.' : ctx.query.reset === '1' ? 'Your password was reset. Sign in with the new one.' : null;
+    await loginPage(ctx, '', done ? { kind: 'ok', text: done } : null, 200, next);
   });
   r.post('/login', (ctx) => web.passwordLogin(ctx));
   r.post('/login/oidc', (ctx) => web.oidcStart(ctx));

@@ -40,6 +40,12 @@ ${body}
 }
 
 /**
+ * Puts a page (title, body with its h1 and notice) in a document: this file's `layout`, or
+ * for a signed-in person the dashboard's shell with its menu (page.ts, dashboard/sign-in.ts `frame`).
+ */
+export type Frame = (title: string, body: Safe, shown?: Notice) => Safe;
+
+/**
  * A user code shown to compare with the device's (RFC 8628 §3.3.1): big on screen, and read
  * out letter by letter, group by group ("Code: W R N R, L K P P"), not as a word.
  */
@@ -55,10 +61,10 @@ const hidden = (name: string, value: string) => html`<input type="hidden" name="
  * with a link from elsewhere; the signed-in person confirms it with a CSRF-checked POST
  * before the page looks it up.
  */
-export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; confirm?: boolean; signedInAs?: string | null; csrf: string }): Safe {
+export function enterCodePage(opts: { notice?: Notice; value?: string; invalid?: boolean; confirm?: boolean; signedInAs?: string | null; csrf: string }, frame: Frame = layout): Safe {
   // An invalid code is marked as such and described by the alert that says why.
   const invalid = opts.invalid && opts.notice?.kind === 'error';
-  return layout(
+  return frame(
     'Connect a device',
     html`<h1>Connect a device</h1>
 ${notice(opts.notice)}
@@ -76,8 +82,8 @@ ${signedInFooter(opts.signedInAs ?? null, '', opts.csrf)}`,
 }
 
 /** Signed in: approve or deny (RFC 8628 §3.3), with the code shown to compare. */
-export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice; request?: DeviceRequest }): Safe {
-  return layout(
+export function approvePage(opts: { userCode: string; csrf: string; signedInAs: string; notice?: Notice; request?: DeviceRequest }, frame: Frame = layout): Safe {
+  return frame(
     'Approve device',
     html`<h1>Approve this device?</h1>
 ${notice(opts.notice)}
@@ -129,13 +135,15 @@ ${Number.isFinite(ends) ? html`<dt>The code ends</dt><dd>in ${minutes(ends - r.n
 </dl>`;
 }
 
-export function resultPage(opts: { title: string; notice: Notice; userCode?: string; again?: boolean }): Safe {
-  return layout(
+/** A decision's outcome (only a signed-in person decides): the way on, another code or the dashboard. */
+export function resultPage(opts: { title: string; notice: Notice; userCode?: string; again?: boolean }, frame: Frame = layout): Safe {
+  return frame(
     opts.title,
     html`<h1>${opts.title}</h1>
 ${notice(opts.notice)}
 ${opts.userCode ? codeShown(opts.userCode) : ''}
-${opts.again ? html`<p><a href="/device">Enter another code</a></p>` : ''}`,
+${opts.again ? html`<p><a href="/device">Enter another code</a></p>` : ''}
+<p><a href="/">Back to the dashboard</a></p>`,
     opts.notice,
   );
 }

@@ -26,7 +26,7 @@ import { strictCsp, type WebSignIn } from '../dashboard/sign-in.js';
 import type { Safe } from '../gateway/html.js';
 import { seeOther, type WebSession } from '../gateway/web-session.js';
 import { formatUserCode, normalizeUserCode } from './codes.js';
-import { approvePage, enterCodePage, resultPage, type Notice } from './html.js';
+import { approvePage, enterCodePage, resultPage, type Frame, type Notice } from './html.js';
 import { CODE_MESSAGES, type DeviceService, type AuthorizationView } from './service.js';
 import { withoutControls } from '../kernel/text.js';
 
@@ -59,6 +59,9 @@ export function devicePage(deps: DevicePageDeps) {
     ctx.body = page.value;
   }
 
+  /** A signed-in person sees the page in the dashboard's shell (its menu, a way back); others in this page's own. */
+  const frameFor = (ctx: Context, who: { user: UserDoc; session: WebSession } | null): Frame | undefined => (who ? web.frame(ctx, who.session, who.user.username, '/device') : undefined);
+
   const displayName = (u: UserDoc) => (u.email ? `${u.username} (${u.email})` : u.username);
   const str = (v: unknown) => (typeof v === 'string' ? v : '');
   const backTo = (userCode: string | null) => (userCode ? `/device?user_code=${encodeURIComponent(userCode)}` : '/device');
@@ -76,7 +79,7 @@ export function devicePage(deps: DevicePageDeps) {
     const userCode = raw ? normalizeUserCode(raw) : null;
     if (!userCode) {
       const bad: Notice | undefined = raw ? { kind: 'error', text: 'That is not a valid code. Codes are 8 letters, like BCDF-GHJK.' } : undefined;
-      return send(ctx, raw ? 400 : status, enterCodePage({ notice: notice ?? bad, value: raw, invalid: Boolean(raw), signedInAs: who ? displayName(who.user) : null, csrf }));
+      return send(ctx, raw ? 400 : status, enterCodePage({ notice: notice ?? bad, value: raw, invalid: Boolean(raw), signedInAs: who ? displayName(who.user) : null, csrf }, frameFor(ctx, who)));
     }
     const shown = formatUserCode(userCode);
     if (!who) {
@@ -91,22 +94,23 @@ export function devicePage(deps: DevicePageDeps) {
     // form) looks the code up: another site may send a signed-in browser here too, and a GET
     // carries no CSRF token. Anything else (a link on another site, an old browser that does
     // not say) is asked to confirm the code first, with a CSRF-checked form.
-    if (!isOwnVisit(ctx)) return send(ctx, status, enterCodePage({ notice, value: shown, confirm: true, signedInAs: displayName(who.user), csrf }));
+    if (!isOwnVisit(ctx)) return send(ctx, status, enterCodePage({ notice, value: shown, confirm: true, signedInAs: displayName(who.user), csrf }, frameFor(ctx, who)));
     return choicePage(ctx, who, shown, csrf, notice, status);
   }
 
   /** A signed-in person's own look at a code: said at once when it cannot be approved, else the choice with what asks. */
-  async function choicePage(ctx: Context, who: { user: UserDoc }, shown: string, csrf: string, notice?: Notice, status = 200): Promise<void> {
+  async function choicePage(ctx: Context, who: { user: UserDoc; session: WebSession }, shown: string, csrf: string, notice?: Notice, status = 200): Promise<void> {
     const signedInAs = displayName(who.user);
+    const frame = frameFor(ctx, who);
     const found = await lookUp(ctx, who.user.pk, shown);
-    if (found && 'answered' in found) return send(ctx, found.answered.status, enterCodePage({ notice: { kind: 'error', text: found.answered.text }, value: shown, invalid: found.answered.status === 404, signedInAs, csrf }));
+    if (found && 'answered' in found) return send(ctx, found.answered.status, enterCodePage({ notice: { kind: 'error', text: found.answered.text }, value: shown, invalid: found.answered.status === 404, signedInAs, csrf }, frame));
     if (found) {
       // A code that cannot be approved says so now, not after the click.
       const settled = settledNotice(found.view, who.user.pk);
-      if (settled) return send(ctx, settled.status, resultPage({ title: settled.title, notice: settled.notice, userCode: shown, again: settled.notice.kind === 'error' }));
+      if (settled) return send(ctx, settled.status, resultPage({ title: settled.title, notice: settled.notice, userCode: shown, again: settled.notice.kind === 'error' }, frame));
     }
     const request = found ? { clientId: found.view.clientId && withoutControls(found.view.clientId), requestedAt: found.view.requestedAt, expiresAt: found.view.expiresAt, now: Date.now() } : undefined;
-    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }));
+    return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }, frame));
   }
 
   /** POST /device/lookup: the confirmation of a code another site's link (or an old browser) brought. */
@@ -117,7 +121,7 @@ export function devicePage(deps: DevicePageDeps) {
     const who = await signedIn(ctx);
     if (!who) return show(ctx, { kind: 'error', text: 'Please sign in first.' }, 401);
     const csrf = web.csrf.token(ctx, who.session);
-    if (!web.csrf.check(ctx, who.session, b.csrf)) return send(ctx, 403, enterCodePage({ notice: { kind: 'error', text: 'Your form expired. Please try again.' }, value: raw, confirm: true, signedInAs: displayName(who.user), csrf }));
+    if (!web.csrf.check(ctx, who.session, b.csrf)) return send(ctx, 403, enterCodePage({ notice: { kind: 'error', text: 'Your form expired. Please try again.' }, value: raw, confirm: true, signedInAs: displayName(who.user), csrf }, frameFor(ctx, who)));
     const code = normalizeUserCode(raw);
     if (!code) return show(ctx);
     return choicePage(ctx, who, formatUserCode(code), csrf);
@@ -182,19 +186,20 @@ export function devicePage(deps: DevicePageDeps) {
     const who = await signedIn(ctx);
     if (!who) return show(ctx, { kind: 'error', text: 'Please sign in first.' }, 401);
     if (!web.csrf.check(ctx, who.session, b.csrf)) return show(ctx, { kind: 'error', text: 'Your form expired. Please try again.' }, 403);
+    const frame = frameFor(ctx, who);
     try {
       const done = await service.decide({ userPk: who.user.pk, userCode: raw, action, via: 'device-page', ip: ctx.ip });
       return send(
         ctx,
         200,
         action === 'approve'
-          ? resultPage({ title: 'Device approved', notice: { kind: 'success', text: 'Done. You can close this page and return to your device.' }, userCode: done.userCode })
-          : resultPage({ title: 'Device denied', notice: { kind: 'success', text: 'The device was denied access. You can close this page.' }, userCode: done.userCode }),
+          ? resultPage({ title: 'Device approved', notice: { kind: 'success', text: 'Done. You can close this page and return to your device.' }, userCode: done.userCode }, frame)
+          : resultPage({ title: 'Device denied', notice: { kind: 'success', text: 'The device was denied access. You can close this page.' }, userCode: done.userCode }, frame),
       );
     } catch (err) {
       if (!(err instanceof ApiError) || err.status >= 500) throw err;
       for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
-      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text: errorText(err) }, again: true }));
+      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text: errorText(err) }, again: true }, frame));
     }
   }
 

@@ -1,6 +1,6 @@
 /**
  * User text on the dashboard, in headless Chromium against a real server: the thread list
- * shows the last sender as the API gives it, control characters in user text never reach
+ * shows who a thread is with as the API gives it, control characters in user text never reach
  * the page, bidi overrides in user text cannot reorder the page text around them, and an
  * identity is deleted when its name is typed as the API compares names (NFC, any case).
  */
@@ -94,14 +94,15 @@ afterAll(async () => {
 });
 
 describe('dashboard: user text', () => {
-  it("lists a thread's last sender, name and address, as the API gives them", async () => {
+  it('lists who a thread is with, name and address as the API gives them; not the identity itself once it answered', async () => {
     const reader = await createIdentity('Reader');
     const peer = await mailFromStranger('Peer Sender', reader.inbox, 'Quarterly report', 'Numbers attached.');
 
     let row = await threadRow(reader.uuid, 'Quarterly report', '1');
     expect(await row.locator('td').nth(1).textContent()).toBe(`Peer Sender <${peer.inbox}>`);
 
-    // The reader answers in the same thread: the last sender is now the reader.
+    // The reader answers in the same thread: the last sender is now the reader, the thread is
+    // still with the peer (its address: the thread list names only its last sender).
     const inbound = await s.api('GET', '/api/email-messages/', { token: me.access, identity: reader.uuid });
     expect(inbound.status).toBe(200);
     const replied = await s.api('POST', `/api/email-messages/${inbound.body[0].uuid}/reply/`, {
@@ -111,7 +112,7 @@ describe('dashboard: user text', () => {
     });
     expect(replied.status).toBe(201);
     row = await threadRow(reader.uuid, 'Quarterly report', '2');
-    expect(await row.locator('td').nth(1).textContent()).toBe(`Reader <${reader.inbox}>`);
+    expect(await row.locator('td').nth(1).textContent()).toBe(peer.inbox);
   });
 
   it('never writes control characters of user text into the page (U+FFFD instead)', async () => {
