@@ -12,6 +12,8 @@ export interface Ctx {
   config: CliConfig;
   baseUrl: string;
   identityFlag?: string;
+  /** Where the identity of this run comes from (shown by `whoami`); absent: none chosen. */
+  identityFrom?: 'flag' | 'env' | 'default' | 'key';
   outTTY: boolean;
   /** Never prompt (--no-input or AIS_NO_INPUT=1): a missing secret is a usage error. */
   noInput: boolean;
@@ -78,8 +80,33 @@ export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
   return id;
 }
 
+/**
+ * The one wording of identity_not_found, wherever it is found out: a name that names no
+ * identity (`--identity typo`), the default identity deleted since `ais identities use`, or
+ * a uuid that is no identity of this account.
+ */
+export function identityNotFound(ref: string, defaultIdentity?: string): CliError {
+  const list = 'see `ais identities list`';
+  const message = !isUuid(ref)
+    ? `No identity is named ${ref}: ${list}.`
+    : ref.toLowerCase() === defaultIdentity?.toLowerCase()
+      ? `The default identity ${ref} no longer exists: pick another with \`ais identities use <uuid|name>\` (${list}).`
+      : `No identity ${ref} in this account: ${list}.`;
+  return new CliError('identity_not_found', message, EXIT.identity_not_found, { identity: ref });
+}
+
+/** `scout (0190…)`: an identity's name beside its uuid; the uuid alone when the name cannot be read. */
+export async function identityLabel(c: AisClient, uuid: string): Promise<string> {
+  const name = await c.identities.get(uuid).then(
+    (i) => i.name,
+    () => null,
+  );
+  return name ? `${name} (${uuid})` : uuid;
+}
+
 /** Maps SDK errors onto the named conditions. */
-export async function translate(err: unknown, c?: AisClient, env: NodeJS.ProcessEnv = {}): Promise<unknown> {
+export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env' | 'config'> = { env: {}, config: {} }): Promise<unknown> {
+  const env = ctx.env;
   if (err instanceof CryptoError) {
     if (err.code === 'pin_locked') return new CliError('pin_locked', 'PIN entered wrongly 3 times: the vault is locked. Run `ais pin recover` with your recovery key.');
     if (err.code === 'encryption_missing') return new CliError('encryption_missing', 'No PIN is set up for this account: run `ais pin setup` first.');
@@ -103,8 +130,16 @@ export async function translate(err: unknown, c?: AisClient, env: NodeJS.Process
         (e) => e instanceof ApiRequestError && e.status === 404,
       );
       // A name that named nothing (`--identity typo`) reaches the server as is.
-      const what = isUuid(c.identity) ? `The identity ${c.identity} no longer exists` : `No identity is named ${c.identity}`;
-      if (gone) return new CliError('identity_not_found', `${what}: pick another with \`ais identities use\` (see \`ais identities list\`).`, EXIT.identity_not_found, { identity: c.identity });
+      if (gone) return identityNotFound(c.identity, ctx.config.identity);
+    }
+    // Plans are the operator's (the admin API, DECISIONS "Plans and admin"): no command here changes one.
+    if (err.status === 402) {
+      const user = ctx.env.AIS_API_KEY || ctx.env.AIS_TOKEN ? undefined : ctx.config.user;
+      const account = user ? ` (${user.username}, pk ${user.pk})` : ' (its pk: `ais whoami`)';
+      return new CliError(err.code ?? 'http_402', `${err.detail} Plans are changed by the service's operator, not by \`ais\`: ask them to move your account${account} to a plan that includes it.`, EXIT.api_error, {
+        status: err.status,
+        ...(err.fields ? { fields: err.fields } : {}),
+      });
     }
     return new CliError(err.code ?? `http_${err.status}`, err.detail, EXIT.api_error, { status: err.status, ...(err.fields ? { fields: err.fields } : {}) });
   }
@@ -114,18 +149,18 @@ export async function translate(err: unknown, c?: AisClient, env: NodeJS.Process
 
 export const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
 
-export async function resolveIdentity(c: AisClient, ref: string | undefined): Promise<string> {
+export async function resolveIdentity(c: AisClient, ref: string | undefined, defaultIdentity?: string): Promise<string> {
   if (!ref) throw usage('<uuid|name> required');
   if (isUuid(ref)) {
     try {
       return (await c.identities.get(ref)).uuid;
     } catch (e) {
-      if (e instanceof ApiRequestError && e.status === 404) throw new CliError('identity_not_found', `No identity ${ref}.`, EXIT.identity_not_found, { identity: ref });
+      if (e instanceof ApiRequestError && e.status === 404) throw identityNotFound(ref, defaultIdentity);
       throw e;
     }
   }
   const hit = (await c.identities.list()).find((i) => i.name.toLowerCase() === ref.toLowerCase());
-  if (!hit) throw new CliError('identity_not_found', `No identity named ${ref}.`, EXIT.identity_not_found, { identity: ref });
+  if (!hit) throw identityNotFound(ref, defaultIdentity);
   return hit.uuid;
 }
 
@@ -140,7 +175,10 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
   // default identity in the config (the key, given explicitly, decides).
   if (!ref && ctx.env.AIS_API_KEY?.startsWith('svc_id_')) {
     const me = await client(ctx).whoami().catch(() => null);
-    if (me?.identity) ctx.identityFlag = me.identity;
+    if (me?.identity) {
+      ctx.identityFlag = me.identity;
+      ctx.identityFrom = 'key';
+    }
     return;
   }
   if (!ref || isUuid(ref)) return;
@@ -151,7 +189,7 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
     return;
   }
   try {
-    ctx.identityFlag = await resolveIdentity(c, ref);
+    ctx.identityFlag = await resolveIdentity(c, ref, ctx.config.identity);
   } catch (err) {
     // No such name: commands that need no identity go on; the others get the 404 as usual.
     if (!(err instanceof CliError && err.code === 'identity_not_found')) throw err;

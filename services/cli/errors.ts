@@ -30,3 +30,24 @@ export class CliError extends Error {
 export function usage(u: string): CliError {
   return new CliError('usage', `Usage: ${u}`, EXIT.usage);
 }
+
+/** Why a file could not be read or written, in words (the errno code alone says little). */
+const FILE_PROBLEMS: Record<string, string> = {
+  ENOENT: 'no such file or directory',
+  EEXIST: 'the file already exists',
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  EISDIR: 'it is a directory',
+  ENOTDIR: 'a part of the path is not a directory',
+  ENOSPC: 'no space left on the device',
+  EROFS: 'the file system is read-only',
+  EDQUOT: 'disk quota exceeded',
+  EFBIG: 'the file is too large',
+  ENAMETOOLONG: 'the file name is too long',
+  EMFILE: 'too many open files',
+};
+
+export function fileProblem(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException)?.code;
+  return (code && FILE_PROBLEMS[code]) ?? (err as Error)?.message ?? String(err);
+}

@@ -46,6 +46,9 @@ function parse(cmd: Command, args: string[]) {
 /** Command groups: the first word of every two-word command (`keys list` → `keys`). */
 const GROUPS = [...new Set(Object.keys(commands).filter((n) => n.includes(' ')).map((n) => n.split(' ')[0]!))];
 
+/** Every variable a command reads (from the commands' own `env`, so the list cannot drift). */
+const PROMPT_ENV = [...new Set(Object.values(commands).flatMap((c) => Object.keys(c.env ?? {})))];
+
 function help(prefix?: string): string {
   const names = Object.keys(commands).filter((n) => !prefix || n === prefix || n.startsWith(prefix + ' '));
   if (names.length === 1) {
@@ -75,7 +78,8 @@ function help(prefix?: string): string {
     ...names.map((n) => `  ${n.padEnd(20)} ${commands[n].summary}`),
     '',
     'Global (before or after the command): --json, --base-url URL (AIS_BASE_URL), --identity UUID|NAME (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help',
-    `Config: $XDG_CONFIG_HOME/agent-identity/config.json (mode 0600). Env: AIS_API_KEY, AIS_TOKEN, AIS_PIN, AIS_NEW_PIN, AIS_RECOVERY_KEY, AIS_PASSWORD.`,
+    'Config: $XDG_CONFIG_HOME/agent-identity/config.json (default ~/.config/..., mode 0600).',
+    `Env: AIS_API_KEY or AIS_TOKEN (a credential instead of the stored login); read by the commands whose --help lists them (values instead of prompts): ${PROMPT_ENV.join(', ')}.`,
     `Exit codes: ${Object.entries(EXIT).map(([k, v]) => `${v} ${k}`).join(', ')}`,
   ].join('\n');
 }
@@ -136,6 +140,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       config,
       baseUrl: (v['base-url'] ?? env.AIS_BASE_URL ?? config.base_url ?? 'http://localhost:8000').replace(/\/+$/, ''),
       identityFlag: v.identity,
+      identityFrom: v.identity !== undefined ? 'flag' : env.AIS_IDENTITY !== undefined ? 'env' : config.identity ? 'default' : undefined,
       noInput: !!v['no-input'] || /^(1|true|yes)$/i.test(env.AIS_NO_INPUT ?? ''),
       out: io.out,
       err: io.err,
@@ -153,7 +158,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       } catch {
         c = undefined;
       }
-      throw await translate(err, c, ctx.env);
+      throw await translate(err, c, ctx);
     }
     return EXIT.ok;
   } catch (err) {

@@ -35,6 +35,9 @@ export function lockStore(ctx: Ctx, salt: string) {
   return fileLockStore(file);
 }
 
+/** How `--help` describes AIS_DEVICE_SECRET for the commands that open the vault. */
+export const DEVICE_SECRET_HELP = "the vault's device secret, on a machine that did not run `ais pin setup` (saved here once it opens the vault)";
+
 export function deviceSecret(ctx: Ctx): string {
   const s = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
   if (!s) {

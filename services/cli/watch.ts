@@ -1,16 +1,18 @@
 // `inbox watch` / `sms watch`: the identity's event stream, one line per event.
 import { ApiRequestError } from '../sdk/client.js';
-import { client, type Ctx } from './context.js';
-import { CliError, EXIT, usage } from './errors.js';
+import { client, identityNotFound, type Ctx } from './context.js';
+import { usage } from './errors.js';
 import { forTerminal } from './output.js';
 
 export async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, any>, line: (d: any) => string): Promise<void> {
   if (v.count !== undefined && !/^[1-9]\d*$/.test(v.count)) throw usage('--count takes a positive whole number');
   const c = client(ctx, { identity: true });
-  // Fail fast on a deleted identity or bad credentials before streaming.
-  await c.identities.get(c.identity!).catch((e) => {
-    throw e instanceof ApiRequestError && e.status === 404 ? new CliError('identity_not_found', `The identity ${c.identity} no longer exists.`, EXIT.identity_not_found) : e;
+  // Fail fast on an unknown identity or bad credentials before streaming (the same words as
+  // every other command: a name that names nothing is not an identity that "no longer exists").
+  const identity = await c.identities.get(c.identity!).catch((e) => {
+    throw e instanceof ApiRequestError && e.status === 404 ? identityNotFound(c.identity!, ctx.config.identity) : e;
   });
+  const whom = `${identity.name} (${identity.uuid})`;
   const max = v.count ? Number(v.count) : Infinity;
   const ac = new AbortController();
   process.once('SIGINT', () => ac.abort());
@@ -20,7 +22,7 @@ export async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, a
     lastEventId: v.since,
     signal: ac.signal,
     onStatus: (s) => {
-      if (s.state === 'open' && !ctx.json) ctx.err(s.attempt ? 'reconnected.' : `watching ${kind} for ${c.identity} (Ctrl-C to stop)`);
+      if (s.state === 'open' && !ctx.json) ctx.err(s.attempt ? 'reconnected.' : `watching ${kind} for ${whom} (Ctrl-C to stop)`);
       if (s.state === 'reconnecting' && !ctx.json) ctx.err(`disconnected; reconnecting in ${Math.round((s.delayMs ?? 0) / 1000)}s`);
       if (s.state === 'open' && ctx.json && !s.attempt) ctx.err(JSON.stringify({ watching: kind, identity: c.identity }));
     },

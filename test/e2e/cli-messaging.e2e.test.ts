@@ -103,6 +103,8 @@ test('setup: sign up through the API, `login --username` (AIS_PASSWORD), plan up
   const refused = await ais(['identities', 'create', 'nophone', '--phone', '--json']);
   expect(refused.code).toBe(20);
   expect(refused.error.status).toBe(402);
+  // Nothing in the CLI changes a plan: the message says who does.
+  expect(refused.error.message).toBe(`Your plan (free) does not include a phone number; upgrade to developer. Plans are changed by the service's operator, not by \`ais\`: ask them to move your account (${u}, pk ${user.pk}) to a plan that includes it.`);
 
   const up = await api('PUT', `/api/admin/users/${user.pk}/subscription/`, { token: ADMIN_TOKEN, body: { plan: 'developer', status: 'active' } });
   expect(up.status).toBe(200);
@@ -138,7 +140,8 @@ describe('email', () => {
   test('send --attach: presign, upload, compose; the relay sink gets From/To/Subject and the exact bytes', async () => {
     const r = await ais(['send', '--to', 'bob@example.com', '--subject', 'Quarterly report', '--body', '<p>See attached.</p>', '--attach', smallPath, '--attach', bigPath]);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^Sent \((queued|sent)\): [0-9a-f-]{36}/);
+    // Mail to another domain goes through the service's mailer: queued, not "sent" yet.
+    expect(r.stdout).toMatch(/^(Queued for delivery: [0-9a-f-]{36} \(the service's mailer sends it; `ais inbox show [0-9a-f-]{36}` shows its status\)|Sent: [0-9a-f-]{36})\n$/);
     // Not a terminal: one final progress line per file.
     expect(r.stderr).toContain(`uploaded notes.txt (${small.length} bytes)`);
     expect(r.stderr).toContain(`uploaded blob.bin (${big.length} bytes)`);
@@ -166,13 +169,14 @@ describe('email', () => {
     const saved = await ais(['inbox', 'attachment', r.json.attachments[0].uuid, '--out', out, '--json']);
     expect([saved.code, saved.json]).toEqual([0, { saved: out, bytes: small.length, content_type: expect.stringMatching(/^text\/plain/) }]);
     expect(readFileSync(out)).toEqual(small);
-    expect((await ais(['inbox', 'attachment', r.json.attachments[0].uuid, '--out', out])).code).toBe(2);
+    const again = await ais(['inbox', 'attachment', r.json.attachments[0].uuid, '--out', out]);
+    expect([again.code, again.stderr.trim()]).toEqual([2, `error: Cannot write ${out}: the file already exists (it is never overwritten: choose another --out name, or remove the file first).`]);
   });
 
   test('a missing attachment file is a usage error before anything is sent', async () => {
     const r = await ais(['send', '--to', 'bob@example.com', '--subject', 's', '--body', 'b', '--attach', path.join(files, 'nope.pdf'), '--json']);
     expect(r.code).toBe(2);
-    expect(r.error.message).toMatch(/nope\.pdf.*ENOENT/);
+    expect(r.error.message).toBe(`Cannot read the attachment ${path.join(files, 'nope.pdf')}: no such file or directory.`);
   });
 
   test('inbox watch prints a mail sent into the SMTP listener, live', async () => {
@@ -197,6 +201,7 @@ describe('email', () => {
     // The human line leads with the event id (for --since) and names the message (for reply).
     const replay = await ais(['inbox', 'watch', '--count', '1', '--since', '0']);
     expect(replay.stdout.trim()).toBe(`${e.id}  alice@example.com  Lunch on Friday?  ${e.preview} [message ${e.message_id}, thread ${e.thread_id}]`);
+    expect(replay.stderr).toContain(`watching email for courier (${identity.uuid}) (Ctrl-C to stop)`);
   });
 
   test('inbox list --unread, show (marks read), then nothing unread', async () => {
@@ -213,7 +218,7 @@ describe('email', () => {
     inboundId = show.json.messages[0].id;
     expect(show.json.messages[0]).toMatchObject({ from_email: 'alice@example.com', cc: ['carol@example.com'] });
     const text = await ais(['inbox', 'show', threadId]);
-    expect(text.stdout).toContain('From: alice@example.com');
+    expect(text.stdout).toContain('\nFrom: Alice <alice@example.com>\n'); // the sender's display name too
     expect(text.stdout).toContain('Are you free on Friday at noon?');
 
     const after = await ais(['inbox', 'list', '--unread', '--json']);
@@ -245,6 +250,14 @@ describe('email', () => {
     expect((m.parsed.cc as any).value.map((a: any) => a.address)).toEqual(['carol@example.com']);
     expect([...m.envelope.to].sort()).toEqual(['alice@example.com', 'carol@example.com']);
     expect(Buffer.compare(m.parsed.attachments[0].content, big)).toBe(0);
+  });
+
+  test('send to an inbox of this service says Delivered; inbox show gives the status of mail the identity sent', async () => {
+    const r = await ais(['send', '--to', identity.inbox, '--subject', 'Note to self', '--body', 'internal']);
+    expect(r.stdout).toMatch(/^Delivered: [0-9a-f-]{36}\n$/);
+    const sent = (await ais(['inbox', 'list', '--json'])).json.find((t: any) => t.subject === 'Note to self');
+    const shown = await ais(['inbox', 'show', sent.thread_id]);
+    expect(shown.stdout).toContain(`\nFrom: courier <${identity.inbox}>\nTo: ${identity.inbox}\nStatus: sent\n`);
   });
 });
 

@@ -8,7 +8,7 @@
  * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -82,6 +82,15 @@ test('--help works on the root and on every command', async () => {
   const groups: string[] = [];
   expect(await main(['inbox', '--help'], {}, { out: (s) => groups.push(s), err: () => undefined })).toBe(0);
   expect(groups.join('\n')).toMatch(/inbox watch/);
+});
+
+test('the root help names every environment variable the CLI reads', async () => {
+  const dir = path.join(ROOT, 'services/cli');
+  const sources = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => /\.(ts|js)$/.test(f));
+  const read = new Set(sources.flatMap((f) => [...readFileSync(path.join(dir, f), 'utf8').matchAll(/\bAIS_[A-Z_]+[A-Z]\b/g)].map((m) => m[0])));
+  expect([...read]).toEqual(expect.arrayContaining(['AIS_SECRET_VALUE', 'AIS_ENTRY_PASSWORD', 'AIS_DEVICE_SECRET', 'AIS_API_KEY']));
+  const root = await ais(['--help']);
+  expect([...read].filter((name) => !root.stdout.includes(name))).toEqual([]);
 });
 
 test('output larger than a pipe holds reaches a slow reader whole: the CLI exits only once it is written', () => {
@@ -226,6 +235,11 @@ describe('a logged-in agent', () => {
     expect(l.stdout).toMatch(/scout/);
     const u = await ais(['identities', 'use', 'scout', '--json']);
     expect(u.json).toEqual({ identity });
+    // By name and uuid, not a uuid alone.
+    expect((await ais(['identities', 'use', identity])).stdout.trim()).toBe(`Default identity: scout (${identity}).`);
+    const who = await ais(['whoami']);
+    expect(who.stdout).toContain(`\nidentity: scout (${identity})  [used by identity commands: the default, set by \`ais identities use\`]`);
+    expect(who.stdout).not.toContain('default_identity');
   });
 
   test('global options also go before the command, and --identity / AIS_IDENTITY take a name', async () => {
@@ -238,6 +252,21 @@ describe('a logged-in agent', () => {
     expect((await ais(['keys', 'create', 'probe-default', '--json'])).json.identity_uuid).toBe(identity); // the default is untouched
     const unknown = await ais(['--identity', 'nobody-by-that-name', 'inbox', 'list', '--json']);
     expect(unknown.code).toBe(12); // identity_not_found
+    // whoami says which identity commands use, and that the default is not the one this run.
+    const who = await ais(['--identity', 'ranger', 'whoami']);
+    expect(who.stdout).toContain(`\nidentity: ranger (${other})  [used by identity commands: from --identity, this run only]`);
+    expect(who.stdout).toContain(`\ndefault_identity: scout (${identity})  [not used in this run]`);
+    expect((await ais(['whoami', '--json'])).json.default_identity).toBe(identity); // --json: unchanged
+    const none = await ais(['whoami'], { env: { AIS_IDENTITY: '' } });
+    expect(none.stdout).toMatch(/\nidentity: none selected: identity commands need --identity/);
+  });
+
+  test('a name that names no identity is told as such by every command, never as one that "no longer exists"', async () => {
+    const runs = await Promise.all([['phone'], ['sms', 'watch'], ['inbox', 'watch'], ['identities', 'use', 'pager']].map((args) => ais(['--identity', 'pager', ...args, '--json'])));
+    for (const r of runs) expect([r.code, r.error?.message]).toEqual([12, 'No identity is named pager: see `ais identities list`.']);
+    const stranger = '01900000-0000-7000-8000-000000000000';
+    const byUuid = await Promise.all([['phone'], ['sms', 'watch']].map((args) => ais(['--identity', stranger, ...args, '--json'])));
+    for (const r of byUuid) expect([r.code, r.error?.message]).toEqual([12, `No identity ${stranger} in this account: see \`ais identities list\`.`]);
   });
 
   test('keys create / list / revoke', async () => {
@@ -251,7 +280,11 @@ describe('a logged-in agent', () => {
     const who = await ais(['whoami', '--json'], { env: { AIS_API_KEY: k.json.key } });
     expect(who.json.kind).toBe('identity_key');
     const whoHuman = await ais(['whoami'], { env: { AIS_API_KEY: k.json.key } });
-    expect(whoHuman.stdout).toMatch(new RegExp(`^kind: identity_key\nuser: \\S+ <\\S+@example\\.com> \\(pk \\d+\\)\nkey: runner svc_id_\\S+ \\(${k.json.uuid}\\)\nidentity: ${identity}\n`));
+    expect(whoHuman.stdout).toMatch(new RegExp(`^kind: identity_key\nuser: \\S+ <\\S+@example\\.com> \\(pk \\d+\\)\nkey: runner svc_id_\\S+ \\(${k.json.uuid}\\)\nidentity: scout \\(${identity}\\)  \\[used by identity commands: the identity key's own\\]\n?$`));
+    // The list names each identity key's identity, not only its uuid.
+    const human = await ais(['keys', 'list', '--kind', 'identity']);
+    expect(human.stdout).toMatch(/KIND\s+UUID\s+LABEL\s+MASKED_KEY\s+IDENTITY\s+IDENTITY_UUID/);
+    expect(human.stdout.split('\n').find((l) => l.includes(k.json.uuid))).toMatch(new RegExp(`\\srunner\\s+svc_id_\\S+\\s+scout\\s+${identity}\\s`));
     const rv = await ais(['keys', 'revoke', k.json.uuid, '--json']);
     expect(rv.code).toBe(0);
     // ... and not once revoked.
@@ -488,6 +521,11 @@ describe('a logged-in agent', () => {
     const r = await ais(['sms', 'list', '--json']);
     expect(r.code).toBe(12);
     expect(r.error.code).toBe('identity_not_found');
+    // The same words from every command, the watch included.
+    const gone = `The default identity ${identity} no longer exists: pick another with \`ais identities use <uuid|name>\` (see \`ais identities list\`).`;
+    expect(r.error.message).toBe(gone);
+    expect((await ais(['sms', 'watch', '--json'])).error?.message).toBe(gone);
+    expect((await ais(['keys', 'create', 'late', '--json'])).error?.message).toBe(gone);
     const secret = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '111222' } });
     expect([secret.code, secret.error?.code]).toEqual([12, 'identity_not_found']);
     // A name that names nothing is told as such, not as an identity that "no longer exists".
@@ -543,6 +581,54 @@ describe('logout', () => {
     expect(r.code).toBe(0);
     return r;
   }
+
+  /** Signs in to the dashboard with a password, as a browser does (the form's CSRF token and cookies); the cookie header. */
+  async function dashboardSignIn(login: string, password: string): Promise<string> {
+    const cookiesOf = (res: Response) => res.headers.getSetCookie().map((c) => c.split(';')[0]);
+    const page = await fetch(`${svc.url}/login`);
+    const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())![1];
+    const cookies = cookiesOf(page);
+    const res = await fetch(`${svc.url}/login`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: cookies.join('; ') },
+      body: new URLSearchParams({ csrf, login, password }).toString(),
+    });
+    await res.arrayBuffer(); // read to the end: no socket left open
+    expect(res.status).toBe(303);
+    return [...cookies, ...cookiesOf(res)].join('; ');
+  }
+  /** 200 while the dashboard session is alive; 303 to the sign-in page once it ended. */
+  const dashboard = async (cookie: string) => {
+    const res = await fetch(`${svc.url}/`, { redirect: 'manual', headers: { cookie } });
+    await res.arrayBuffer();
+    return res.status;
+  };
+
+  test("logout ends this login's session only (the human's dashboard goes on); --all ends every session of the account", async () => {
+    for (const all of [false, true]) {
+      const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-sessions-'));
+      const login = await deviceLogin(home);
+      const browser = await dashboardSignIn(login.json.user.username, 'Secret-pass-1');
+      expect(await dashboard(browser)).toBe(200);
+      const mine = (await runCli(['sessions', 'list', '--json'], { url: svc.url, home })).json.find((x: any) => x.current).uuid;
+      // --keep-key: the session must be ended by logout itself, not by the key's revocation (which ends the sessions bound to it).
+      const key = JSON.parse(readFileSync(path.join(home, 'agent-identity/config.json'), 'utf8')).management_key as string;
+      // The stored access token has expired (3 s here): logout still ends the session(s) (the
+      // API's logout skips an expired access token: the refresh token is what counts).
+      await new Promise((resolve) => setTimeout(resolve, 3100));
+      const r = await runCli(['logout', '--keep-key', ...(all ? ['--all'] : [])], { url: svc.url, home });
+      expect([all, r.code, r.stdout.trim()]).toEqual([
+        all,
+        0,
+        all ? "Logged out: every session of the account ended (the dashboard's too)." : "Logged out (this login's session ended; the account's other sessions, the dashboard's included, go on).",
+      ]);
+      const left = (await runCli(['sessions', 'list', '--json'], { url: svc.url, home, env: { AIS_API_KEY: key } })).json;
+      expect(left.map((x: any) => x.uuid)).not.toContain(mine);
+      expect([all, left.some((x: any) => x.via === 'dashboard'), await dashboard(browser)]).toEqual(all ? [all, false, 303] : [all, true, 200]);
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
 
   test('a login to another service revokes the earlier key at its own service (it is never sent to the other)', async () => {
     const otherData = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-other-'));

@@ -2,7 +2,7 @@
 import { hostname } from 'node:os';
 import QRCode from 'qrcode';
 import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
-import { configFile, updateConfig, type CliConfig } from '../config.js';
+import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.js';
 import { client, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
 import { formatDuration, kv, show, table } from '../output.js';
@@ -27,6 +27,28 @@ async function revokeOwnKey(baseUrl: string, managementKey: string): Promise<voi
   const c = createClient({ baseUrl, managementKey, userAgent: 'ais-cli/1.0' });
   const me = await c.whoami();
   if (me.key?.uuid) await c.keys.management.revoke(me.key.uuid);
+}
+
+/**
+ * Ends this login's session (DELETE /api/auth/sessions/{uuid}/ of the one the stored tokens
+ * belong to), or with `all` every session of the account (POST /api/auth/logout/, which
+ * DECISIONS "Auth" makes invalidate all of the user's refresh tokens, dashboard included).
+ * Always with the stored login, never an AIS_API_KEY / AIS_TOKEN of this run: those are not
+ * what `logout` forgets.
+ */
+async function endSessions(ctx: Ctx, all: boolean): Promise<void> {
+  const c = client({ ...ctx, env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
+  if (all) {
+    // The refresh token goes in the body: the server skips an expired access token (logout is
+    // anonymous-friendly) and would end nothing, while answering 200.
+    // Read again: another ais process may have rotated the pair since this one started.
+    const refresh = loadConfig(ctx.env).refresh;
+    await c.request('POST', '/api/auth/logout/', { body: refresh ? { refresh } : {}, identity: false });
+    return;
+  }
+  // None marked current: this login's session is over already (ended elsewhere, or expired).
+  const own = (await c.auth.sessions()).find((x) => x.current);
+  if (own) await c.auth.endSession(own.uuid);
 }
 
 export const authCommands: Record<string, Command> = {
@@ -75,13 +97,13 @@ export const authCommands: Record<string, Command> = {
     },
   },
   logout: {
-    usage: 'ais logout [--keep-key]',
-    summary: 'End the session on the server and forget the tokens; revoke and forget the management key the sign-in saved (--keep-key: keep it, valid).',
-    options: { 'keep-key': { type: 'boolean' } },
+    usage: 'ais logout [--all] [--keep-key]',
+    summary: "End this login's session on the server and forget its tokens; revoke and forget the management key the sign-in saved (--keep-key: keep it, valid). --all: sign out every session of the account, the dashboard's included.",
+    options: { all: { type: 'boolean' }, 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
       // An expired session needs no ending; a service out of reach does: said, not hidden.
       const unreached = (err: unknown) => err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
-      const ended = ctx.config.access ? await client(ctx).auth.logout().then(() => true, (err: unknown) => !unreached(err)) : true;
+      const ended = ctx.config.access ? await endSessions(ctx, !!v.all).then(() => true, (err: unknown) => !unreached(err)) : true;
       // The device flow's key is a full account credential: forgotten here but left valid, it
       // would be a live key nobody holds. A key already refused (401) is as good as revoked.
       const key = v['keep-key'] ? undefined : ctx.config.management_key;
@@ -97,9 +119,10 @@ export const authCommands: Record<string, Command> = {
           )
         : null;
       ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => ((v['keep-key'] || revoked === false) && management_key ? { ...rest, management_key } : rest));
-      if (!ended) ctx.err('warning: the service could not be reached (or failed), so the session was not ended there (its refresh token stays valid until it expires).');
+      if (!ended) ctx.err(`warning: the service could not be reached (or failed), so ${v.all ? 'the sessions were' : 'the session was'} not ended there (its refresh token stays valid until it expires).`);
       if (revoked === false) ctx.err(`warning: ${refused}, so the management key was not revoked; it stays saved here: run \`ais logout\` again.`);
-      show(ctx, { logged_out: true, session_ended: ended, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => (ended ? 'Logged out.' : 'Logged out on this machine only.'));
+      const done = v.all ? 'Logged out: every session of the account ended (the dashboard\'s too).' : 'Logged out (this login\'s session ended; the account\'s other sessions, the dashboard\'s included, go on).';
+      show(ctx, { logged_out: true, session_ended: ended, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => (ended ? done : 'Logged out on this machine only.'));
     },
   },
   'sessions list': {
@@ -113,7 +136,7 @@ export const authCommands: Record<string, Command> = {
   },
   'sessions end': {
     usage: 'ais sessions end <uuid>',
-    summary: 'End one session (its refresh token stops working; a device login keeps its management key until `ais keys revoke`); `ais logout` ends them all.',
+    summary: 'End one session (its refresh token stops working; a device login keeps its management key until `ais keys revoke`); `ais logout --all` ends them all.',
     async run(ctx, p) {
       if (!p[0]) throw usage('ais sessions end <uuid>');
       const c = client(ctx);
@@ -126,19 +149,33 @@ export const authCommands: Record<string, Command> = {
   },
   whoami: {
     usage: 'ais whoami',
-    summary: 'Who the stored credential is (kind, user, identity, key).',
+    summary: 'Who the stored credential is (kind, user, key), and which identity identity-scoped commands use.',
     async run(ctx) {
-      const w = await client(ctx).whoami();
+      const c = client(ctx);
+      const w = await c.whoami();
       const out = { ...w, default_identity: ctx.config.identity ?? null };
-      show(ctx, out, () =>
-        kv({
-          kind: w.kind,
-          user: `${w.user.username} <${w.user.email}> (pk ${w.user.pk})`,
-          ...(w.key ? { key: `${w.key.label} ${w.key.masked_key} (${w.key.uuid})` } : {}),
-          identity: w.identity ?? '(none selected)',
-          default_identity: out.default_identity ?? '(none)',
-        }),
-      );
+      if (ctx.json) return show(ctx, out, () => '');
+      // The identity commands use, as requireIdentity picks it: --identity, AIS_IDENTITY, the
+      // key's own, the default; else the one a token is bound to (the server's choice).
+      const chosen = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? ctx.config.identity;
+      const used = chosen || w.identity || null;
+      const label = async (ref: string) =>
+        c.identities.get(ref).then(
+          (i) => `${i.name} (${i.uuid})`,
+          (e) => (e instanceof ApiRequestError && e.status === 404 ? `${ref} (no such identity in this account)` : ref),
+        );
+      const why = !chosen
+        ? 'the one the credential is bound to'
+        : { flag: 'from --identity, this run only', env: 'from AIS_IDENTITY', key: "the identity key's own", default: 'the default, set by `ais identities use`' }[ctx.identityFrom ?? 'default'];
+      const lines: Record<string, string> = {
+        kind: w.kind,
+        user: `${w.user.username} <${w.user.email}> (pk ${w.user.pk})`,
+        ...(w.key ? { key: `${w.key.label} ${w.key.masked_key} (${w.key.uuid})` } : {}),
+        identity: used ? `${await label(used)}  [used by identity commands: ${why}]` : 'none selected: identity commands need --identity <uuid|name>, AIS_IDENTITY, or a default (`ais identities use <uuid|name>`)',
+      };
+      if (ctx.config.identity && ctx.config.identity !== used) lines.default_identity = `${await label(ctx.config.identity)}  [not used in this run]`;
+      if (w.identity && w.identity !== used) lines.credential_identity = `${await label(w.identity)}  [the credential's own]`;
+      show(ctx, out, () => kv(lines));
     },
   },
 };

@@ -13,8 +13,14 @@ export const keysCommands: Record<string, Command> = {
       const c = client(ctx);
       const management = v.kind === 'identity' ? [] : await c.keys.management.list();
       const identity = v.kind === 'management' ? [] : await c.keys.identity.list();
-      const rows = [...management.map((k) => ({ kind: 'management', ...k })), ...identity.map((k) => ({ kind: 'identity', ...k }))];
-      show(ctx, { management, identity }, () => table(rows as any, ['kind', 'uuid', 'label', 'masked_key', 'identity', 'last_used_at', 'created_dt']));
+      // An identity key's identity by its name too: a uuid alone says little.
+      const names = new Map<string, string>();
+      if (identity.length && !ctx.json) for (const i of await c.identities.list().catch(() => [])) names.set(i.uuid, i.name);
+      const rows = [
+        ...management.map((k) => ({ kind: 'management', ...k, identity: null })),
+        ...identity.map((k) => ({ kind: 'identity', ...k, identity: names.get(k.identity) ?? null, identity_uuid: k.identity })),
+      ];
+      show(ctx, { management, identity }, () => table(rows as any, ['kind', 'uuid', 'label', 'masked_key', 'identity', 'identity_uuid', 'last_used_at', 'created_dt']));
     },
   },
   'keys create': {
@@ -24,7 +30,7 @@ export const keysCommands: Record<string, Command> = {
     async run(ctx, p, v) {
       if (!p[0]) throw usage('ais keys create <label>');
       const c = client(ctx);
-      const k = v.management ? await c.keys.management.create(p[0]) : await c.keys.identity.create(p[0], await resolveIdentity(c, requireIdentity(ctx, false)));
+      const k = v.management ? await c.keys.management.create(p[0]) : await c.keys.identity.create(p[0], await resolveIdentity(c, requireIdentity(ctx, false), ctx.config.identity));
       show(ctx, k, () => `${kv(k as any, ['uuid', 'label', 'identity_uuid', 'created_dt'])}\nkey: ${k.key}\n(This is the only time the full key is shown.)`);
     },
   },

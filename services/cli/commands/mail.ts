@@ -1,9 +1,9 @@
 // `ais inbox list|show|watch|attachment`, `send`, `reply`, `reply-all`: email.
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Attachment } from '../../sdk/client.js';
+import type { Attachment, EmailMessage } from '../../sdk/client.js';
 import { client, type Command } from '../context.js';
-import { CliError, EXIT, usage } from '../errors.js';
+import { CliError, EXIT, fileProblem, usage } from '../errors.js';
 import { formatBytes, kv, progressReporter, show, table } from '../output.js';
 import { watch } from '../watch.js';
 
@@ -42,9 +42,11 @@ export const mailCommands: Record<string, Command> = {
       const message = (m: any) =>
         [
           `\n--- ${m.id}  ${m.created_dt ?? ''}`,
-          `From: ${m.from_email ?? m.from ?? ''}`,
+          `From: ${mailbox(m.from_name, m.from_email ?? m.from ?? '')}`,
           `To: ${[].concat(m.to ?? []).join(', ')}`,
           ...(m.cc?.length ? [`Cc: ${m.cc.join(', ')}`] : []),
+          // What became of mail this identity sent (`send` answers before the mailer is done).
+          ...(m.direction === 'outbound' ? [`Status: ${m.status}${m.status === 'failed' && m.error ? ` (${m.error})` : ''}`] : []),
           ...(m.attachments ?? []).map((a: any) => `Attachment: ${a.filename} (${a.content_type}, ${formatBytes(a.size)}) [${a.uuid}]`),
           '',
           m.text ?? m.preview ?? '',
@@ -68,7 +70,8 @@ export const mailCommands: Record<string, Command> = {
       try {
         writeFileSync(v.out, bytes, { flag: 'wx' }); // never over a file that exists
       } catch (err) {
-        throw new CliError('usage', `Cannot write ${v.out}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+        const exists = (err as NodeJS.ErrnoException).code === 'EEXIST' ? ' (it is never overwritten: choose another --out name, or remove the file first)' : '';
+        throw new CliError('usage', `Cannot write ${v.out}: ${fileProblem(err)}${exists}.`, EXIT.usage);
       }
       show(ctx, { saved: path.resolve(v.out), bytes: bytes.byteLength, content_type: contentType }, () => `Saved ${formatBytes(bytes.byteLength)} (${contentType}) to ${v.out}.`);
     },
@@ -81,7 +84,7 @@ export const mailCommands: Record<string, Command> = {
       if (!v.to) throw usage('ais send --to ADDR --subject S --body TEXT');
       const c = client(ctx, { identity: true });
       const m = await c.email.sendWithAttachments({ to: v.to, subject: v.subject ?? '', body: bodyOf(v), cc: v.cc ?? '', bcc: v.bcc ?? '' }, files(v.attach), progressReporter(ctx));
-      show(ctx, m, () => `Sent (${m.status ?? 'queued'}): ${m.id}`);
+      show(ctx, m, () => sentLine(m));
     },
   },
   reply: replyCommand(false),
@@ -97,9 +100,31 @@ function replyCommand(all: boolean): Command {
       if (!p[0]) throw usage(this.usage);
       const c = client(ctx, { identity: true });
       const m = await c.email.sendWithAttachments({ replyTo: p[0], all, body: bodyOf(v), ...(v.cc ? { cc: v.cc } : {}), ...(v.bcc ? { bcc: v.bcc } : {}) }, files(v.attach), progressReporter(ctx));
-      show(ctx, m, () => `Sent (${m.status ?? 'queued'}): ${m.id}`);
+      show(ctx, m, () => sentLine(m));
     },
   };
+}
+
+/** `Bob <bob@example.org>`, or the address alone when the sender gave no name. */
+function mailbox(name: string | undefined | null, address: string): string {
+  if (!name || name === address) return address;
+  // A name with specials is quoted, as in a header (RFC 5322 §3.2.4).
+  return `${/[()<>\[\]:;@\\,."]/.test(name) ? JSON.stringify(name) : name} <${address}>`;
+}
+
+/**
+ * What `send` and the replies answered, in words: mail between inboxes of the service is
+ * delivered at once (`sent`); mail to other domains is queued for the service's mailer.
+ */
+function sentLine(m: EmailMessage): string {
+  const domain = (a: string) => a.slice(a.lastIndexOf('@') + 1).toLowerCase();
+  const own = domain(m.from_email ?? m.from ?? '');
+  const all = [...(m.to ?? []), ...(m.cc ?? []), ...(m.bcc ?? [])];
+  const internal = all.length > 0 && all.every((a) => domain(a) === own);
+  const later = `\`ais inbox show ${m.thread_id}\` shows its status`;
+  if (m.status === 'sent') return internal ? `Delivered: ${m.id}` : `Sent: ${m.id}`;
+  if (m.status === 'failed') return `Not sent (${m.error ?? 'delivery failed'}): ${m.id}`;
+  return `Queued for delivery: ${m.id} (the service's mailer sends it; ${later})`;
 }
 
 function bodyOf(v: Record<string, any>): string {
@@ -107,7 +132,7 @@ function bodyOf(v: Record<string, any>): string {
     try {
       return readFileSync(v['body-file'], 'utf8');
     } catch (err) {
-      throw new CliError('usage', `Cannot read the body file ${v['body-file']}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+      throw new CliError('usage', `Cannot read the body file ${v['body-file']}: ${fileProblem(err)}.`, EXIT.usage);
     }
   }
   if (v.body === undefined) throw usage('--body TEXT or --body-file FILE is required');
@@ -121,7 +146,7 @@ function files(paths: string[] | undefined): Attachment[] {
     try {
       data = readFileSync(p);
     } catch (err) {
-      throw new CliError('usage', `Cannot read attachment ${p}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.usage);
+      throw new CliError('usage', `Cannot read the attachment ${p}: ${fileProblem(err)}.`, EXIT.usage);
     }
     return { filename: path.basename(p), content_type: TYPES[path.extname(p).toLowerCase()] ?? 'application/octet-stream', data };
   });

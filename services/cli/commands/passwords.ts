@@ -4,13 +4,13 @@ import { client, isUuid, type Command } from '../context.js';
 import { CliError, EXIT, usage } from '../errors.js';
 import { readSecret } from '../input.js';
 import { kv, show, table } from '../output.js';
-import { unlocked } from '../vault.js';
+import { DEVICE_SECRET_HELP, unlocked } from '../vault.js';
 
 export const passwordsCommands: Record<string, Command> = {
   'passwords list': {
     usage: 'ais passwords list',
     summary: 'Password entries, decrypted locally (needs the PIN).',
-    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_DEVICE_SECRET: DEVICE_SECRET_HELP },
     async run(ctx) {
       const v = await unlocked(ctx);
       const { entries: list, failed } = await v.listPasswordsReport();
@@ -21,7 +21,7 @@ export const passwordsCommands: Record<string, Command> = {
   'passwords add': {
     usage: 'ais passwords add <domain> --username U [--password P | --generate] [--notes N]',
     summary: 'Store a password entry, encrypted on this machine.',
-    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_ENTRY_PASSWORD: 'the password to store, when neither --password nor --generate' },
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_DEVICE_SECRET: DEVICE_SECRET_HELP, AIS_ENTRY_PASSWORD: 'the password to store, when neither --password nor --generate' },
     options: { username: { type: 'string' }, password: { type: 'string' }, generate: { type: 'boolean' }, notes: { type: 'string' } },
     async run(ctx, p, o) {
       if (!p[0] || !o.username) throw usage('ais passwords add <domain> --username U --password P');
@@ -35,7 +35,7 @@ export const passwordsCommands: Record<string, Command> = {
   'passwords get': {
     usage: 'ais passwords get <uuid|domain>',
     summary: 'Show one entry, decrypted.',
-    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_DEVICE_SECRET: DEVICE_SECRET_HELP },
     async run(ctx, p) {
       if (!p[0]) throw usage('ais passwords get <uuid|domain>');
       const v = await unlocked(ctx);

@@ -5,7 +5,7 @@ import { client, type Command } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
 import { readSecret } from '../input.js';
 import { show } from '../output.js';
-import { deviceSecret, foreignSetup, kdfOverride, lockStore, metadataFor } from '../vault.js';
+import { DEVICE_SECRET_HELP, deviceSecret, foreignSetup, kdfOverride, lockStore, metadataFor } from '../vault.js';
 
 export const pinCommands: Record<string, Command> = {
   'pin setup': {
@@ -47,7 +47,7 @@ export const pinCommands: Record<string, Command> = {
   'pin change': {
     usage: 'ais pin change   (AIS_PIN = current, AIS_NEW_PIN = new; or two stdin lines)',
     summary: 'Change the PIN (the vault key is re-wrapped; entries stay as they are).',
-    env: { AIS_PIN: 'the current PIN', AIS_NEW_PIN: 'the new PIN (else two stdin lines: current, new)' },
+    env: { AIS_PIN: 'the current PIN', AIS_NEW_PIN: 'the new PIN (else two stdin lines: current, new)', AIS_DEVICE_SECRET: DEVICE_SECRET_HELP },
     async run(ctx) {
       const c = client(ctx);
       const metadata = await metadataFor(c);
@@ -61,7 +61,7 @@ export const pinCommands: Record<string, Command> = {
   'pin recover': {
     usage: 'ais pin recover   (AIS_RECOVERY_KEY, AIS_NEW_PIN; or two stdin lines)',
     summary: 'Set a new PIN with the recovery key (also clears a pin_locked vault).',
-    env: { AIS_RECOVERY_KEY: 'the recovery key (RK1-...)', AIS_NEW_PIN: 'the new PIN (else two stdin lines: key, PIN)' },
+    env: { AIS_RECOVERY_KEY: 'the recovery key (RK1-...)', AIS_NEW_PIN: 'the new PIN (else two stdin lines: key, PIN)', AIS_DEVICE_SECRET: 'the device secret of the vault, when this machine has none saved (without it, recovery makes a NEW one that every other machine then needs)' },
     async run(ctx) {
       const c = client(ctx);
       const metadata = await metadataFor(c);

@@ -4,7 +4,7 @@ import { client, type Command } from '../context.js';
 import { CliError, EXIT, usage } from '../errors.js';
 import { readSecret } from '../input.js';
 import { show, table } from '../output.js';
-import { unlocked } from '../vault.js';
+import { DEVICE_SECRET_HELP, unlocked } from '../vault.js';
 
 export const secretsCommands: Record<string, Command> = {
   'secrets list': {
@@ -18,7 +18,7 @@ export const secretsCommands: Record<string, Command> = {
   'secrets set': {
     usage: 'ais secrets set <key> [value]   (value from AIS_SECRET_VALUE or stdin when omitted)',
     summary: 'Create or update a secret, encrypted on this machine.',
-    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_SECRET_VALUE: 'the value, when not given as an argument' },
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_DEVICE_SECRET: DEVICE_SECRET_HELP, AIS_SECRET_VALUE: 'the value, when not given as an argument' },
     async run(ctx, p) {
       if (!p[0]) throw usage('ais secrets set <key> [value]');
       const v = await unlocked(ctx);
@@ -30,7 +30,7 @@ export const secretsCommands: Record<string, Command> = {
   'secrets get': {
     usage: 'ais secrets get <key|uuid>',
     summary: 'Print a secret, decrypted.',
-    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)' },
+    env: { AIS_PIN: 'the vault PIN (else the next stdin line, else a prompt)', AIS_DEVICE_SECRET: DEVICE_SECRET_HELP },
     async run(ctx, p) {
       if (!p[0]) throw usage('ais secrets get <key|uuid>');
       const v = await unlocked(ctx);
