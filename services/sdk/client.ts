@@ -528,7 +528,13 @@ export class AisClient {
       this.request('POST', '/api/auth/social/', { body, anonymous: true }),
     refresh: (): Promise<Tokens> => this.refresh(),
     verify: (token: string): Promise<null> => this.request('POST', '/api/auth/token/verify/', { body: { token }, anonymous: true }),
-    logout: (): Promise<CommonDetail> => this.request('POST', '/api/auth/logout/', { identity: false }),
+    /**
+     * Signs the account out everywhere (DECISIONS "Auth": every refresh token of the user). The
+     * refresh token held goes along: the server skips an expired access token (logout is
+     * anonymous-friendly) and, without it, would end nothing while answering 200.
+     */
+    logout: (): Promise<CommonDetail> =>
+      this.request('POST', '/api/auth/logout/', { body: this.#creds.refresh ? { refresh: this.#creds.refresh } : {}, identity: false }),
     /** The account's live sessions (browsers and token families), the latest signed in or refreshed first. */
     sessions: (q?: ListOptions): Promise<Session[]> => this.#list('/api/auth/sessions/', q, false),
     /** Ends one session: its refresh token stops working (an access token already issued lives out its hour). */

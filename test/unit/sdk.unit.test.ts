@@ -131,6 +131,16 @@ describe('refresh on 401 token_expired', () => {
     expect(seen.map((s) => s.url)).toEqual(['/api/auth/user/', '/api/auth/token/refresh/', '/api/auth/user/']);
   });
 
+  test('logout sends the refresh token held, so an expired access token still signs out', async () => {
+    handler = (_req, _b, res) => json(res, 200, { detail: 'Successfully logged out.' });
+    await createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' }).auth.logout();
+    await createClient({ baseUrl: url, token: 'a1' }).auth.logout();
+    expect(seen.map((s) => [s.url, s.body && JSON.parse(s.body)])).toEqual([
+      ['/api/auth/logout/', { refresh: 'r1' }],
+      ['/api/auth/logout/', {}],
+    ]);
+  });
+
   test('concurrent 401s share ONE refresh (refresh tokens rotate)', async () => {
     handler = (req, _b, res) => {
       if (req.url === '/api/auth/token/refresh/') return setTimeout(() => json(res, 200, { access: 'a2', refresh: 'r2' }), 20);
