@@ -136,7 +136,16 @@ export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env
     if (err.status === 402) {
       const user = ctx.env.AIS_API_KEY || ctx.env.AIS_TOKEN ? undefined : ctx.config.user;
       const account = user ? ` (${user.username}, pk ${user.pk})` : ' (its pk: `ais whoami`)';
-      return new CliError(err.code ?? 'http_402', `${err.detail} Plans are changed by the service's operator, not by \`ais\`: ask them to move your account${account} to a plan that includes it.`, EXIT.api_error, {
+      // What to ask for: the plan that would help (plan_required), else an inactive
+      // subscription made active; else (no plan has room) nothing the operator can do.
+      const planRequired = (err.body as { plan_required?: unknown } | null)?.plan_required;
+      const hint =
+        typeof planRequired === 'string'
+          ? ` Plans are changed by the service's operator, not by \`ais\`: ask them to move your account${account} to the ${planRequired} plan.`
+          : /subscription/i.test(err.detail)
+            ? ` Subscriptions are set by the service's operator, not by \`ais\`: ask them about your account${account}.`
+            : '';
+      return new CliError(err.code ?? 'http_402', `${err.detail}${hint}`, EXIT.api_error, {
         status: err.status,
         ...(err.fields ? { fields: err.fields } : {}),
       });

@@ -104,7 +104,12 @@ test('setup: sign up through the API, `login --username` (AIS_PASSWORD), plan up
   expect(refused.code).toBe(20);
   expect(refused.error.status).toBe(402);
   // Nothing in the CLI changes a plan: the message says who does.
-  expect(refused.error.message).toBe(`Your plan (free) does not include a phone number; upgrade to developer. Plans are changed by the service's operator, not by \`ais\`: ask them to move your account (${u}, pk ${user.pk}) to a plan that includes it.`);
+  expect(refused.error.message).toBe(`Your plan (free) does not include a phone number; upgrade to developer. Plans are changed by the service's operator, not by \`ais\`: ask them to move your account (${u}, pk ${user.pk}) to the developer plan.`);
+
+  // A plan with phones but a subscription not active: the operator is asked about the subscription.
+  expect((await api('PUT', `/api/admin/users/${user.pk}/subscription/`, { token: ADMIN_TOKEN, body: { plan: 'developer', status: 'past_due' } })).status).toBe(200);
+  const inactive = await ais(['identities', 'create', 'nophone', '--phone', '--json']);
+  expect([inactive.code, inactive.error.message]).toEqual([20, `Your subscription is past_due; phone numbers need an active subscription. Subscriptions are set by the service's operator, not by \`ais\`: ask them about your account (${u}, pk ${user.pk}).`]);
 
   const up = await api('PUT', `/api/admin/users/${user.pk}/subscription/`, { token: ADMIN_TOKEN, body: { plan: 'developer', status: 'active' } });
   expect(up.status).toBe(200);

@@ -29,7 +29,7 @@ export const mailCommands: Record<string, Command> = {
       // Who the thread is with: its participants but the identity itself (the last sender is
       // the identity after it replied, which says nothing).
       const own = await ownInbox(c);
-      const rows = list.map((t) => ({ ...t, with: (t.participants ?? []).filter((a) => a.toLowerCase() !== own).join(', ') || t.from_email }));
+      const rows = list.map((t) => ({ ...t, with: (Array.isArray(t.participants) ? t.participants : []).filter((a) => typeof a === 'string' && a.toLowerCase() !== own).join(', ') || t.from_email }));
       show(ctx, list, () => table(rows as any, ['thread_id', 'with', 'subject', 'unread_count', 'last_message_at']));
     },
   },
