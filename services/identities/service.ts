@@ -183,13 +183,16 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     // The plan was read before the claim: an admin may have downgraded or cancelled it in
     // between. Checked again against the log after the claim, so no slot outlives a change
     // that leaves no room for it (a concurrent downgrade may refuse a claim; never the reverse).
-    const latest = await subscriptionInLog(store, ownerPk);
-    if (latest.plan !== sub.plan || latest.status !== sub.status) {
-      const used = await phonesUsed(store, ownerPk, platform.settled);
-      if (used > phoneAllowance(latest)) {
-        await freeSlot(ownerPk, identityId);
-        throw paymentRequired(latest, used);
+    // A failure here gives the slot back too: the caller only frees what this call says it took.
+    try {
+      const latest = await subscriptionInLog(store, ownerPk);
+      if (latest.plan !== sub.plan || latest.status !== sub.status) {
+        const used = await phonesUsed(store, ownerPk, platform.settled);
+        if (used > phoneAllowance(latest)) throw paymentRequired(latest, used);
       }
+    } catch (err) {
+      await freeSlot(ownerPk, identityId).catch(() => undefined);
+      throw err;
     }
     return true;
   }
