@@ -1,7 +1,7 @@
 // What every command runs with: the run's context, the API client built from the stored
 // credentials, and the translation of SDK errors into the CLI's conditions.
 import type { ParseArgsConfig } from 'node:util';
-import { ApiRequestError, createClient, NetworkError, type AisClient } from '../sdk/client.js';
+import { ApiRequestError, createClient, NetworkError, type AisClient, type Identity } from '../sdk/client.js';
 import { CryptoError } from '../sdk/crypto.js';
 import { loadConfig, saveConfig, withConfigLock, type CliConfig } from './config.js';
 import { CliError, EXIT, usage } from './errors.js';
@@ -95,14 +95,8 @@ export function identityNotFound(ref: string, defaultIdentity?: string): CliErro
   return new CliError('identity_not_found', message, EXIT.identity_not_found, { identity: ref });
 }
 
-/** `scout (0190…)`: an identity's name beside its uuid; the uuid alone when the name cannot be read. */
-export async function identityLabel(c: AisClient, uuid: string): Promise<string> {
-  const name = await c.identities.get(uuid).then(
-    (i) => i.name,
-    () => null,
-  );
-  return name ? `${name} (${uuid})` : uuid;
-}
+/** `scout (0190…)`: an identity's name beside its uuid. */
+export const identityLabel = (i: Pick<Identity, 'name' | 'uuid'>): string => `${i.name} (${i.uuid})`;
 
 /** Maps SDK errors onto the named conditions. */
 export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env' | 'config'> = { env: {}, config: {} }): Promise<unknown> {
@@ -158,11 +152,12 @@ export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env
 
 export const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
 
-export async function resolveIdentity(c: AisClient, ref: string | undefined, defaultIdentity?: string): Promise<string> {
+/** The identity a uuid or a name refers to; `defaultIdentity` (the config's) words the error when it is gone. */
+export async function resolveIdentity(c: AisClient, ref: string | undefined, defaultIdentity: string | undefined): Promise<Identity> {
   if (!ref) throw usage('<uuid|name> required');
   if (isUuid(ref)) {
     try {
-      return (await c.identities.get(ref)).uuid;
+      return await c.identities.get(ref);
     } catch (e) {
       if (e instanceof ApiRequestError && e.status === 404) throw identityNotFound(ref, defaultIdentity);
       throw e;
@@ -170,7 +165,7 @@ export async function resolveIdentity(c: AisClient, ref: string | undefined, def
   }
   const hit = (await c.identities.list()).find((i) => i.name.toLowerCase() === ref.toLowerCase());
   if (!hit) throw identityNotFound(ref, defaultIdentity);
-  return hit.uuid;
+  return hit;
 }
 
 /**
@@ -198,7 +193,7 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
     return;
   }
   try {
-    ctx.identityFlag = await resolveIdentity(c, ref, ctx.config.identity);
+    ctx.identityFlag = (await resolveIdentity(c, ref, ctx.config.identity)).uuid;
   } catch (err) {
     // No such name: commands that need no identity go on; the others get the 404 as usual.
     if (!(err instanceof CliError && err.code === 'identity_not_found')) throw err;

@@ -1,6 +1,6 @@
 // `inbox watch` / `sms watch`: the identity's event stream, one line per event.
 import { ApiRequestError } from '../sdk/client.js';
-import { client, identityNotFound, type Ctx } from './context.js';
+import { client, identityLabel, identityNotFound, type Ctx } from './context.js';
 import { usage } from './errors.js';
 import { forTerminal } from './output.js';
 
@@ -12,7 +12,7 @@ export async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, a
   const identity = await c.identities.get(c.identity!).catch((e) => {
     throw e instanceof ApiRequestError && e.status === 404 ? identityNotFound(c.identity!, ctx.config.identity) : e;
   });
-  const whom = `${identity.name} (${identity.uuid})`;
+  const whom = identityLabel(identity);
   const max = v.count ? Number(v.count) : Infinity;
   const ac = new AbortController();
   process.once('SIGINT', () => ac.abort());

@@ -208,16 +208,24 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
       flash,
       status,
     );
+  /**
+   * The address of an anonymous form (forgot password, a new verification link) handed to
+   * `act`: null when done, else why not, in words (the address was not one).
+   */
+  async function forAddress(f: Record<string, string | undefined>, act: (email: string) => Promise<unknown>): Promise<string | null> {
+    try {
+      await act(v.emailOnly({ email: (f.email ?? '').trim() }).email);
+      return null;
+    } catch (err) {
+      return Object.values(fieldsOf(err)).flat().join(' ');
+    }
+  }
   r.get('/forgot-password', async (ctx) => forgotPage(ctx));
   r.post('/forgot-password', async (ctx) => {
     const f = await form(ctx, null);
     if (!f) return;
-    try {
-      const b = v.emailOnly({ email: (f.email ?? '').trim() });
-      await accounts.requestPasswordReset(b.email);
-    } catch (err) {
-      return forgotPage(ctx, { kind: 'error', text: Object.values(fieldsOf(err)).flat().join(' ') }, 400);
-    }
+    const refused = await forAddress(f, (email) => accounts.requestPasswordReset(email));
+    if (refused) return forgotPage(ctx, { kind: 'error', text: refused }, 400);
     // Same answer whether or not the address is known (no account enumeration).
     forgotPage(ctx, { kind: 'ok', text: 'If an account uses this address, a reset link is on its way.' });
   });
@@ -321,12 +329,8 @@ ${u
     const s = await session(ctx);
     const f = await form(ctx, null);
     if (!f) return;
-    try {
-      const b = v.emailOnly({ email: (f.email ?? '').trim() });
-      await accounts.resendVerification(b.email);
-    } catch (err) {
-      return send(ctx, 'Email verification', resendForm(ctx), s, { kind: 'error', text: Object.values(fieldsOf(err)).flat().join(' ') }, 400);
-    }
+    const refused = await forAddress(f, (email) => accounts.resendVerification(email));
+    if (refused) return send(ctx, 'Email verification', resendForm(ctx), s, { kind: 'error', text: refused }, 400);
     seeOther(ctx, '/verify-email/resend?sent=1');
   });
 }

@@ -15,7 +15,7 @@ import { PhoneProviderError, type AllocatedNumber, type PhoneProvider } from '..
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
-import { abandoned, hold, holderReservation, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
+import { available, hold, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -240,33 +240,24 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   const inboxTaken = () => conflict('This email address is already taken (addresses are never reused, not even after their identity is deleted).');
 
-  /** Whether an inbox address is free to reserve (a look, not a reservation). */
-  async function inboxFree(inbox: string): Promise<boolean> {
-    const held = await holderReservation(store, INBOX_KIND, inbox);
-    return !held || (await abandoned(inboxes, held.holder, inbox, held.reservation));
-  }
-
-  /** The local part asked for (null: none, one is generated); a bad or reserved one refused before anything is taken. */
-  function chosenLocalPart(emailIdentifier: string | null | undefined): string | null {
+  /** The address asked for (null: none, one is generated); a bad or reserved one refused before anything is taken. */
+  function askedAddress(emailIdentifier: string | null | undefined): string | null {
     if (emailIdentifier === undefined || emailIdentifier === null) return null;
     const local = normalizeLocalPart(emailIdentifier);
     if ('error' in local) throw badRequest({ email_identifier: [local.error] });
-    if (RESERVED_LOCAL_PARTS.has(local.value)) {
-      throw conflict(`The address ${local.value}@${config.mailDomain} is reserved for the mail domain's operators (RFC 2142); choose another.`);
-    }
-    return local.value;
+    const address = `${local.value}@${config.mailDomain}`;
+    if (RESERVED_LOCAL_PARTS.has(local.value)) throw conflict(`The address ${address} is reserved for the mail domain's operators (RFC 2142); choose another.`);
+    return address;
   }
 
-  async function reserveInbox(identityId: string, name: string, emailIdentifier: string | null | undefined): Promise<string> {
-    const domain = config.mailDomain;
-    const local = chosenLocalPart(emailIdentifier);
-    if (local !== null) {
-      const inbox = `${local}@${domain}`;
-      if (!(await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes))) throw inboxTaken();
-      return inbox;
+  /** Reserves the address asked for (`asked`), or one generated from the name when none was. */
+  async function reserveInbox(identityId: string, name: string, asked: string | null): Promise<string> {
+    if (asked !== null) {
+      if (!(await reserve(store, INBOX_KIND, asked, identityStream(identityId), true, inboxes))) throw inboxTaken();
+      return asked;
     }
     for (let attempt = 0; attempt < GENERATE_ATTEMPTS; attempt++) {
-      const inbox = `${generateLocalPart(name, attempt < 4 ? 4 : 8)}@${domain}`;
+      const inbox = `${generateLocalPart(name, attempt < 4 ? 4 : 8)}@${config.mailDomain}`;
       if (await reserve(store, INBOX_KIND, inbox, identityStream(identityId), true, inboxes)) return inbox;
     }
     throw conflict('Could not generate a free email address; pass email_identifier.');
@@ -279,7 +270,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const started = Date.now();
     // Refusals in this order: the input (400), what is taken (409), the plan (402). The plan's
     // slot is claimed before the inbox, whose reservation is never given back.
-    const local = chosenLocalPart(input.emailIdentifier);
+    const asked = askedAddress(input.emailIdentifier);
     const nameKey = nameKeyOf(ownerPk, name);
     if (!(await reserve(store, NAME_KIND, nameKey, owner, false, names))) throw nameTaken();
 
@@ -287,11 +278,11 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     let number: AllocatedNumber | null = null;
     try {
       if (input.provisionPhone) {
-        if (local !== null && !(await inboxFree(`${local}@${config.mailDomain}`))) throw inboxTaken();
+        if (asked !== null && !(await available(store, INBOX_KIND, asked, owner, inboxes))) throw inboxTaken();
         await precheckPhone(ownerPk);
         slot = await claimSlot(ownerPk, id);
       }
-      const inbox = await reserveInbox(id, name, input.emailIdentifier);
+      const inbox = await reserveInbox(id, name, asked);
       if (input.provisionPhone) number = await allocateNumber(id);
       if (outlivedReservations(started)) throw tookTooLong('The request');
       const at = nowIso();

@@ -105,6 +105,15 @@ export async function undo(store: EventStore, taken: Hold | null): Promise<void>
   }
 }
 
+/**
+ * Whether {@link hold} would let `owner` have `value` now (nobody holds it, `owner` does, or
+ * its holder's reservation may be reclaimed): a look that takes nothing, for refusing early.
+ */
+export async function available(store: EventStore, kind: string, value: string, owner: string, reclaim?: Reclaim): Promise<boolean> {
+  const { owner: holder, last } = await current(store, reservationStream(kind, value));
+  return holder === null || holder === owner || (reclaim !== undefined && (await abandoned(reclaim, holder, value, last!)));
+}
+
 /** {@link acquire}, keeping what {@link undo} needs. */
 export async function hold(store: EventStore, kind: string, value: string, owner: string, permanent = false, reclaim?: Reclaim): Promise<Hold> {
   const stream = reservationStream(kind, value);

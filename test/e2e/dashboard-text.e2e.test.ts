@@ -28,18 +28,11 @@ async function rawHtml(pathname: string): Promise<string> {
   return res.text();
 }
 
-async function createIdentity(name: string, token = me.access): Promise<{ uuid: string; inbox: string; name: string }> {
-  const res = await s.api('POST', '/api/identities/', { token, body: { name } });
-  expect(res.status).toBe(201);
-  return res.body;
-}
-
 /** A mail to `to` from an identity named `senderName` of another account; that identity. */
 async function mailFromStranger(senderName: string, to: string, subject: string, body: string): Promise<{ uuid: string; inbox: string; name: string }> {
   const other = await s.signUp();
-  const peer = await createIdentity(senderName, other.access);
-  const sent = await s.api('POST', '/api/email-messages/compose/', { token: other.access, identity: peer.uuid, body: { to, subject, body } });
-  expect(sent.status).toBe(201);
+  const peer = await s.createIdentity(other.access, senderName);
+  await s.compose(other.access, peer.uuid, { to, subject, body });
   return peer;
 }
 
@@ -95,7 +88,7 @@ afterAll(async () => {
 
 describe('dashboard: user text', () => {
   it('lists who a thread is with, name and address as the API gives them; not the identity itself once it answered', async () => {
-    const reader = await createIdentity('Reader');
+    const reader = await s.createIdentity(me.access, 'Reader');
     const peer = await mailFromStranger('Peer Sender', reader.inbox, 'Quarterly report', 'Numbers attached.');
 
     let row = await threadRow(reader.uuid, 'Quarterly report', '1');
@@ -119,7 +112,7 @@ describe('dashboard: user text', () => {
     const controls = '\r\u001b[31m\u007f\u0085\u009b'; // (NUL never gets in: the API refuses it)
     const key = await s.api('POST', '/api/auth/keys/management/', { token: me.access, body: { label: `label${controls} end` } });
     expect(key.status).toBe(201);
-    const ident = await createIdentity('Control reader');
+    const ident = await s.createIdentity(me.access, 'Control reader');
     await mailFromStranger('Control sender', ident.inbox, 'Controls inside', `Body${controls} end`);
     const thread = await threadRow(ident.uuid, 'Controls inside', '1');
     const threadPath = await thread.getByRole('link').getAttribute('href');
@@ -138,7 +131,7 @@ describe('dashboard: user text', () => {
     // An override, and one that first closes an isolate it never opened (that would close the
     // isolation around the name and let the override run on).
     for (const name of ['Evil \u202Eeman', 'Worse \u2069\u202Eeman']) {
-      const ident = await createIdentity(name);
+      const ident = await s.createIdentity(me.access, name);
       await page.goto(`${s.url}/identities/${ident.uuid}`);
       // "Type the identity's name (<name>) to confirm"
       expect(leftToRight(await positionsOf('label[for=confirm]', ') to confirm'))).toBe(true);
@@ -158,7 +151,7 @@ describe('dashboard: user text', () => {
   });
 
   it('a 900-character subject is cut in the thread list (the other columns keep their room); a bidi override leaves the tab title in order', async () => {
-    const ident = await createIdentity('Long \u202Eeman');
+    const ident = await s.createIdentity(me.access, 'Long \u202Eeman');
     const subject = `Long ${'word '.repeat(180)}end`; // about 900 characters
     await mailFromStranger('Partner', ident.inbox, subject, 'x');
     const row = await threadRow(ident.uuid, subject, '1');
@@ -172,7 +165,7 @@ describe('dashboard: user text', () => {
 
   it('deletes an identity when its name is typed as the API compares names (Unicode NFC, any case)', async () => {
     const nfd = 'Cafe\u0301 agent';
-    const ident = await createIdentity(nfd);
+    const ident = await s.createIdentity(me.access, nfd);
     expect(ident.name).toBe(nfd);
     await page.goto(`${s.url}/identities/${ident.uuid}`);
     await page.getByLabel(/to confirm/).fill('Another name');

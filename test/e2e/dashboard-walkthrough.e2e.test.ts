@@ -23,19 +23,6 @@ let page: Page;
 let me: Awaited<ReturnType<TestServer['signUp']>>;
 let reader: { uuid: string; inbox: string; name: string };
 
-async function createIdentity(name: string, token = me.access): Promise<{ uuid: string; inbox: string; name: string }> {
-  const res = await s.api('POST', '/api/identities/', { token, body: { name } });
-  expect(res.status).toBe(201);
-  return res.body;
-}
-
-/** Sends a mail from `from` (an identity of the account `token`). */
-async function send(token: string, from: string, to: string, subject: string, body: string) {
-  const sent = await s.api('POST', '/api/email-messages/compose/', { token, identity: from, body: { to, subject, body, cc: '', bcc: '', attachment_uuids: [] } });
-  expect(sent.status).toBe(201);
-  return sent.body;
-}
-
 /** The reader's thread row whose subject link is `subject`, once it has `messages` messages. */
 async function threadRow(p: Page, subject: string, messages: string) {
   for (let i = 0; i < 50; i++) {
@@ -73,7 +60,7 @@ async function newVerifyLink(email: string, seen: Set<string>): Promise<string> 
 beforeAll(async () => {
   s = await startTestServer({});
   me = await s.signUp();
-  reader = await createIdentity('Reader');
+  reader = await s.createIdentity(me.access, 'Reader');
   browser = await launchBrowser();
   context = await browser.newContext();
   page = await context.newPage();
@@ -87,8 +74,8 @@ afterAll(async () => {
 describe('dashboard: the walkthrough', () => {
   it('names who a thread is with: the other party, also after the identity answered and on threads it started', async () => {
     const other = await s.signUp();
-    const peer = await createIdentity('Peer Sender', other.access);
-    await send(other.access, peer.uuid, reader.inbox, 'Quarterly report', 'Numbers attached.');
+    const peer = await s.createIdentity(other.access, 'Peer Sender');
+    await s.compose(other.access, peer.uuid, { to: reader.inbox, subject: 'Quarterly report', body: 'Numbers attached.' });
     let row = await threadRow(page, 'Quarterly report', '1');
     expect(await page.locator('#mail-h + .table-wrap thead th').allTextContents()).toEqual(['Subject', 'With', 'Messages', 'Last']);
     expect(await row.locator('td').nth(1).textContent()).toBe(`Peer Sender <${peer.inbox}>`);
@@ -101,8 +88,8 @@ describe('dashboard: the walkthrough', () => {
     expect(await row.locator('td').nth(1).textContent()).toBe(peer.inbox);
 
     // A thread the reader started, with four others: three named, the rest counted.
-    const others = [peer, ...(await Promise.all(['Second', 'Third', 'Fourth'].map((n) => createIdentity(n, other.access))))];
-    await send(me.access, reader.uuid, others.map((o) => o.inbox).join(', '), 'Kick-off', 'Hello all.');
+    const others = [peer, ...(await Promise.all(['Second', 'Third', 'Fourth'].map((n) => s.createIdentity(other.access, n))))];
+    await s.compose(me.access, reader.uuid, { to: others.map((o) => o.inbox).join(', '), subject: 'Kick-off', body: 'Hello all.' });
     row = await threadRow(page, 'Kick-off', '1');
     expect(await row.locator('td').nth(1).textContent()).toBe(`${others.slice(0, 3).map((o) => o.inbox).join(', ')} and 1 more`);
     expect(await row.locator('td').nth(1).textContent()).not.toContain(reader.inbox);
@@ -210,6 +197,23 @@ describe('dashboard: the walkthrough', () => {
       await p.getByLabel('Email of your account').fill('nobody@example.com');
       await submit(p, 'Send a new verification link');
       expect(await p.getByRole('status').textContent()).toContain('a new verification link is on its way');
+      // Something that is no address (past the browser's own check) is refused, the form shown again.
+      await p.goto(`${s.url}/verify-email/resend`);
+      await p.getByLabel('Email of your account').evaluate((el) => el.setAttribute('type', 'text'));
+      await p.getByLabel('Email of your account').fill('not an address');
+      const refused = p.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/verify-email/resend');
+      await submit(p, 'Send a new verification link');
+      expect((await refused).status()).toBe(400);
+      expect(await p.getByRole('alert').textContent()).toMatch(/valid email/i);
+      await expect(p.getByLabel('Email of your account').count()).resolves.toBe(1);
+      // The forgotten-password form takes its address the same way.
+      await p.goto(`${s.url}/forgot-password`);
+      await p.getByLabel('Email of your account').evaluate((el) => el.setAttribute('type', 'text'));
+      await p.getByLabel('Email of your account').fill('not an address');
+      const forgot = p.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/forgot-password');
+      await submit(p, 'Send a reset link');
+      expect((await forgot).status()).toBe(400);
+      expect(await p.getByRole('alert').textContent()).toMatch(/valid email/i);
     } finally {
       await anonymous.close();
     }
@@ -246,9 +250,9 @@ describe('dashboard: the walkthrough', () => {
 
   it('sizes the mail frame to the mail: small for one line, tall for a long one, and draggable; the sandbox stays', async () => {
     const other = await s.signUp();
-    const peer = await createIdentity('Framer', other.access);
-    await send(other.access, peer.uuid, reader.inbox, 'One line', '<p>See you at noon.</p>');
-    await send(other.access, peer.uuid, reader.inbox, 'Long one', Array.from({ length: 60 }, (_, i) => `<p>Line ${i + 1} of a long report.</p>`).join(''));
+    const peer = await s.createIdentity(other.access, 'Framer');
+    await s.compose(other.access, peer.uuid, { to: reader.inbox, subject: 'One line', body: '<p>See you at noon.</p>' });
+    await s.compose(other.access, peer.uuid, { to: reader.inbox, subject: 'Long one', body: Array.from({ length: 60 }, (_, i) => `<p>Line ${i + 1} of a long report.</p>`).join('') });
 
     const open = async (subject: string) => {
       const row = await threadRow(page, subject, '1');

@@ -25,19 +25,8 @@ let me: Awaited<ReturnType<TestServer['signUp']>>;
 let reader: { uuid: string; inbox: string; name: string };
 let sender: { token: string; identity: string };
 
-async function createIdentity(name: string, token = me.access, extra: Record<string, unknown> = {}): Promise<{ uuid: string; inbox: string; name: string; phone?: string }> {
-  const res = await s.api('POST', '/api/identities/', { token, body: { name, ...extra } });
-  expect(res.status).toBe(201);
-  return res.body;
-}
-
 async function mail(subject: string, body: string) {
-  const sent = await s.api('POST', '/api/email-messages/compose/', {
-    token: sender.token,
-    identity: sender.identity,
-    body: { to: reader.inbox, subject, body, cc: '', bcc: '', attachment_uuids: [] },
-  });
-  expect(sent.status).toBe(201);
+  await s.compose(sender.token, sender.identity, { to: reader.inbox, subject, body });
 }
 
 /** The reader's identity page, once its thread list shows a thread whose link is named `name`. */
@@ -68,9 +57,9 @@ beforeAll(async () => {
   me = await s.signUp();
   const upgraded = await s.api('PUT', `/api/admin/users/${me.user.pk}/subscription/`, { headers: { authorization: 'Bearer a11y-admin' }, body: { plan: 'developer', status: 'active' } });
   expect(upgraded.status).toBe(200);
-  reader = await createIdentity('Reader', me.access, { provision_phone: true });
+  reader = await s.createIdentity(me.access, 'Reader', { provision_phone: true });
   const other = await s.signUp();
-  sender = { token: other.access, identity: (await createIdentity('Sender', other.access)).uuid };
+  sender = { token: other.access, identity: (await s.createIdentity(other.access, 'Sender')).uuid };
   const key = await s.api('POST', '/api/auth/keys/management/', { token: me.access, body: { label: 'ci runner' } });
   expect(key.status).toBe(201);
   const idKey = await s.api('POST', '/api/auth/keys/identity/', { token: me.access, body: { label: 'reader agent', identity_uuid: reader.uuid } });
@@ -439,7 +428,7 @@ describe('pages: accessibility', () => {
     expect(await once('already taken')).toBe(1);
 
     // Rename another identity to "Reader".
-    const other = await createIdentity(`Spare ${Date.now() % 100000}`);
+    const other = await s.createIdentity(me.access, `Spare ${Date.now() % 100000}`);
     await page.goto(`${s.url}/identities/${other.uuid}`);
     await page.getByLabel('New name').fill('reader');
     await submit(page, 'Rename');

@@ -1,6 +1,7 @@
 /**
  * A real service for HTTP tests: the full runtime on port 0 with a fresh DATA_DIR.
- * `api()` is a small fetch wrapper; `signUp()` registers a user and returns its tokens.
+ * `api()` is a small fetch wrapper; `signUp()` registers a user and returns its tokens;
+ * `createIdentity()` and `compose()` make an identity and send a mail, failing loudly.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -15,6 +16,10 @@ export interface TestServer {
   dataDir: string;
   api: (method: string, path: string, options?: ApiOptions) => Promise<ApiResponse>;
   signUp: (name?: string) => Promise<{ access: string; refresh: string; user: { pk: number; username: string; email: string }; password: string }>;
+  /** POST /api/identities/ with `token`; the Identity (anything but a 201 throws). */
+  createIdentity: (token: string, name: string, extra?: Record<string, unknown>) => Promise<{ uuid: string; inbox: string; name: string; phone: string | null }>;
+  /** POST /api/email-messages/compose/ from identity `from` of the account `token`; the message (anything but a 201 throws). */
+  compose: (token: string, from: string, mail: { to: string; subject: string; body: string; cc?: string; bcc?: string }) => Promise<any>;
   close: () => Promise<void>;
 }
 
@@ -87,12 +92,26 @@ export async function startTestServer(env: Record<string, string> = {}): Promise
     return { ...res.body, password };
   }
 
+  async function createIdentity(token: string, name: string, extra: Record<string, unknown> = {}) {
+    const res = await api('POST', '/api/identities/', { token, body: { name, ...extra } });
+    if (res.status !== 201) throw new Error(`createIdentity failed: ${res.status} ${res.text}`);
+    return res.body;
+  }
+
+  async function compose(token: string, from: string, mail: { to: string; subject: string; body: string; cc?: string; bcc?: string }) {
+    const res = await api('POST', '/api/email-messages/compose/', { token, identity: from, body: mail });
+    if (res.status !== 201) throw new Error(`compose failed: ${res.status} ${res.text}`);
+    return res.body;
+  }
+
   return {
     url,
     runtime,
     dataDir,
     api,
     signUp,
+    createIdentity,
+    compose,
     close: async () => {
       await runtime.close();
       rmSync(dataDir, { recursive: true, force: true });

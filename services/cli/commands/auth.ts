@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import QRCode from 'qrcode';
 import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
 import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.js';
-import { client, type Command, type Ctx } from '../context.js';
+import { client, identityLabel, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
 import { formatDuration, kv, show, table } from '../output.js';
 import { usage } from '../errors.js';
@@ -161,7 +161,7 @@ export const authCommands: Record<string, Command> = {
       const used = chosen || w.identity || null;
       const label = async (ref: string) =>
         c.identities.get(ref).then(
-          (i) => `${i.name} (${i.uuid})`,
+          (i) => identityLabel(i),
           (e) => (e instanceof ApiRequestError && e.status === 404 ? `${ref} (no such identity in this account)` : ref),
         );
       const why = !chosen

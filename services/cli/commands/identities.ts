@@ -31,7 +31,7 @@ export const identitiesCommands: Record<string, Command> = {
     async run(ctx, p, v) {
       if (!p[0] || (v.name === undefined && !v.phone)) throw usage(this.usage);
       const c = client(ctx);
-      const id = await resolveIdentity(c, p[0], ctx.config.identity);
+      const { uuid: id } = await resolveIdentity(c, p[0], ctx.config.identity);
       const i = await c.identities.update(id, { ...(v.name !== undefined ? { name: v.name } : {}), ...(v.phone ? { provision_phone: true } : {}) });
       show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']));
     },
@@ -41,11 +41,11 @@ export const identitiesCommands: Record<string, Command> = {
     summary: 'Delete an identity.',
     async run(ctx, p) {
       const c = client(ctx);
-      const id = await resolveIdentity(c, p[0], ctx.config.identity);
-      const label = await identityLabel(c, id);
+      const identity = await resolveIdentity(c, p[0], ctx.config.identity);
+      const id = identity.uuid;
       await c.identities.delete(id);
       const wasDefault = id === ctx.config.identity ? ' It was the default identity: pick another with `ais identities use <uuid|name>`.' : '';
-      show(ctx, { deleted: id }, () => `Deleted identity ${label}.${wasDefault}`);
+      show(ctx, { deleted: id }, () => `Deleted identity ${identityLabel(identity)}.${wasDefault}`);
     },
   },
   'identities use': {
@@ -53,10 +53,10 @@ export const identitiesCommands: Record<string, Command> = {
     summary: 'Make an identity the default for identity-scoped commands.',
     async run(ctx, p) {
       const c = client(ctx);
-      const id = await resolveIdentity(c, p[0], ctx.config.identity);
+      const identity = await resolveIdentity(c, p[0], ctx.config.identity);
+      const id = identity.uuid;
       ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: id }));
-      const label = await identityLabel(c, id);
-      show(ctx, { identity: id }, () => `Default identity: ${label}.`);
+      show(ctx, { identity: id }, () => `Default identity: ${identityLabel(identity)}.`);
     },
   },
 };

@@ -30,7 +30,7 @@ export const keysCommands: Record<string, Command> = {
     async run(ctx, p, v) {
       if (!p[0]) throw usage('ais keys create <label>');
       const c = client(ctx);
-      const k = v.management ? await c.keys.management.create(p[0]) : await c.keys.identity.create(p[0], await resolveIdentity(c, requireIdentity(ctx, false), ctx.config.identity));
+      const k = v.management ? await c.keys.management.create(p[0]) : await c.keys.identity.create(p[0], (await resolveIdentity(c, requireIdentity(ctx, false), ctx.config.identity)).uuid);
       show(ctx, k, () => `${kv(k as any, ['uuid', 'label', 'identity_uuid', 'created_dt'])}\nkey: ${k.key}\n(This is the only time the full key is shown.)`);
     },
   },
