@@ -396,7 +396,7 @@ describe('durability', () => {
     } finally {
       blocker.close();
     }
-  }, 60_000);
+  }, 180_000); // sixteen starts of the service, one after the other: seconds each on a busy machine
 
   it('a write the disk cannot hold is a temporary refusal (503 with Retry-After, SMTP 4xx), and the service goes on with what fits', async () => {
     // Files of at most 2 MiB (`ulimit -f`): the 3 MiB blobs below are cut short and fail
