@@ -9,6 +9,9 @@
  * - Jobs run concurrently, up to `concurrency` at work; a job waiting out a backoff (a mail a
  *   relay keeps deferring) gives its place up meanwhile, so it holds up no other. On a feed that commits positions (Kafka) each event is reported
  *   settled once its job finished, so the committed offset is the same low-water mark.
+ * - A job that throws (a full disk, a store that does not answer) is run again after a wait
+ *   (1 s doubling to 5 min) for as long as the reactor runs: it left the checkpoint behind, so
+ *   waiting for a restart held every later event's progress, and its effect, until one came.
  * - A stop ends every wait a job makes at once (`run.sleep`), lets jobs in flight finish for
  *   up to 5 s, and writes the checkpoint as far as finished jobs allow.
  */
@@ -40,7 +43,7 @@ export interface ReactorSpec {
   concurrency?: number;
   /**
    * The job of one event: true once it is done for good, false when a stop cut it short. A
-   * throw leaves it unfinished too (logged; a restart retries it).
+   * throw leaves it unfinished: it is logged and the job runs again after a wait.
    */
   job(e: RecordedEvent, run: JobRun): Promise<boolean>;
 }
@@ -49,6 +52,10 @@ export interface Reactor {
   start(): Promise<void>;
   stop(): Promise<void>;
 }
+
+/** Waits before a job that threw runs again: doubling from the first, capped. */
+export const JOB_RETRY_FIRST_MS = 1_000;
+export const JOB_RETRY_MAX_MS = 5 * 60_000;
 
 export function createReactor(deps: { events: EventStore; reads: ReadStore; feed: EventFeed; log: Logger }, spec: ReactorSpec): Reactor {
   const { events, reads, feed, log } = deps;
@@ -88,6 +95,21 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
     },
   };
 
+  /** The event's job, run again after a wait each time it throws, until it ends or the reactor stops. */
+  async function jobUntilDone(e: RecordedEvent): Promise<boolean> {
+    for (let failures = 0; ; failures++) {
+      try {
+        return await spec.job(e, run);
+      } catch (err) {
+        if (stopped) throw err;
+        const retryInMs = Math.min(JOB_RETRY_MAX_MS, JOB_RETRY_FIRST_MS * 2 ** Math.min(failures, 20));
+        log.error({ err, stream: e.stream, type: e.type, failures: failures + 1, retryInMs }, 'reactor job failed; it runs again');
+        await run.sleep(retryInMs); // its place among the jobs at work is free meanwhile
+        if (stopped) return false;
+      }
+    }
+  }
+
   async function onEvent(e: RecordedEvent): Promise<Pending> {
     if (stopped) {
       const held = Promise.reject(new Error('stopped before the job ran')); // the feed keeps it for the next run
@@ -96,14 +118,13 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
     }
     const done = jobs.track(e.position);
     await takeSlot();
-    const settled = spec.job(e, run).then(
+    const settled = jobUntilDone(e).then(
       (finished) => {
         done(finished);
         if (!finished) throw new Error('stopped before the job finished');
       },
       (err) => {
-        done(false); // unfinished: the checkpoint holds and a restart retries it
-        log.error({ err, stream: e.stream, type: e.type }, 'reactor job crashed; it resumes after a restart');
+        done(false); // unfinished: the checkpoint holds and the next start runs it again
         throw err;
       },
     );

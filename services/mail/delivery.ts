@@ -22,6 +22,7 @@ import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/m
 import type { EventFeed } from '../../infra/ports/event-feed.js';
 import type { Platform } from '../kernel/platform.js';
 import { nowIso } from '../kernel/ids.js';
+import { isTemporaryFault } from '../kernel/faults.js';
 import { createReactor, type JobRun } from '../kernel/reactor.js';
 import {
   DELIVERY,
@@ -188,7 +189,8 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           else rejectedExternal.push({ address: a.address, reason: r.reason });
         }
       } catch (err) {
-        if (err instanceof TemporaryMailError) throw err;
+        // Not the recipients' fault: the relay (or the disk under the outbox) may take it later.
+        if (err instanceof TemporaryMailError || isTemporaryFault(err)) throw err;
         const reason = (err as Error).message;
         for (const a of external) rejectedExternal.push({ address: a.address, reason });
       }
@@ -229,53 +231,59 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         await events.append(stream, [{ id: derivedId(q.messageId, 'deferred', String(attemptNo)), type: EMAIL_DEFERRED, data }]);
         log.warn({ messageId: q.messageId, attempt: attemptNo, error }, 'email delivery deferred');
       };
+      const fail = async (error: string, rejected: { address: string; reason: string }[]) => {
+        const data: EmailFailedData = { identityId: q.identityId, messageId: q.messageId, attempts: attemptNo, error, rejected, at: nowIso() };
+        await events.append(stream, [{ id: derivedId(q.messageId, 'failed'), type: EMAIL_FAILED, data }]);
+      };
+      // Only the attempt's own failures decide the mail's fate. Recording an outcome that
+      // fails (the disk is full) throws out of the job, which runs again later: a mail the
+      // relay took was recorded as failed when writing EmailSent failed.
+      let r: AttemptOutcome;
       try {
         // Deleting an identity stops its mail that has not gone out yet (also mail queued
         // by a request that raced the deletion).
-        if (!(await deps.mail.identityOf(q.identityId).then(() => true, () => false))) {
+        // A read that fails is no answer (thrown, below); only "not found" stops the mail.
+        if (!(await deps.mail.identityOf(q.identityId).then(() => true, (err) => (isTemporaryFault(err) ? Promise.reject(err) : false)))) {
           throw new Rejected([], 'The sending identity was deleted before the message was delivered.');
         }
-        const r = await attempt(q, progress);
-        if (r.pending.length && attemptNo < maxAttempts) {
-          await defer(r.pending.map((p) => `${p.address}: ${p.reason}`).join('; '), { relayed: r.relayed, rejected: r.rejectedExternal });
-          continue;
-        }
-        // Out of attempts, recipients still refused for now are refused.
-        const rejected = [...r.rejectedLocal, ...r.rejectedExternal, ...r.pending];
-        if (r.internal.length + r.relayed.length === 0) throw new Rejected(rejected);
-        const data: EmailSentData = {
-          identityId: q.identityId,
-          messageId: q.messageId,
-          internal: r.internal,
-          external: r.relayed,
-          via: r.via,
-          rejected,
-          attempts: attemptNo,
-          at: nowIso(),
-        };
-        await events.append(stream, [{ id: derivedId(q.messageId, 'sent'), type: EMAIL_SENT, data }]);
-        log.info({ messageId: q.messageId, via: data.via, attempts: attemptNo }, 'email delivered');
-        return true;
+        r = await attempt(q, progress);
       } catch (err) {
         if (run.stopped) return false;
-        const temporary = err instanceof TemporaryMailError;
+        // A full disk or an event store not answering (internal delivery, a blob read) is
+        // temporary like a relay's 4xx: the mail waits (services/kernel/faults.ts).
+        const temporary = err instanceof TemporaryMailError || isTemporaryFault(err);
         const error = (err as Error).message ?? String(err);
         if (temporary && attemptNo < maxAttempts) {
           await defer(error, progress);
           continue;
         }
         if (!temporary && !(err instanceof Rejected)) log.error({ err, messageId: q.messageId }, 'email delivery failed');
-        const data: EmailFailedData = {
-          identityId: q.identityId,
-          messageId: q.messageId,
-          attempts: attemptNo,
-          error,
-          rejected: err instanceof Rejected ? err.rejected : [],
-          at: nowIso(),
-        };
-        await events.append(stream, [{ id: derivedId(q.messageId, 'failed'), type: EMAIL_FAILED, data }]);
+        await fail(error, err instanceof Rejected ? err.rejected : []);
         return true;
       }
+      if (r.pending.length && attemptNo < maxAttempts) {
+        await defer(r.pending.map((p) => `${p.address}: ${p.reason}`).join('; '), { relayed: r.relayed, rejected: r.rejectedExternal });
+        continue;
+      }
+      // Out of attempts, recipients still refused for now are refused.
+      const rejected = [...r.rejectedLocal, ...r.rejectedExternal, ...r.pending];
+      if (r.internal.length + r.relayed.length === 0) {
+        await fail(new Rejected(rejected).message, rejected);
+        return true;
+      }
+      const data: EmailSentData = {
+        identityId: q.identityId,
+        messageId: q.messageId,
+        internal: r.internal,
+        external: r.relayed,
+        via: r.via,
+        rejected,
+        attempts: attemptNo,
+        at: nowIso(),
+      };
+      await events.append(stream, [{ id: derivedId(q.messageId, 'sent'), type: EMAIL_SENT, data }]);
+      log.info({ messageId: q.messageId, via: data.via, attempts: attemptNo }, 'email delivered');
+      return true;
     }
     return false;
   }

@@ -34,6 +34,9 @@ export const MAX_CLIENTS_PER_ADDRESS = MAX_CLIENTS / 4;
 /** Idle socket timeout (RFC 5321 §4.5.3.2.7 suggests 5 minutes for the server; 2 is plenty for an MX behind nothing). */
 export const SOCKET_TIMEOUT_MS = 120_000;
 
+/** Socket errors of a client that went away (smtp-server's own list of quiet ones). */
+const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH']);
+
 function smtpError(code: number, message: string): Error {
   return Object.assign(new Error(message), { responseCode: code });
 }
@@ -277,8 +280,12 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
   });
   // A failure to listen is start()'s to report (one line naming SMTP_PORT), not the log's too.
   let listening = false;
-  server.on('error', (err) => {
-    if (listening) log.error({ err }, 'smtp server error');
+  server.on('error', (err: Error & { code?: string; remoteAddress?: string }) => {
+    if (!listening) return;
+    // A client gone mid-transaction (smtp-server passes these on only then): its mail was not
+    // acknowledged, so it sends it again. Its doing, not a fault of ours.
+    if (err.code && CLIENT_GONE.has(err.code)) return log.info({ code: err.code, remoteAddress: err.remoteAddress }, 'smtp client went away mid-transaction');
+    log.error({ err }, 'smtp server error');
   });
 
   async function accept(raw: Buffer, session: SMTPServerSession): Promise<number> {

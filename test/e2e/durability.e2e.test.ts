@@ -432,7 +432,7 @@ describe('durability', () => {
     expect(await svc.exited).toBe(0);
   }, 90_000);
 
-  it('a client that drops a download or a stream midway is no error in the log', async () => {
+  it('a client that drops a download, a stream or an SMTP transaction midway is no error in the log', async () => {
     const smtpPort = await freePort();
     const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort), MAIL_DOMAIN: 'agents.localhost' });
     try {
@@ -447,6 +447,25 @@ describe('durability', () => {
         });
       for (let i = 0; i < 3; i++) await dropAfterFirstBytes(list[0].attachments[0].download_url, { authorization: `Bearer ${access}` });
       await dropAfterFirstBytes(`${svc.url}/api/events/stream/`, { authorization: `Bearer ${access}`, 'x-service-identity': identity.uuid });
+      // A sender cut off mid-DATA (a TCP reset): its mail was not acknowledged, nothing of ours failed.
+      await new Promise<void>((resolve, reject) => {
+        const socket = net.connect(smtpPort, '127.0.0.1');
+        const script = ['EHLO dropper.example', 'MAIL FROM:<a@example.org>', `RCPT TO:<${identity.inbox}>`, 'DATA', null];
+        let buffered = '';
+        socket.on('data', (d) => {
+          buffered += d;
+          const lines = buffered.split('\r\n');
+          if (lines.at(-1) !== '' || !/^\d{3} /.test(lines.at(-2)!)) return; // until a reply's last line
+          buffered = '';
+          const next = script.shift();
+          if (next) socket.write(`${next}\r\n`);
+          else {
+            socket.write('Subject: cut\r\n\r\nhalf a bo');
+            setTimeout(() => (socket.resetAndDestroy(), resolve()), 100);
+          }
+        });
+        socket.on('error', reject);
+      });
       await new Promise((r) => setTimeout(r, 300));
       expect(svc.output()).not.toMatch(/"level":50/);
     } finally {
