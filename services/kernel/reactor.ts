@@ -101,7 +101,10 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
       try {
         return await spec.job(e, run);
       } catch (err) {
-        if (stopped) throw err;
+        if (stopped) {
+          log.warn({ err, stream: e.stream, type: e.type }, 'reactor job failed while stopping; the next start runs it again');
+          throw err;
+        }
         const retryInMs = Math.min(JOB_RETRY_MAX_MS, JOB_RETRY_FIRST_MS * 2 ** Math.min(failures, 20));
         log.error({ err, stream: e.stream, type: e.type, failures: failures + 1, retryInMs }, 'reactor job failed; it runs again');
         await run.sleep(retryInMs); // its place among the jobs at work is free meanwhile

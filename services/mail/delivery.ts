@@ -16,13 +16,14 @@
  * position); cluster, Kafka, where each EmailQueued is reported settled only when its job
  * has an outcome, so the committed offset is the same low-water mark.
  */
-import { streamName, streamPrefix, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { streamName, streamPrefix, type EventData, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import { TemporaryMailError, type OutboundAttachment } from '../../infra/ports/mailer.js';
 import type { EventFeed } from '../../infra/ports/event-feed.js';
 import type { Platform } from '../kernel/platform.js';
 import { nowIso } from '../kernel/ids.js';
 import { isTemporaryFault } from '../kernel/faults.js';
+import { ApiError } from '../gateway/errors.js';
 import { createReactor, type JobRun } from '../kernel/reactor.js';
 import {
   DELIVERY,
@@ -199,13 +200,37 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
     return { internal, relayed, rejectedLocal, rejectedExternal, pending, via };
   }
 
+  /**
+   * Outcomes of attempts made but not recorded (the append failed: a full disk), by message
+   * id. The job's next run (the reactor runs it again) records the outcome instead of making
+   * the attempt again: a relay that took the mail is not handed it once per retry.
+   */
+  const unrecorded = new Map<string, EventData>();
+  async function record(messageId: string, stream: string, event: EventData): Promise<void> {
+    try {
+      await events.append(stream, [event]);
+      unrecorded.delete(messageId);
+    } catch (err) {
+      unrecorded.set(messageId, event);
+      throw err;
+    }
+  }
+
   /** True once the message has an outcome; false when stopped first. */
   async function deliver(e: RecordedEvent, run: JobRun): Promise<boolean> {
     const q = e.data as EmailQueuedData;
     const stream = streamName(DELIVERY, q.messageId);
     while (!run.stopped) {
       const history = await events.readStream(stream);
-      if (history.some((h) => h.type === EMAIL_SENT || h.type === EMAIL_FAILED)) return true;
+      if (history.some((h) => h.type === EMAIL_SENT || h.type === EMAIL_FAILED)) {
+        unrecorded.delete(q.messageId);
+        return true;
+      }
+      const owed = unrecorded.get(q.messageId);
+      if (owed) {
+        await record(q.messageId, stream, owed); // idempotent by id, should the failed append have gone through
+        continue;
+      }
       const deferred = history.filter((h) => h.type === EMAIL_DEFERRED);
       const last = deferred[deferred.length - 1]?.data as EmailDeferredData | undefined;
       if (last) {
@@ -228,24 +253,26 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           rejected: next.rejected,
           at: nowIso(),
         };
-        await events.append(stream, [{ id: derivedId(q.messageId, 'deferred', String(attemptNo)), type: EMAIL_DEFERRED, data }]);
+        await record(q.messageId, stream, { id: derivedId(q.messageId, 'deferred', String(attemptNo)), type: EMAIL_DEFERRED, data });
         log.warn({ messageId: q.messageId, attempt: attemptNo, error }, 'email delivery deferred');
       };
       const fail = async (error: string, rejected: { address: string; reason: string }[]) => {
         const data: EmailFailedData = { identityId: q.identityId, messageId: q.messageId, attempts: attemptNo, error, rejected, at: nowIso() };
-        await events.append(stream, [{ id: derivedId(q.messageId, 'failed'), type: EMAIL_FAILED, data }]);
+        await record(q.messageId, stream, { id: derivedId(q.messageId, 'failed'), type: EMAIL_FAILED, data });
       };
       // Only the attempt's own failures decide the mail's fate. Recording an outcome that
-      // fails (the disk is full) throws out of the job, which runs again later: a mail the
-      // relay took was recorded as failed when writing EmailSent failed.
+      // fails (the disk is full) throws out of the job, which runs again later and records
+      // it then: a mail the relay took was recorded as failed when writing EmailSent failed.
+      // Deleting an identity stops its mail that has not gone out yet (also mail queued by a
+      // request that raced the deletion). Only "not found" says so: a read that fails (the
+      // read store away) is no answer, and throws out of the job too.
+      const deleted = await deps.mail.identityOf(q.identityId).then(
+        () => false,
+        (err) => (err instanceof ApiError && err.status === 404 ? true : Promise.reject(err)),
+      );
       let r: AttemptOutcome;
       try {
-        // Deleting an identity stops its mail that has not gone out yet (also mail queued
-        // by a request that raced the deletion).
-        // A read that fails is no answer (thrown, below); only "not found" stops the mail.
-        if (!(await deps.mail.identityOf(q.identityId).then(() => true, (err) => (isTemporaryFault(err) ? Promise.reject(err) : false)))) {
-          throw new Rejected([], 'The sending identity was deleted before the message was delivered.');
-        }
+        if (deleted) throw new Rejected([], 'The sending identity was deleted before the message was delivered.');
         r = await attempt(q, progress);
       } catch (err) {
         if (run.stopped) return false;
@@ -281,7 +308,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         attempts: attemptNo,
         at: nowIso(),
       };
-      await events.append(stream, [{ id: derivedId(q.messageId, 'sent'), type: EMAIL_SENT, data }]);
+      await record(q.messageId, stream, { id: derivedId(q.messageId, 'sent'), type: EMAIL_SENT, data });
       log.info({ messageId: q.messageId, via: data.via, attempts: attemptNo }, 'email delivered');
       return true;
     }

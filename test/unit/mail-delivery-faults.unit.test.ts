@@ -10,6 +10,7 @@ import { EMAIL_DEFERRED, EMAIL_FAILED, EMAIL_QUEUED, EMAIL_SENT, type EmailQueue
 import { eventStoreFeed } from '../../infra/ports/event-feed.js';
 import type { EventStore } from '../../infra/ports/event-store.js';
 import { createMemoryEventStore } from '../support/memory-event-store.js';
+import { notFound } from '../../services/gateway/errors.js';
 
 const DOMAIN = 'agents.localhost';
 const diskFull = () => Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
@@ -41,7 +42,9 @@ function queued(messageId: string, to: string): EmailQueuedData {
  * A reactor on an in-memory log. `refuse(type)` says whether an append of an event of that
  * type fails with a full disk now; `receive` is internal delivery.
  */
-function harness(o: { refuse: (type: string) => boolean; receive?: () => Promise<void> }) {
+type Refusal = { address: string; reason: string; temporary: boolean };
+
+function harness(o: { refuse: (type: string) => boolean; receive?: () => Promise<void>; identityOf?: () => Promise<unknown>; refused?: (to: string[]) => Refusal[] }) {
   const store = createMemoryEventStore();
   const events: EventStore = {
     ...store,
@@ -60,14 +63,14 @@ function harness(o: { refuse: (type: string) => boolean; receive?: () => Promise
     mailer: {
       send: async (mail: { envelope: { to: string[] } }) => {
         relayed.push(...mail.envelope.to);
-        return { via: 'relay', refused: [] };
+        return { via: 'relay', refused: o.refused?.(mail.envelope.to) ?? [] };
       },
     },
   };
   const identity = { id: 'id-1', inbox: `scout@${DOMAIN}` };
   const mail = {
     bodiesOf: async (q: EmailQueuedData) => ({ html: q.html, text: q.text }),
-    identityOf: async () => identity,
+    identityOf: o.identityOf ?? (async () => identity),
     identityByInbox: async (address: string) => (address.endsWith(`@${DOMAIN}`) ? { id: 'id-2', inbox: address } : null),
     receive: o.receive ?? (async () => undefined),
   };
@@ -83,7 +86,7 @@ function harness(o: { refuse: (type: string) => boolean; receive?: () => Promise
   return { store, reactor, relayed, outcome, checkpoints };
 }
 
-test('a mail the relay took is recorded sent once the disk takes the record again, never failed', async () => {
+test('a mail the relay took is recorded sent once the disk takes the record again, never failed nor sent again', async () => {
   let refusals = 2; // EmailSent refused twice: the job throws and runs again (reactor retry)
   const h = harness({ refuse: (type) => type === EMAIL_SENT && refusals-- > 0 });
   await h.reactor.start();
@@ -91,8 +94,8 @@ test('a mail the relay took is recorded sent once the disk takes the record agai
     await h.store.append('outbox-id-1', [{ id: 'q-1', type: EMAIL_QUEUED, data: queued('m-1', 'someone@example.com') }]);
     const types = await h.outcome('m-1');
     expect(types).toEqual([EMAIL_SENT]);
-    // At least once: each run of the job hands the mail over again (same Message-ID).
-    expect(h.relayed).toEqual(['someone@example.com', 'someone@example.com', 'someone@example.com']);
+    // The job's later runs record the outcome of the attempt made: the relay is not handed it again.
+    expect(h.relayed).toEqual(['someone@example.com']);
   } finally {
     await h.reactor.stop();
   }
@@ -118,7 +121,7 @@ test('internal delivery on a full disk defers the mail, then delivers it; the ch
   }
 }, 30_000);
 
-test('a deferral the disk refuses too leaves the mail to a later run of its job, not failed', async () => {
+test('a deferral the disk refuses too is recorded by a later run of its job; the mail is not failed', async () => {
   let receiveFailures = 1;
   let deferRefusals = 1;
   const h = harness({
@@ -130,7 +133,58 @@ test('a deferral the disk refuses too leaves the mail to a later run of its job,
   await h.reactor.start();
   try {
     await h.store.append('outbox-id-1', [{ id: 'q-3', type: EMAIL_QUEUED, data: queued('m-3', `peer@${DOMAIN}`) }]);
-    expect(await h.outcome('m-3')).toEqual([EMAIL_SENT]);
+    expect(await h.outcome('m-3')).toEqual([EMAIL_DEFERRED, EMAIL_SENT]);
+  } finally {
+    await h.reactor.stop();
+  }
+}, 30_000);
+
+test('a deferral the disk refuses after the relay took the mail is recorded later; the relay is not handed it again', async () => {
+  let deferRefusals = 1;
+  let laterRefusals = 1;
+  // One recipient taken, one refused for now (4xx) once: the deferral records who was taken.
+  const h = harness({
+    refuse: (type) => type === EMAIL_DEFERRED && deferRefusals-- > 0,
+    refused: (to) => (to.includes('later@example.com') && laterRefusals-- > 0 ? [{ address: 'later@example.com', reason: '451 try later', temporary: true }] : []),
+  });
+  await h.reactor.start();
+  try {
+    const q = { ...queued('m-4', 'now@example.com'), cc: [{ address: 'later@example.com', name: '' }] };
+    await h.store.append('outbox-id-1', [{ id: 'q-4', type: EMAIL_QUEUED, data: q }]);
+    expect(await h.outcome('m-4')).toEqual([EMAIL_DEFERRED, EMAIL_SENT]);
+    expect(h.relayed).toEqual(['now@example.com', 'later@example.com', 'later@example.com']);
+  } finally {
+    await h.reactor.stop();
+  }
+}, 30_000);
+
+test('only "not found" says the sending identity was deleted: a read store that fails holds the mail, then it goes', async () => {
+  let failures = 2;
+  const h = harness({
+    refuse: () => false,
+    identityOf: async () => {
+      if (failures-- > 0) throw Object.assign(new Error('connection <monitor> to 127.0.0.1:27017 closed'), { name: 'MongoNetworkError' });
+      return { id: 'id-1' };
+    },
+  });
+  await h.reactor.start();
+  try {
+    await h.store.append('outbox-id-1', [{ id: 'q-5', type: EMAIL_QUEUED, data: queued('m-5', 'someone@example.com') }]);
+    expect(await h.outcome('m-5')).toEqual([EMAIL_SENT]);
+  } finally {
+    await h.reactor.stop();
+  }
+}, 30_000);
+
+test('a deleted sending identity fails its mail, with nothing handed to the relay', async () => {
+  const h = harness({ refuse: () => false, identityOf: async () => Promise.reject(notFound('Identity not found.')) });
+  await h.reactor.start();
+  try {
+    await h.store.append('outbox-id-1', [{ id: 'q-6', type: EMAIL_QUEUED, data: queued('m-6', 'someone@example.com') }]);
+    expect(await h.outcome('m-6')).toEqual([EMAIL_FAILED]);
+    const [failed] = await h.store.readStream('delivery-m-6');
+    expect(failed.data.error).toBe('The sending identity was deleted before the message was delivered.');
+    expect(h.relayed).toEqual([]);
   } finally {
     await h.reactor.stop();
   }
