@@ -15,13 +15,12 @@
  */
 import { streamPrefix, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { createReactor, type JobRun } from '../kernel/reactor.js';
+import { createReactor, retryWait, type JobRun } from '../kernel/reactor.js';
 import { AccountMailRequested, USER, UserPasswordChanged, UserRegistered } from './events.js';
 import { accountMailRequestOf, type AccountMail } from './service.js';
 
 export const CHECKPOINT = 'reactor:account-mail';
 const GROUP = 'ais-account-mail';
-const MAX_DELAY_MS = 5 * 60_000;
 
 export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
   const { events, reads, feed, mailer } = platform;
@@ -56,7 +55,7 @@ export const accountMailContext: ContextFactory = ({ platform, accounts }) => {
           log.error({ err, stream: e.stream, type: e.type }, 'account mail refused by the relay; not retried');
           return true;
         }
-        const delay = Math.min(MAX_DELAY_MS, 1_000 * 2 ** (attempt - 1));
+        const delay = retryWait(attempt - 1);
         log.warn({ err: (err as Error).message, stream: e.stream, attempt, retryInMs: delay }, 'account mail deferred');
         await run.sleep(delay);
       }

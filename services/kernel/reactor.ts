@@ -56,6 +56,8 @@ export interface Reactor {
 /** Waits before a job that threw runs again: doubling from the first, capped. */
 export const JOB_RETRY_FIRST_MS = 1_000;
 export const JOB_RETRY_MAX_MS = 5 * 60_000;
+/** The wait after a job's `failures`-th failure (0: the first), for jobs that retry within themselves too. */
+export const retryWait = (failures: number) => Math.min(JOB_RETRY_MAX_MS, JOB_RETRY_FIRST_MS * 2 ** Math.min(failures, 20));
 
 export function createReactor(deps: { events: EventStore; reads: ReadStore; feed: EventFeed; log: Logger }, spec: ReactorSpec): Reactor {
   const { events, reads, feed, log } = deps;
@@ -105,7 +107,7 @@ export function createReactor(deps: { events: EventStore; reads: ReadStore; feed
           log.warn({ err, stream: e.stream, type: e.type }, 'reactor job failed while stopping; the next start runs it again');
           throw err;
         }
-        const retryInMs = Math.min(JOB_RETRY_MAX_MS, JOB_RETRY_FIRST_MS * 2 ** Math.min(failures, 20));
+        const retryInMs = retryWait(failures);
         log.error({ err, stream: e.stream, type: e.type, failures: failures + 1, retryInMs }, 'reactor job failed; it runs again');
         await run.sleep(retryInMs); // its place among the jobs at work is free meanwhile
         if (stopped) return false;

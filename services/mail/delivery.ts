@@ -84,14 +84,8 @@ interface AttemptOutcome {
   via: EmailSentData['via'];
 }
 
-class Rejected extends Error {
-  constructor(
-    readonly rejected: { address: string; reason: string }[],
-    why?: string,
-  ) {
-    super(why ?? rejected.map((r) => `${r.address}: ${r.reason}`).join('; '));
-  }
-}
+/** Recipients refused, with why, as an attempt's error says it. */
+const listed = (refusals: { address: string; reason: string }[]) => refusals.map((r) => `${r.address}: ${r.reason}`).join('; ');
 
 export function createDeliveryReactor(platform: Platform, deps: { mail: MailService; blobs: BlobStore; options?: DeliveryOptions; feed: EventFeed }) {
   const { events, reads, config, mailer } = platform;
@@ -270,9 +264,12 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         () => false,
         (err) => (err instanceof ApiError && err.status === 404 ? true : Promise.reject(err)),
       );
+      if (deleted) {
+        await fail('The sending identity was deleted before the message was delivered.', []);
+        return true;
+      }
       let r: AttemptOutcome;
       try {
-        if (deleted) throw new Rejected([], 'The sending identity was deleted before the message was delivered.');
         r = await attempt(q, progress);
       } catch (err) {
         if (run.stopped) return false;
@@ -284,18 +281,18 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           await defer(error, progress);
           continue;
         }
-        if (!temporary && !(err instanceof Rejected)) log.error({ err, messageId: q.messageId }, 'email delivery failed');
-        await fail(error, err instanceof Rejected ? err.rejected : []);
+        if (!temporary) log.error({ err, messageId: q.messageId }, 'email delivery failed');
+        await fail(error, []);
         return true;
       }
       if (r.pending.length && attemptNo < maxAttempts) {
-        await defer(r.pending.map((p) => `${p.address}: ${p.reason}`).join('; '), { relayed: r.relayed, rejected: r.rejectedExternal });
+        await defer(listed(r.pending), { relayed: r.relayed, rejected: r.rejectedExternal });
         continue;
       }
       // Out of attempts, recipients still refused for now are refused.
       const rejected = [...r.rejectedLocal, ...r.rejectedExternal, ...r.pending];
       if (r.internal.length + r.relayed.length === 0) {
-        await fail(new Rejected(rejected).message, rejected);
+        await fail(listed(rejected), rejected);
         return true;
       }
       const data: EmailSentData = {

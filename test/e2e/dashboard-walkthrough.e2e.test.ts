@@ -197,23 +197,18 @@ describe('dashboard: the walkthrough', () => {
       await p.getByLabel('Email of your account').fill('nobody@example.com');
       await submit(p, 'Send a new verification link');
       expect(await p.getByRole('status').textContent()).toContain('a new verification link is on its way');
-      // Something that is no address (past the browser's own check) is refused, the form shown again.
-      await p.goto(`${s.url}/verify-email/resend`);
-      await p.getByLabel('Email of your account').evaluate((el) => el.setAttribute('type', 'text'));
-      await p.getByLabel('Email of your account').fill('not an address');
-      const refused = p.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/verify-email/resend');
-      await submit(p, 'Send a new verification link');
-      expect((await refused).status()).toBe(400);
-      expect(await p.getByRole('alert').textContent()).toMatch(/valid email/i);
-      await expect(p.getByLabel('Email of your account').count()).resolves.toBe(1);
-      // The forgotten-password form takes its address the same way.
-      await p.goto(`${s.url}/forgot-password`);
-      await p.getByLabel('Email of your account').evaluate((el) => el.setAttribute('type', 'text'));
-      await p.getByLabel('Email of your account').fill('not an address');
-      const forgot = p.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/forgot-password');
-      await submit(p, 'Send a reset link');
-      expect((await forgot).status()).toBe(400);
-      expect(await p.getByRole('alert').textContent()).toMatch(/valid email/i);
+      // Something that is no address (past the browser's own check) is refused, the form shown
+      // again; the forgotten-password form takes its address the same way.
+      for (const [page, button] of [['/verify-email/resend', 'Send a new verification link'], ['/forgot-password', 'Send a reset link']]) {
+        await p.goto(`${s.url}${page}`);
+        await p.getByLabel('Email of your account').evaluate((el) => el.setAttribute('type', 'text'));
+        await p.getByLabel('Email of your account').fill('not an address');
+        const refused = p.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === page);
+        await submit(p, button);
+        expect([page, (await refused).status()]).toEqual([page, 400]);
+        expect(await p.getByRole('alert').textContent()).toMatch(/valid email/i);
+        await expect(p.getByLabel('Email of your account').count()).resolves.toBe(1);
+      }
     } finally {
       await anonymous.close();
     }

@@ -5,17 +5,7 @@
 import { SMTPServer } from 'smtp-server';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
-
-
-async function eventually<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+import { eventually } from '../support/eventually.js';
 
 /** A relay that refuses recipients by rule: `tempfail-once@` gets one 451, `reject@` always 550. */
 let attempts: Record<string, number> = {};

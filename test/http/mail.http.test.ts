@@ -10,9 +10,9 @@ import { simpleParser, type ParsedMail } from 'mailparser';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
 import type { MailParts } from '../../services/mail/index.js';
+import { eventually } from '../support/eventually.js';
 
 const DOMAIN = 'agents.localhost';
-
 
 /** An SMTP relay sink: records envelope and parsed message of everything relayed to it. */
 async function startSink() {
@@ -44,16 +44,6 @@ async function startSink() {
   const port = await freePort();
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', () => resolve()));
   return { port, received, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
-}
-
-async function eventually<T>(probe: () => Promise<T | undefined | null | false>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 let server: TestServer;

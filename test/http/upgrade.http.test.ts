@@ -34,6 +34,7 @@ import type { Doc } from '../../infra/ports/read-store.js';
 import { decryptField, memoryLockStore, unlock } from '../../services/sdk/crypto.js';
 import { openSse, type SseFrame } from '../support/sse-client.js';
 import { freePort } from '../support/spawn.js';
+import { apiClient, type ApiOptions } from '../support/server.js';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/upgrade');
 /** Releases whose DATA_DIR this code must serve; record the next one's (record.ts) when a release changes what it writes. */
@@ -166,25 +167,10 @@ describe.each(RELEASES.flatMap((release) => [[release, 'rebuilt'], [release, 'ke
       { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) },
     );
 
-  async function call(method: string, p: string, o: { cred?: string; token?: string; identity?: string; body?: unknown; form?: Record<string, string>; headers?: Record<string, string> } = {}) {
-    const headers: Record<string, string> = { ...o.headers };
-    const token = o.token ?? (o.cred ? creds[o.cred] : undefined);
-    if (token) headers.authorization = `Bearer ${token}`;
-    if (o.identity) headers['x-service-identity'] = o.identity;
-    let body: string | undefined;
-    if (o.form) [headers['content-type'], body] = ['application/x-www-form-urlencoded', new URLSearchParams(o.form).toString()];
-    else if (o.body !== undefined) [headers['content-type'], body] = ['application/json', JSON.stringify(o.body)];
-    // Links the release answered name its PUBLIC_URL (kept here as the tokens' issuer), not this server.
-    const res = await fetch(rt.url + p.replace(fixture.env.PUBLIC_URL, ''), { method, headers, body });
-    const bytes = Buffer.from(await res.arrayBuffer());
-    let json: any = null;
-    try {
-      json = bytes.length ? JSON.parse(bytes.toString('utf8')) : null;
-    } catch {
-      json = bytes.toString('utf8');
-    }
-    return { status: res.status, headers: res.headers, body: json, bytes };
-  }
+  const api = apiClient(() => rt.url);
+  /** `api` with a credential of the fixture by name; links the release answered name its PUBLIC_URL (kept as the tokens' issuer), not this server. */
+  const call = (method: string, p: string, o: ApiOptions & { cred?: string } = {}) =>
+    api(method, p.replace(fixture.env.PUBLIC_URL, ''), { ...o, token: o.token ?? (o.cred ? creds[o.cred] : undefined) });
 
   /** The same GETs as the release's answers, compared with them (tokens the clock has ended are skipped). */
   async function compareAnswers(answers: Answer[]): Promise<string[]> {

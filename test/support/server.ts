@@ -1,6 +1,6 @@
 /**
  * A real service for HTTP tests: the full runtime on port 0 with a fresh DATA_DIR.
- * `api()` is a small fetch wrapper; `signUp()` registers a user and returns its tokens;
+ * `api()` is a small fetch wrapper (`apiClient`, also for a service started otherwise); `signUp()` registers a user and returns its tokens;
  * `createIdentity()` and `compose()` make an identity and send a mail, failing loudly.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,8 +25,11 @@ export interface TestServer {
 
 export interface ApiOptions {
   token?: string;
+  /** Sent as JSON (a string as it is). */
   body?: unknown;
   form?: Record<string, string>;
+  /** Bytes sent as they are (with whatever content type `headers` give). */
+  raw?: Buffer;
   headers?: Record<string, string>;
   identity?: string;
 }
@@ -34,8 +37,39 @@ export interface ApiOptions {
 export interface ApiResponse {
   status: number;
   headers: Headers;
+  /** The answer as JSON when it is JSON, else its text. */
   body: any;
   text: string;
+  bytes: Buffer;
+}
+
+/** A fetch wrapper for the service at `base()` (asked on every call: a restarted service moves); a path may also be a whole URL. */
+export function apiClient(base: () => string): (method: string, path: string, options?: ApiOptions) => Promise<ApiResponse> {
+  return async (method, p, o = {}) => {
+    const headers: Record<string, string> = { ...(o.headers ?? {}) };
+    if (o.token) headers.authorization = `Bearer ${o.token}`;
+    if (o.identity) headers['x-service-identity'] = o.identity;
+    let payload: string | Buffer | undefined;
+    if (o.form) {
+      headers['content-type'] = 'application/x-www-form-urlencoded';
+      payload = new URLSearchParams(o.form).toString();
+    } else if (o.raw) {
+      payload = o.raw;
+    } else if (o.body !== undefined) {
+      headers['content-type'] ??= 'application/json';
+      payload = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
+    }
+    const res = await fetch(/^https?:/.test(p) ? p : base() + p, { method, headers, body: payload });
+    const bytes = Buffer.from(await res.arrayBuffer());
+    const text = new TextDecoder().decode(bytes); // as res.text() reads it
+    let body: unknown = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch {
+      body = text;
+    }
+    return { status: res.status, headers: res.headers, body, text, bytes };
+  };
 }
 
 let counter = 0;
@@ -59,28 +93,7 @@ export async function startTestServer(env: Record<string, string> = {}): Promise
   }
   const url = runtime.url;
 
-  async function api(method: string, p: string, o: ApiOptions = {}): Promise<ApiResponse> {
-    const headers: Record<string, string> = { ...(o.headers ?? {}) };
-    if (o.token) headers.authorization = `Bearer ${o.token}`;
-    if (o.identity) headers['x-service-identity'] = o.identity;
-    let payload: string | undefined;
-    if (o.form) {
-      headers['content-type'] = 'application/x-www-form-urlencoded';
-      payload = new URLSearchParams(o.form).toString();
-    } else if (o.body !== undefined) {
-      headers['content-type'] ??= 'application/json';
-      payload = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
-    }
-    const res = await fetch(url + p, { method, headers, body: payload });
-    const text = await res.text();
-    let body: unknown = null;
-    try {
-      body = text ? JSON.parse(text) : null;
-    } catch {
-      body = text;
-    }
-    return { status: res.status, headers: res.headers, body, text };
-  }
+  const api = apiClient(() => url);
 
   async function signUp(name?: string) {
     const username = name ?? `user${process.pid}x${++counter}x${Date.now() % 100000}`;

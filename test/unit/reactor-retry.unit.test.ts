@@ -9,6 +9,7 @@ import { eventStoreFeed } from '../../infra/ports/event-feed.js';
 import type { JobRun } from '../../services/kernel/reactor.js';
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import { createMemoryEventStore } from '../support/memory-event-store.js';
+import { eventually } from '../support/eventually.js';
 
 function harness(job: (e: RecordedEvent, run: JobRun) => Promise<boolean>) {
   const store = createMemoryEventStore();
@@ -17,12 +18,7 @@ function harness(job: (e: RecordedEvent, run: JobRun) => Promise<boolean>) {
   const log = pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
   const reads = { getCheckpoint: async (name: string) => checkpoints.get(name) ?? null, commit: async (name: string, position: string) => void checkpoints.set(name, position) };
   const reactor = createReactor({ events: store, reads: reads as never, feed: eventStoreFeed(store), log }, { checkpoint: 'reactor:test', group: 'test', filter: {}, concurrency: 1, job });
-  const until = async (ok: () => boolean, ms = 10_000) => {
-    const deadline = Date.now() + ms;
-    while (!ok() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-    return ok();
-  };
-  return { store, checkpoints, logged, reactor, until };
+  return { store, checkpoints, logged, reactor };
 }
 
 test('a job that throws runs again after a wait, and the checkpoint then moves past its event', async () => {
@@ -35,7 +31,7 @@ test('a job that throws runs again after a wait, and the checkpoint then moves p
   try {
     const started = Date.now();
     const { position } = await h.store.append('thing-1', [{ id: 'e-1', type: 'Happened', data: {} }]);
-    expect(await h.until(() => h.checkpoints.get('reactor:test') === position)).toBe(true);
+    await eventually(() => h.checkpoints.get('reactor:test') === position);
     expect(runs).toBe(2);
     expect(Date.now() - started).toBeGreaterThanOrEqual(JOB_RETRY_FIRST_MS - 50);
     expect(h.logged.filter((l) => l.msg === 'reactor job failed; it runs again')).toHaveLength(1);
@@ -52,7 +48,7 @@ test('a stop during the wait ends it at once; the event stays unfinished', async
   });
   await h.reactor.start();
   await h.store.append('thing-1', [{ id: 'e-1', type: 'Happened', data: {} }]);
-  expect(await h.until(() => runs === 1)).toBe(true);
+  await eventually(() => runs === 1);
   await new Promise((r) => setTimeout(r, 50)); // waiting out the first retry (1 s)
   const stopping = Date.now();
   await h.reactor.stop();
@@ -70,7 +66,7 @@ test('a job that throws while the reactor stops is logged', async () => {
   });
   await h.reactor.start();
   await h.store.append('thing-1', [{ id: 'e-1', type: 'Happened', data: {} }]);
-  expect(await h.until(() => release !== undefined)).toBe(true);
+  await eventually(() => release !== undefined);
   const stopped = h.reactor.stop();
   release();
   await stopped;
