@@ -79,8 +79,10 @@ interface AttemptOutcome {
   relayed: string[];
   rejectedLocal: { address: string; reason: string }[];
   rejectedExternal: { address: string; reason: string }[];
-  /** External recipients the relay refused with a 4xx: retried alone. */
+  /** External recipients the relay refused with a 4xx, or could not take now: retried alone. */
   pending: { address: string; reason: string }[];
+  /** Why the relay (or the outbox) took nothing this attempt, when it could later. */
+  outletError: string | null;
   via: EmailSentData['via'];
 }
 
@@ -102,7 +104,8 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
    * One delivery attempt. `progress` is what earlier attempts settled for external
    * recipients (handed over, or refused for good), so a retry after a relay refused some
    * recipients with a 4xx goes to those only. Internal delivery is idempotent (event ids).
-   * Throws TemporaryMailError when the relay took nothing and may later.
+   * A relay that took nothing and may later leaves every external recipient pending, so
+   * the internal ones, delivered meanwhile, still count when attempts run out.
    */
   async function attempt(q: EmailQueuedData, progress: DeliveryProgress): Promise<AttemptOutcome> {
     const bodies = await deps.mail.bodiesOf(q);
@@ -151,6 +154,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
     const relayed = [...progress.relayed];
     const rejectedExternal = [...progress.rejected];
     const pending: { address: string; reason: string }[] = [];
+    let outletError: string | null = null;
     let outlet: 'relay' | 'outbox' | null = relayed.length ? (config.smtpRelayUrl ? 'relay' : 'outbox') : null;
     if (external.length) {
       const attachments: OutboundAttachment[] = [];
@@ -184,14 +188,15 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           else rejectedExternal.push({ address: a.address, reason: r.reason });
         }
       } catch (err) {
-        // Not the recipients' fault: the relay (or the disk under the outbox) may take it later.
-        if (err instanceof TemporaryMailError || isTemporaryFault(err)) throw err;
         const reason = (err as Error).message;
-        for (const a of external) rejectedExternal.push({ address: a.address, reason });
+        // Not the recipients' fault: the relay (or the disk under the outbox) may take them later.
+        const temporary = err instanceof TemporaryMailError || isTemporaryFault(err);
+        if (temporary) outletError = reason;
+        for (const a of external) (temporary ? pending : rejectedExternal).push({ address: a.address, reason });
       }
     }
     const via: EmailSentData['via'] = outlet === null ? 'internal' : identities.length ? 'mixed' : outlet;
-    return { internal, relayed, rejectedLocal, rejectedExternal, pending, via };
+    return { internal, relayed, rejectedLocal, rejectedExternal, pending, outletError, via };
   }
 
   /**
@@ -286,13 +291,13 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
         return true;
       }
       if (r.pending.length && attemptNo < maxAttempts) {
-        await defer(listed(r.pending), { relayed: r.relayed, rejected: r.rejectedExternal });
+        await defer(r.outletError ?? listed(r.pending), { relayed: r.relayed, rejected: r.rejectedExternal });
         continue;
       }
       // Out of attempts, recipients still refused for now are refused.
       const rejected = [...r.rejectedLocal, ...r.rejectedExternal, ...r.pending];
       if (r.internal.length + r.relayed.length === 0) {
-        await fail(listed(rejected), rejected);
+        await fail(r.outletError ?? listed(rejected), rejected);
         return true;
       }
       const data: EmailSentData = {

@@ -7,6 +7,7 @@
 import pino from 'pino';
 import { createDeliveryReactor } from '../../services/mail/delivery.js';
 import { EMAIL_DEFERRED, EMAIL_FAILED, EMAIL_QUEUED, EMAIL_SENT, type EmailQueuedData } from '../../services/mail/events.js';
+import { TemporaryMailError } from '../../infra/ports/mailer.js';
 import { eventStoreFeed } from '../../infra/ports/event-feed.js';
 import type { EventStore } from '../../infra/ports/event-store.js';
 import { createMemoryEventStore } from '../support/memory-event-store.js';
@@ -51,7 +52,15 @@ afterEach(async () => {
   running = null;
 });
 
-async function harness(o: { refuse?: (type: string) => boolean; receive?: () => Promise<void>; identityOf?: () => Promise<unknown>; refused?: (to: string[]) => Refusal[] }) {
+async function harness(o: {
+  refuse?: (type: string) => boolean;
+  receive?: () => Promise<void>;
+  identityOf?: () => Promise<unknown>;
+  refused?: (to: string[]) => Refusal[];
+  /** Thrown by the relay instead of taking the mail. */
+  relayDown?: () => Error | null;
+  maxAttempts?: number;
+}) {
   const store = createMemoryEventStore();
   const events: EventStore = {
     ...store,
@@ -69,6 +78,8 @@ async function harness(o: { refuse?: (type: string) => boolean; receive?: () => 
     reads: { getCheckpoint: async (name: string) => checkpoints.get(name) ?? null, commit: async (name: string, position: string) => void checkpoints.set(name, position) },
     mailer: {
       send: async (mail: { envelope: { to: string[] } }) => {
+        const down = o.relayDown?.();
+        if (down) throw down;
         relayed.push(...mail.envelope.to);
         return { via: 'relay', refused: o.refused?.(mail.envelope.to) ?? [] };
       },
@@ -81,7 +92,7 @@ async function harness(o: { refuse?: (type: string) => boolean; receive?: () => 
     identityByInbox: async (address: string) => (address.endsWith(`@${DOMAIN}`) ? { id: 'id-2', inbox: address } : null),
     receive: o.receive ?? (async () => undefined),
   };
-  const reactor = createDeliveryReactor(platform as never, { mail: mail as never, blobs: {} as never, feed: eventStoreFeed(events), options: { baseDelayMs: 10, maxDelayMs: 10 } });
+  const reactor = createDeliveryReactor(platform as never, { mail: mail as never, blobs: {} as never, feed: eventStoreFeed(events), options: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: o.maxAttempts } });
   await reactor.start();
   running = reactor;
   /** Queues `q` and waits for its outcome: the types of its delivery stream, and the position it was queued at. */
@@ -158,4 +169,20 @@ test('a deleted sending identity fails its mail, with nothing handed to the rela
   const [failed] = await h.store.readStream('delivery-m-6');
   expect(failed.data.error).toBe('The sending identity was deleted before the message was delivered.');
   expect(h.relayed).toEqual([]);
+}, 30_000);
+
+test('out of attempts with the relay still down, a mail internal recipients got is sent, the external ones rejected', async () => {
+  const h = await harness({ relayDown: () => new TemporaryMailError('connect ECONNREFUSED relay.test:25'), maxAttempts: 2 });
+  const q = { ...queued('m-7', `peer@${DOMAIN}`), cc: [{ address: 'someone@example.com', name: '' }] };
+  expect((await h.deliver(q)).types).toEqual([EMAIL_DEFERRED, EMAIL_SENT]);
+  const [deferred, sent] = await h.store.readStream('delivery-m-7');
+  expect(deferred.data.error).toBe('connect ECONNREFUSED relay.test:25');
+  expect(sent.data).toMatchObject({ internal: [`peer@${DOMAIN}`], external: [], attempts: 2, rejected: [{ address: 'someone@example.com', reason: 'connect ECONNREFUSED relay.test:25' }] });
+}, 30_000);
+
+test('out of attempts with the relay still down, a mail no one got fails, naming the recipients and the reason', async () => {
+  const h = await harness({ relayDown: () => new TemporaryMailError('connect ECONNREFUSED relay.test:25'), maxAttempts: 2 });
+  expect((await h.deliver(queued('m-8', 'someone@example.com'))).types).toEqual([EMAIL_DEFERRED, EMAIL_FAILED]);
+  const [, failed] = await h.store.readStream('delivery-m-8');
+  expect(failed.data).toMatchObject({ error: 'connect ECONNREFUSED relay.test:25', attempts: 2, rejected: [{ address: 'someone@example.com', reason: 'connect ECONNREFUSED relay.test:25' }] });
 }, 30_000);
