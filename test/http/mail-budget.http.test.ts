@@ -8,6 +8,7 @@ import net from 'node:net';
 import nodemailer from 'nodemailer';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
+import { eventually } from '../support/eventually.js';
 import { BODY_BUDGET_BYTES, HOLDER_SHARE } from '../../services/mail/body-budget.js';
 import { MAX_MESSAGE_BYTES } from '../../services/mail/service.js';
 
@@ -38,15 +39,6 @@ async function stalledUpload(upload: { upload_url: string }, size: number, sent:
   socket.write(`PUT ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/octet-stream\r\nContent-Length: ${size}\r\n\r\n`);
   await new Promise<void>((resolve) => socket.write(Buffer.alloc(sent), () => resolve()));
   return socket;
-}
-
-/** Retries `probe` until it is true (bytes in flight reach the server a little later). */
-async function eventually(probe: () => Promise<boolean>): Promise<boolean> {
-  for (let i = 0; i < 100; i++) {
-    if (await probe()) return true;
-    await sleep(20);
-  }
-  return false;
 }
 
 test('an upload is refused its bytes up front when it announces another size, and while the same attachment is being uploaded', async () => {

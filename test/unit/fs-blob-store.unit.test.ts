@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { createFsBlobStore, PACK_MAX_BLOB } from '../../infra/blobs/fs-blob-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
+import { eventually } from '../support/eventually.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const fileOf = (dir: string, key: string) => path.join(dir, key.slice(0, 2), key.slice(2, 4), key);
@@ -42,14 +43,6 @@ async function expectStored(blobs: BlobStore, content: Buffer): Promise<void> {
   const opened = await blobs.open(key);
   expect(opened?.size).toBe(content.length);
   expect((await drain(opened!.stream)).equals(content)).toBe(true);
-}
-
-async function until(check: () => boolean, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 /** A fresh directory for one store; all of them are removed after the file's tests. */
@@ -183,7 +176,7 @@ describe('fs blob store packs', () => {
     const packs = packsOf(dir);
     expect(packs.length).toBeGreaterThan(5);
     // Every pack but the active one gets its idx (written in the background).
-    await until(() => idxsOf(dir).length === packs.length - 1);
+    await eventually(() => idxsOf(dir).length === packs.length - 1, 5_000, 10);
     for (const c of contents) await expectStored(blobs, c); // sealed ones through the in-memory index
 
     // Break every record header of the first pack: a scan would find nothing there, so
