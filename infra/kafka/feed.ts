@@ -19,6 +19,7 @@ import { comparePositions, type RecordedEvent, type Subscription } from '../port
 import { matchesFilter, type EventFeed, type FeedHandler, type FeedOptions, type Pending } from '../ports/event-feed.js';
 import { checkTopic, fromMessage, offsetCommit, type IncomingMessage } from './messages.js';
 import { kafkaClient } from './relay.js';
+import { LowWaterMark } from '../low-water-mark.js';
 
 /** What the feed uses of a kafkajs Consumer (the fake in the unit tests implements this). */
 export type FeedConsumer = Pick<Consumer, 'connect' | 'subscribe' | 'run' | 'commitOffsets' | 'disconnect'>;
@@ -38,49 +39,37 @@ export interface KafkaFeedOptions {
   logger?: FeedLogger;
 }
 
-/** One message of a partition's window: its offset, and whether its effects are durable. */
-interface Entry {
-  offset: bigint;
-  settled: boolean;
-}
-
 /**
- * The commit watermark of one partition: messages in offset order; the committable offset is
- * the one after the longest settled prefix. A message at or below one already seen (a
- * redelivery from the committed offset) restarts the window: the previous entries belong to
- * deliveries that a rebalance handed back.
+ * The commit watermark of one partition: the committable offset is the one after the longest
+ * settled prefix of the messages, in offset order (infra/low-water-mark.ts: bounded by the
+ * unsettled ones). A message at or below one already seen (a redelivery from the committed
+ * offset) restarts the window: the previous entries belong to deliveries that a rebalance
+ * handed back.
  */
 export class OffsetWindow {
-  #entries: Entry[] = [];
-  #generation = 0;
+  #marks = new LowWaterMark<bigint>();
   #last: bigint | null = null;
 
   /** Adds a delivered message; returns the function that marks it settled. */
   add(offset: string): () => string | null {
     const value = BigInt(offset);
-    if (this.#last !== null && value <= this.#last) {
-      this.#entries = [];
-      this.#generation += 1;
-    }
+    if (this.#last !== null && value <= this.#last) this.#marks = new LowWaterMark();
     this.#last = value;
-    const entry: Entry = { offset: value, settled: false };
-    this.#entries.push(entry);
-    const generation = this.#generation;
+    const marks = this.#marks;
+    const settle = marks.add(value);
     return () => {
-      entry.settled = true;
-      return generation === this.#generation ? this.advance() : null;
+      settle();
+      return marks === this.#marks ? this.advance() : null;
     };
   }
 
   /** Drops the settled prefix; the last handled offset of it (to commit after), or null. */
   advance(): string | null {
-    let last: bigint | null = null;
-    while (this.#entries.length > 0 && this.#entries[0]!.settled) last = this.#entries.shift()!.offset;
-    return last === null ? null : last.toString();
+    return this.#marks.advance()?.toString() ?? null;
   }
 
   get pending(): number {
-    return this.#entries.length;
+    return this.#marks.size;
   }
 }
 

@@ -19,6 +19,7 @@ import type { Logger } from 'pino';
 import type { AllFilter, EventStore, RecordedEvent, Subscription } from '../../infra/ports/event-store.js';
 import type { EventFeed, Pending } from '../../infra/ports/event-feed.js';
 import type { ReadStore } from '../../infra/ports/read-store.js';
+import { LowWaterMark } from '../../infra/low-water-mark.js';
 
 /** What a job sees of its reactor. */
 export interface JobRun {
@@ -180,25 +181,23 @@ interface ReactorJobs {
 }
 
 function reactorJobs(deps: { checkpoint: string; reads: ReadStore; log: Logger }): ReactorJobs {
-  /** Events received, in order, with whether their job finished. */
-  const window: { position: string; done: boolean }[] = [];
+  /** Events received, in order; bounded by the unfinished jobs. */
+  const marks = new LowWaterMark<string>();
   const timers = new Set<{ timer: NodeJS.Timeout; resolve: () => void }>();
   let checkpointWrite: Promise<void> = Promise.resolve();
 
   function advance(): void {
-    let last: string | null = null;
-    while (window.length && window[0].done) last = window.shift()!.position;
-    if (last === null) return;
-    const position = last;
+    const position = marks.advance();
+    if (position === null) return;
     checkpointWrite = checkpointWrite.then(() => deps.reads.commit(deps.checkpoint, position, [])).catch((err) => deps.log.error({ err }, 'checkpoint write failed'));
   }
 
   return {
     track(position) {
-      const slot = { position, done: false };
-      window.push(slot);
+      const finish = marks.add(position);
       return (finished) => {
-        slot.done = finished;
+        if (!finished) return; // cut short: the checkpoint holds here
+        finish();
         advance();
       };
     },

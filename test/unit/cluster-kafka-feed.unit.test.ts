@@ -272,6 +272,15 @@ describe('OffsetWindow', () => {
     expect(w.pending).toBe(0);
   });
 
+  it('keeps what it holds bounded by the unsettled messages', () => {
+    const w = new OffsetWindow();
+    const first = w.add('0');
+    for (let offset = 1; offset <= 1_000; offset++) expect(w.add(String(offset))()).toBeNull();
+    expect(w.pending).toBe(2);
+    expect(first()).toBe('1000');
+    expect(w.pending).toBe(0);
+  });
+
   it('restarts on a redelivered offset; settlements of the old window are ignored', () => {
     const w = new OffsetWindow();
     const old = w.add('4');
