@@ -146,6 +146,21 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const nameTaken = () => conflict('An identity with this name already exists in your account.');
   const serial = keyedSerial();
 
+  /**
+   * Creates in progress in this process, by account: counted with the read model's identities
+   * until theirs shows them, so concurrent creates cannot pass the limit together (across
+   * gateways in cluster mode they can, by at most the creates in flight on the others).
+   */
+  const creating = new Map<number, Set<string>>();
+  async function checkIdentityLimit(ownerPk: number, id: string): Promise<void> {
+    const others = [...(creating.get(ownerPk) ?? [])].filter((other) => other !== id);
+    const unseen = (await Promise.all(others.map((other) => identities.get(other)))).filter((doc) => !doc).length;
+    const held = (await identities.count({ ownerPk })) + unseen;
+    if (held >= config.identityLimit) {
+      throw new ApiError(403, 'identity_limit_reached', `This account holds ${held} identities, its limit (${config.identityLimit}); delete one, or ask support to raise the limit.`);
+    }
+  }
+
   /** A name reservation is free again once its identity is deleted or was renamed after it. */
   const names: Reclaim = {
     settled: platform.settled,
@@ -276,7 +291,11 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
     let slot = false;
     let number: AllocatedNumber | null = null;
+    const inFlight = creating.get(ownerPk) ?? new Set<string>();
+    creating.set(ownerPk, inFlight.add(id));
     try {
+      // The account's limit, like its plan, is said after what is taken.
+      await checkIdentityLimit(ownerPk, id);
       if (input.provisionPhone) {
         if (asked !== null && !(await available(store, INBOX_KIND, asked, owner, inboxes))) throw inboxTaken();
         await precheckPhone(ownerPk);
@@ -299,6 +318,9 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (number) await phones.release(id, number).catch((e) => logger.warn({ err: e, identityId: id }, 'phone release failed'));
       if (slot) await freeSlot(ownerPk, id).catch(() => undefined);
       throw err;
+    } finally {
+      inFlight.delete(id);
+      if (!inFlight.size && creating.get(ownerPk) === inFlight) creating.delete(ownerPk);
     }
     return (await identities.get(id))!;
   }

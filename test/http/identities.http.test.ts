@@ -416,3 +416,35 @@ describe('phone (plan)', () => {
     expect([renamed.status, renamed.body.name]).toEqual([200, 'Renamed at last']);
   });
 });
+
+describe('limit per account (IDENTITY_LIMIT)', () => {
+  let limited: TestServer;
+  beforeAll(async () => {
+    limited = await startTestServer({ IDENTITY_LIMIT: '3' });
+  });
+  afterAll(async () => {
+    await limited?.close();
+  });
+
+  it('concurrent creates past the limit: exactly the limit succeed, the rest 403 identity_limit_reached; a deletion frees a place', async () => {
+    const { access } = await limited.signUp();
+    const { access: otherAccount } = await limited.signUp();
+    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => limited.api('POST', '/api/identities/', { token: access, body: { name: `Fleet ${i}` } })));
+    expect(results.map((r) => r.status).sort()).toEqual([201, 201, 201, 403, 403, 403, 403, 403]);
+    const refused = results.find((r) => r.status === 403)!;
+    expect(refused.body).toEqual({ detail: expect.stringMatching(/limit \(3\).*support/), code: 'identity_limit_reached' });
+    const list = await limited.api('GET', '/api/identities/', { token: access });
+    expect(list.body).toHaveLength(3);
+    // A refused name was not kept: it is free once there is room.
+    const refusedName = `Fleet ${results.indexOf(refused)}`;
+    // A bad input and a taken name are said first (400, 409), as for the plan.
+    expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: '' } })).status).toBe(400);
+    expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: list.body[0].name } })).status).toBe(409);
+    // Another account has its own limit.
+    expect((await limited.api('POST', '/api/identities/', { token: otherAccount, body: { name: refusedName } })).status).toBe(201);
+    expect((await limited.api('DELETE', `/api/identities/${list.body[0].uuid}/`, { token: access })).status).toBe(204);
+    const again = await limited.api('POST', '/api/identities/', { token: access, body: { name: refusedName } });
+    expect([again.status, again.body.name]).toEqual([201, refusedName]);
+    expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: 'One Too Many' } })).status).toBe(403);
+  });
+});
