@@ -67,14 +67,25 @@ export const FALSE_TEXTS: ReadonlySet<string> = new Set(['f', 'n', 'false', '0',
 
 const compiled = new Map<string, ValidateFunction>();
 
-function fieldOf(err: ErrorObject): string {
-  const base = err.instancePath.replace(/^\//, '').replace(/\//g, '.');
-  if (err.keyword === 'required') {
-    const missing = (err.params as { missingProperty: string }).missingProperty;
-    return base ? `${base}.${missing}` : missing;
-  }
-  return base || 'non_field_errors';
+/**
+ * The request field an error belongs to (the top-level name: DECISIONS' `{field: [messages]}`,
+ * what a client maps to its form), and where inside it, for an error deeper down: `to[1]`
+ * for a list's second item.
+ */
+function placeOf(err: ErrorObject): { field: string; inside: string } {
+  const path = err.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  if (err.keyword === 'required') path.push((err.params as { missingProperty: string }).missingProperty);
+  const [field, ...rest] = path;
+  if (field === undefined) return { field: 'non_field_errors', inside: '' };
+  return { field, inside: rest.length ? field + rest.map((p) => (/^\d+$/.test(p) ? `[${p}]` : `.${p}`)).join('') : '' };
 }
+
+const TYPE_WORDS: Record<string, string> = { string: 'a string', array: 'a list', object: 'an object', integer: 'an integer', number: 'a number', boolean: 'a boolean', null: 'null' };
+/** `["array", "string", "null"]` → "a list, a string or null". */
+const oneOfTypes = (types: string[]) => {
+  const words = types.map((t) => TYPE_WORDS[t] ?? t);
+  return words.length > 1 ? `${words.slice(0, -1).join(', ')} or ${words[words.length - 1]}` : words[0];
+};
 
 function messageOf(err: ErrorObject): string {
   const custom = (err.parentSchema as Record<string, unknown> | undefined)?.['x-message'];
@@ -108,7 +119,7 @@ function messageOf(err: ErrorObject): string {
       if (p.type === 'integer') return 'A valid integer is required.';
       if (p.type === 'array') return 'Expected a list of items.';
       if (p.type === 'object') return 'Expected an object.';
-      return `Must be of type ${p.type}.`;
+      return `Must be ${oneOfTypes(String(p.type).split(','))}.`;
     case 'enum':
       return `Must be one of: ${(p.allowedValues as unknown[]).join(', ')}.`;
     case 'const':
@@ -125,8 +136,8 @@ export function toFieldErrors(errors: ErrorObject[]): FieldErrors {
   const out: FieldErrors = {};
   for (const err of errors) {
     if (['anyOf', 'oneOf', 'if', 'not'].includes(err.keyword)) continue; // summaries of errors already listed
-    const field = fieldOf(err);
-    const msg = messageOf(err);
+    const { field, inside } = placeOf(err);
+    const msg = inside ? `${inside}: ${messageOf(err)}` : messageOf(err);
     (out[field] ??= []).includes(msg) || out[field].push(msg);
   }
   if (Object.keys(out).length === 0) out.non_field_errors = ['Invalid input.'];
@@ -170,9 +181,9 @@ export function validator<T>(ref: string, options: { allowNul?: boolean } = {}):
  * field means one, and C-based tools downstream (terminals, mail relays, logs) cut at it.
  * A provider's message (the SMS webhook) opts out: it is kept as it came.
  */
-function fieldsWithNul(data: unknown, path = ''): string[] {
-  if (typeof data === 'string') return data.includes('\u0000') ? [path || 'non_field_errors'] : [];
-  if (Array.isArray(data)) return data.flatMap((v) => fieldsWithNul(v, path));
-  if (data && typeof data === 'object') return Object.entries(data).flatMap(([k, v]) => fieldsWithNul(v, path ? `${path}.${k}` : k));
-  return [];
+function fieldsWithNul(data: unknown): string[] {
+  const holdsNul = (v: unknown): boolean =>
+    typeof v === 'string' ? v.includes('\u0000') : Array.isArray(v) ? v.some(holdsNul) : v !== null && typeof v === 'object' ? Object.values(v).some(holdsNul) : false;
+  if (data !== null && typeof data === 'object' && !Array.isArray(data)) return Object.entries(data).filter(([, v]) => holdsNul(v)).map(([k]) => k);
+  return holdsNul(data) ? ['non_field_errors'] : [];
 }

@@ -54,6 +54,8 @@ function checkShape(method: string, path: string, status: number, body: unknown,
     const validation = Object.values(b).every((v) => Array.isArray(v) && v.every((m) => typeof m === 'string'));
     const oauth = typeof b.error === 'string';
     expect([where, standard || validation || oauth]).toEqual([where, true]);
+    // A validation error is keyed by the request's own field names (a list item's error too).
+    if (validation && !standard) expect([where, Object.keys(b).filter((k) => /[.[\]/]/.test(k))]).toEqual([where, []]);
   }
 }
 
@@ -89,6 +91,17 @@ it('no endpoint answers 5xx to malformed input, and every error has the spec\'s 
   }
   expect(calls).toBeGreaterThan(500);
 }, 180_000);
+
+it("an error in a list's item is said under the list's field, naming the item", async () => {
+  const sender = (await s.api('POST', '/api/identities/', { token, body: { name: 'List items' } })).body.uuid; // the sweep above deletes `identity`
+  const compose = await s.api('POST', '/api/email-messages/compose/', { token, identity: sender, body: { to: ['a@example.com', 5], subject: 's', body: 'b', attachment_uuids: [123] } });
+  expect(compose.status).toBe(400);
+  expect(compose.body).toEqual({ to: ['to[1]: Not a valid string.'], attachment_uuids: [expect.stringMatching(/^attachment_uuids\[0\]: /)] });
+  const typed = await s.api('POST', '/api/email-messages/compose/', { token, identity: sender, body: { to: 'a@example.com', cc: 123, attachment_uuids: {} } });
+  expect(typed.body).toEqual({ cc: ['Must be a string, a list or null.'], attachment_uuids: ['Must be a list, a string or null.'] }); // said in words, not the schema's type names
+  const nul = await s.api('POST', '/api/email-messages/compose/', { token, identity: sender, body: { to: ['a@example.com', 'b\u0000@example.com'], subject: 's', body: 'b' } });
+  expect(nul.body).toEqual({ to: ['Null characters are not allowed.'] });
+});
 
 it('a garbage credential or identity header is a 4xx on every endpoint', async () => {
   for (const [path, ops] of Object.entries(doc.paths)) {
