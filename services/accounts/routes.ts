@@ -7,7 +7,7 @@ import { SESSION_COOKIE } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
 import { isUuid } from '../kernel/ids.js';
 import type { SessionDoc } from '../../projections/sessions/index.js';
-import { validator } from '../gateway/validate.js';
+import { bodyWith, validator } from '../gateway/validate.js';
 import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import { normalUsername, toPublicUser, type Accounts } from './service.js';
 import type { TokenService } from './tokens.js';
@@ -48,11 +48,17 @@ const passwordsMatch = (a: string, b: string, ...fields: string[]) => {
   if (a !== b) throw badRequest(Object.fromEntries(['non_field_errors', ...fields].map((f) => [f, ["The two password fields didn't match."]])));
 };
 
-/** The body with its username normalised (normalUsername) before the schema checks it. */
-export function withNormalUsername(raw: unknown): unknown {
+/**
+ * The body with its username normalised (normalUsername) and its email trimmed (as Django
+ * REST framework's EmailField does) before the schema checks them; other values as sent.
+ */
+export function withAccountNames(raw: unknown): unknown {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
-  const username = (raw as { username?: unknown }).username;
-  return typeof username === 'string' ? { ...(raw as object), username: normalUsername(username) } : raw;
+  const { username, email } = raw as { username?: unknown; email?: unknown };
+  const changes: Record<string, string> = {};
+  if (typeof username === 'string') changes.username = normalUsername(username);
+  if (typeof email === 'string') changes.email = email.trim();
+  return Object.keys(changes).length ? bodyWith(raw, changes) : raw;
 }
 
 /**
@@ -84,7 +90,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
   return {
     routes(r: Router) {
       r.post('/api/auth/social/', async (ctx) => {
-        const b = v.register(withNormalUsername(await body(ctx)));
+        const b = v.register(withAccountNames(await body(ctx)));
         passwordsMatch(b.password1, b.password2);
         const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, firstName: b.first_name, lastName: b.last_name });
         created(ctx, await accounts.tokenPair(user, 'register'));
@@ -92,7 +98,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
 
       r.post('/api/auth/login/', async (ctx) => {
         const raw = await body(ctx);
-        const b = v.login(withNormalUsername(raw));
+        const b = v.login(withAccountNames(raw));
         // Looked up as typed too (findByLogin): an account named before usernames were normalised.
         const byUsername = (typeof (raw as { username?: unknown }).username === 'string' ? (raw as { username: string }).username : b.username)?.trim();
         const login = byUsername || b.email?.trim();
@@ -161,7 +167,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       });
 
       r.post('/api/auth/social/resend-email/', async (ctx) => {
-        const b = v.emailOnly(await body(ctx));
+        const b = v.emailOnly(withAccountNames(await body(ctx)));
         await accounts.resendVerification(b.email);
         created(ctx, { detail: 'ok' });
       });
@@ -195,7 +201,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       });
 
       r.post('/api/auth/password/reset/', async (ctx) => {
-        const b = v.emailOnly(await body(ctx));
+        const b = v.emailOnly(withAccountNames(await body(ctx)));
         await accounts.requestPasswordReset(b.email);
         ctx.body = { detail: 'Password reset e-mail has been sent.' };
       });
@@ -213,13 +219,13 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
 
       r.put('/api/auth/user/', async (ctx) => {
         const p = await auth.accountPrincipal(ctx);
-        const b = v.userPut(withNormalUsername(await body(ctx)));
+        const b = v.userPut(withAccountNames(await body(ctx)));
         ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
       });
 
       r.patch('/api/auth/user/', async (ctx) => {
         const p = await auth.accountPrincipal(ctx);
-        const b = v.userPatch(withNormalUsername(await body(ctx)));
+        const b = v.userPatch(withAccountNames(await body(ctx)));
         ctx.body = toPublicUser(await accounts.updateProfile(p.userPk, { username: b.username, firstName: b.first_name, lastName: b.last_name }));
       });
 

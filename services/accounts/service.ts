@@ -548,15 +548,17 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const invalid = () => badRequest({ key: ['Invalid or expired verification key.'] });
     const [payload, sig] = key.split('.');
     if (!payload || !sig) throw invalid();
-    let parsed: { pk: number; exp: number };
+    let parsed: unknown;
     try {
       parsed = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
     } catch {
       throw invalid();
     }
-    if (!Number.isSafeInteger(parsed.pk) || !Number.isSafeInteger(parsed.exp) || parsed.exp * 1000 < Date.now()) throw invalid();
-    const user = await users.get(userDocId(parsed.pk));
-    if (!user || !sameSecret(sig, macOf(hmacKey, 'verify-email', String(parsed.pk), user.emailKey, String(parsed.exp)))) throw invalid();
+    // Unsigned yet: any JSON at all may come (`null` was a 500).
+    const { pk, exp } = (parsed ?? {}) as { pk?: unknown; exp?: unknown };
+    if (typeof pk !== 'number' || typeof exp !== 'number' || !Number.isSafeInteger(pk) || !Number.isSafeInteger(exp) || exp * 1000 < Date.now()) throw invalid();
+    const user = await users.get(userDocId(pk));
+    if (!user || !sameSecret(sig, macOf(hmacKey, 'verify-email', String(pk), user.emailKey, String(exp)))) throw invalid();
     if (user.emailVerified) return;
     const { append } = await execute(store, userStream(user.pk), userEvolver, (s) =>
       s.emailVerified ? { events: [], result: undefined } : { events: [event(UserEmailVerified, { at: nowIso() })], result: undefined },

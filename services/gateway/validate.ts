@@ -53,6 +53,15 @@ export function markJsonBody<T extends object>(body: T): T {
   jsonBodies.add(body);
   return body;
 }
+/**
+ * A copy of a request body with some fields changed (a name trimmed before the schema counts
+ * it), read as the body was: a JSON body keeps its JSON types (a plain spread lost the mark,
+ * and `{"password1": 1}` was coerced to "1").
+ */
+export function bodyWith(raw: object, changes: Record<string, unknown>): object {
+  const copy = { ...raw, ...changes };
+  return jsonBodies.has(raw) ? markJsonBody(copy) : copy;
+}
 
 /**
  * A flag whose schema took the spellings of Django REST framework's BooleanField (forms;
@@ -88,6 +97,8 @@ const oneOfTypes = (types: string[]) => {
 };
 
 function messageOf(err: ErrorObject): string {
+  // A null where the field takes none: said alike for every field (a flag's spellings included).
+  if (err.data === null && (err.keyword === 'type' || err.keyword === 'enum')) return 'This field may not be null.';
   const custom = (err.parentSchema as Record<string, unknown> | undefined)?.['x-message'];
   if (typeof custom === 'string' && ['pattern', 'format', 'enum'].includes(err.keyword)) return custom;
   const p = err.params as Record<string, unknown>;
@@ -111,15 +122,18 @@ function messageOf(err: ErrorObject): string {
       if (p.format === 'uuid') return 'Must be a valid UUID.';
       if (p.format === 'date-time') return 'Enter a valid ISO 8601 date-time.';
       return `Enter a valid ${p.format}.`;
-    case 'type':
-      if (err.data === null) return 'This field may not be null.';
-      if (p.type === 'string') return 'Not a valid string.';
-      if (String(p.type) === 'string,array') return 'Not a valid string or list of strings.';
-      if (String(p.type).split(',').includes('boolean')) return 'Must be a valid boolean.';
-      if (p.type === 'integer') return 'A valid integer is required.';
-      if (p.type === 'array') return 'Expected a list of items.';
-      if (p.type === 'object') return 'Expected an object.';
-      return `Must be ${oneOfTypes(String(p.type).split(','))}.`;
+    case 'type': {
+      // The value is not null, so a null the field also takes is no help in saying what it wants.
+      const types = String(p.type).split(',').filter((t) => t !== 'null');
+      if (types.includes('boolean')) return 'Must be a valid boolean.';
+      if (types.length === 2 && types.includes('string') && types.includes('array')) return 'Not a valid string or list of strings.';
+      if (types.length > 1) return `Must be ${oneOfTypes(types)}.`;
+      if (types[0] === 'string') return 'Not a valid string.';
+      if (types[0] === 'integer') return 'A valid integer is required.';
+      if (types[0] === 'array') return 'Expected a list of items.';
+      if (types[0] === 'object') return 'Expected an object.';
+      return `Must be ${oneOfTypes(types)}.`;
+    }
     case 'enum':
       return `Must be one of: ${(p.allowedValues as unknown[]).join(', ')}.`;
     case 'const':

@@ -4,7 +4,7 @@ import type { Context } from 'koa';
 import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator, Principal } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
-import { isTrue, validator } from '../gateway/validate.js';
+import { bodyWith, isTrue, validator } from '../gateway/validate.js';
 import { forbidden, notFound } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { IdentityDoc } from '../../projections/identities/index.js';
@@ -27,7 +27,7 @@ const v = {
 function trimmedName(raw: unknown): unknown {
   if (raw && typeof raw === 'object' && !Array.isArray(raw) && typeof (raw as { name?: unknown }).name === 'string') {
     const name = (raw as { name: string }).name;
-    if (!/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(name)) return { ...(raw as object), name: name.trim() };
+    if (!/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(name)) return bodyWith(raw, { name: name.trim() });
   }
   return raw;
 }

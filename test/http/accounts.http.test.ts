@@ -72,6 +72,34 @@ describe('registration (POST /api/auth/social/)', () => {
     expect(res.body.non_field_errors).toHaveLength(1);
   });
 
+  it('JSON values of the wrong type are refused, not turned into text (a username normalised first made them text: password 1 became "1")', async () => {
+    const name = uniq();
+    const base = { username: name, email: `${name}@example.com`, password1: 'long enough', password2: 'long enough' };
+    for (const [field, value] of [['password1', 1], ['password2', true], ['first_name', 123], ['last_name', false], ['first_name', null]] as const) {
+      const res = await s.api('POST', '/api/auth/social/', { body: { ...base, [field]: value } });
+      expect([field, res.status, res.body]).toEqual([field, 400, { [field]: [value === null ? 'This field may not be null.' : 'Not a valid string.'] }]);
+    }
+    const login = await s.api('POST', '/api/auth/login/', { body: { username: name, password: 1 } });
+    expect([login.status, login.body]).toEqual([400, { password: ['Not a valid string.'] }]);
+    const u = await s.signUp();
+    for (const method of ['PUT', 'PATCH']) {
+      const res = await s.api(method, '/api/auth/user/', { token: u.access, body: { username: u.user.username, first_name: 42, last_name: null } });
+      expect([method, res.status, res.body]).toEqual([method, 400, { first_name: ['Not a valid string.'], last_name: ['This field may not be null.'] }]);
+    }
+    expect((await s.api('GET', '/api/auth/user/', { token: u.access })).body).toMatchObject({ first_name: '', last_name: '' });
+  });
+
+  it('an email is trimmed, as Django REST framework\'s EmailField does: at sign-up, login, resend and reset', async () => {
+    const name = uniq();
+    const email = `${name}@example.com`;
+    const res = await s.api('POST', '/api/auth/social/', { body: { username: name, email: ` ${email}\t`, password1: 'long enough', password2: 'long enough' } });
+    expect([res.status, res.body.user?.email]).toEqual([201, email]);
+    const login = await s.api('POST', '/api/auth/login/', { body: { email: `  ${email} `, password: 'long enough' } });
+    expect([login.status, login.body.user?.pk]).toEqual([200, res.body.user.pk]);
+    expect((await s.api('POST', '/api/auth/social/resend-email/', { body: { email: ` ${email}` } })).status).toBe(201);
+    expect((await s.api('POST', '/api/auth/password/reset/', { body: { email: `${email} ` } })).status).toBe(200);
+  });
+
   it('usernames take letters of any script and digits, as Django\'s validator does', async () => {
     for (const username of [`josé_${uniq()}`, `Юлия.${uniq()}`, `李${uniq()}`]) {
       const res = await s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw', password2: 'pw' } });
@@ -548,6 +576,13 @@ describe('password change, logout and reset', () => {
     const mail = await sink.waitFor((m) => m.envelope.to.includes(u.user.email) && /confirm/i.test(m.parsed.subject ?? ''));
     const key = /verify-email\/:\n(\S+)/.exec(mail.parsed.text ?? '')![1];
     expect((await s.api('POST', '/api/auth/social/verify-email/', { body: { key: 'bogus' } })).status).toBe(400);
+    // A key whose (unsigned) payload is any JSON at all: `null` was a 500, on the page too.
+    for (const payload of ['null', '1', '"s"', '[]', '{}', '{"pk":"1","exp":1}']) {
+      const forged = `${Buffer.from(payload).toString('base64url')}.abc`;
+      const res = await s.api('POST', '/api/auth/social/verify-email/', { body: { key: forged } });
+      expect([payload, res.status, res.body]).toEqual([payload, 400, { key: ['Invalid or expired verification key.'] }]);
+      expect([payload, (await fetch(`${s.url}/verify-email?key=${forged}`)).status]).toEqual([payload, 400]);
+    }
     const ok = await s.api('POST', '/api/auth/social/verify-email/', { body: { key } });
     expect(ok.status).toBe(200);
     expect(ok.body.detail).toEqual(expect.any(String));

@@ -127,6 +127,9 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     const waited = await poll(d.device_code, { wait: 'true' });
     expect(waited.body).toEqual({ error: 'authorization_pending' });
     expect(Date.now() - t0).toBeGreaterThanOrEqual(1900);
+    // A flag that is none of its spellings is a field error; null is said as for any field.
+    expect((await poll(d.device_code, { wait: 'maybe' })).body).toEqual({ wait: ['Must be a valid boolean.'] });
+    expect((await poll(d.device_code, { wait: null })).body).toEqual({ wait: ['This field may not be null.'] });
   });
 
   it('a code typed in fullwidth forms (an East Asian keyboard) is the same code (NFKC)', async () => {

@@ -70,6 +70,11 @@ describe('create', () => {
       expect(res.body).toEqual({ name: [message] });
     }
     expect((await create(owner.access, { name: 'typed phone', provision_phone: 2 })).body).toEqual({ provision_phone: ['Must be a valid boolean.'] });
+    // With a name (trimmed before the schema counts it) the body stays JSON: an address is never made of `true` (addresses are never given back).
+    for (const email_identifier of [true, 5, 12.5]) {
+      const res = await create(owner.access, { name: `typed address ${email_identifier}`, email_identifier });
+      expect([email_identifier, res.status, res.body]).toEqual([email_identifier, 400, { email_identifier: ['Not a valid string.'] }]);
+    }
     const list = await s.api('GET', '/api/identities/', { token: owner.access });
     expect(list.body.map((i: { name: string }) => i.name)).not.toEqual(expect.arrayContaining(['123', 'true', 'typed phone']));
   });
