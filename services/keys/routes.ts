@@ -53,8 +53,10 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
     routes(r: Router) {
       r.get('/api/auth/keys/identity/', async (ctx) => {
         const p = await keyAdmin(deps.auth(), ctx);
-        const q = queryParam(ctx, 'identity');
-        const filter = q ? await ownIdentity(q, p.userPk, 'identity') : undefined;
+        // The identity the request names, by header or by query (SPEC: the query "instead" of
+        // the header), filters the list; both were checked with the credential already.
+        const named = ctx.get('x-service-identity').trim() || queryParam(ctx, 'identity');
+        const filter = named ? await ownIdentity(named, p.userPk, 'identity') : undefined;
         sendPage(ctx, await keys.list(p.userPk, 'identity', pageParams(ctx), filter), toIdentityKey, deps.publicUrl);
       });
 

@@ -147,8 +147,16 @@ describe('identity keys', () => {
     expect(Object.keys(item).sort()).toEqual(['created_dt', 'identity', 'label', 'last_used_at', 'masked_key', 'uuid']);
     expect(item.identity).toBe(identity);
     expect(list.text).not.toContain(k.key);
+    const another = (await s.api('POST', '/api/identities/', { token: owner.access, body: { name: `Listed apart ${Date.now()}` } })).body.uuid;
+    const theirs = await idKey(owner.access, another, 'apart');
+    const all = await s.api('GET', '/api/auth/keys/identity/?limit=200', { token: owner.access });
+    expect(all.body.map((x: { uuid: string }) => x.uuid)).toEqual(expect.arrayContaining([k.uuid, theirs.uuid]));
     const filtered = await s.api('GET', `/api/auth/keys/identity/?identity=${identity}`, { token: owner.access });
+    expect(filtered.body.map((x: { uuid: string }) => x.uuid)).toContain(k.uuid);
     expect(filtered.body.every((x: { identity: string }) => x.identity === identity)).toBe(true);
+    // The header names the identity as the query does (SPEC: the query "instead" of the header).
+    const byHeader = await s.api('GET', '/api/auth/keys/identity/', { token: owner.access, identity: another });
+    expect(byHeader.body.map((x: { uuid: string }) => x.uuid)).toEqual([theirs.uuid]);
     // Spaces around it are trimmed, as for every identity selector (header, query).
     const padded = await s.api('GET', `/api/auth/keys/identity/?identity=%20${identity.toUpperCase()}%20`, { token: owner.access });
     expect([padded.status, padded.body]).toEqual([200, filtered.body]);
