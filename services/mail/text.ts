@@ -68,6 +68,13 @@ export function parseAddressList(input: unknown): { addresses: EmailAddress[]; i
         invalid.push(part.trim());
         continue;
       }
+      // A display name goes with an address in angle brackets (RFC 5322 §3.4), or is a
+      // comment after it (`ann@x.com (Ann)`). addressparser reads any other word beside an
+      // address as a name: `a b@c.com`, a typo, would go to b@c.com as "a".
+      if (entry.name && !angleAddress(address).test(part) && !part.includes(`(${entry.name})`)) {
+        invalid.push(part.trim());
+        continue;
+      }
       const key = addressKey(address);
       if (seen.has(key)) continue;
       seen.add(key);
@@ -76,6 +83,9 @@ export function parseAddressList(input: unknown): { addresses: EmailAddress[]; i
   }
   return { addresses, invalid };
 }
+
+/** `<address>` in a list's text, spaces inside the brackets allowed. */
+const angleAddress = (address: string) => new RegExp(`<\\s*${address.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\s*>`, 'i');
 
 type Parsed = { address?: string; name?: string; group?: Parsed[] };
 function flatten(list: Parsed[]): { address: string; name: string }[] {

@@ -44,6 +44,17 @@ describe('addresses', () => {
     expect(parseAddressList('Team: a@x.com, b@x.com;').addresses).toHaveLength(2);
   });
 
+  test('a display name goes with an address in angle brackets, or as a comment after it; a stray word is refused', () => {
+    // addressparser read these as a name plus an address: `a b@c.com`, a typo, went to b@c.com.
+    for (const input of ['a b@c.com', 'a@b.com x', 'x a@b.com', '"Ann" ann@x.com', 'ok@x.com, Ann ann@x.com']) {
+      expect([input, parseAddressList(input).invalid]).toEqual([input, [input]]);
+    }
+    for (const [input, name] of [['Ann Lee <ann@x.com>', 'Ann Lee'], ['Ann<ann@x.com>', 'Ann'], ['Ann < Ann@X.com >', 'Ann'], ['ann@x.com (Ann)', 'Ann'], ['"Lee, Ann" <ann+tag@x.com>', 'Lee, Ann']]) {
+      const r = parseAddressList(input);
+      expect([input, r.invalid, r.addresses.map((a) => a.name)]).toEqual([input, [], [name]]);
+    }
+  });
+
   test('an internationalised domain is kept in its ASCII form; a needless quoted local part is unquoted', () => {
     expect(addressKey('User@Bücher.DE')).toBe('user@xn--bcher-kva.de');
     expect(addressKey('\u212Aim@Example.com')).toBe('\u212Aim@example.com'); // the Kelvin sign is no k
