@@ -126,22 +126,33 @@ function formComponent(text: string): string {
 }
 
 /**
- * Form fields as URLSearchParams reads them (the last of a repeated name wins), except that
- * percent-escapes which do not decode to UTF-8 (`%FF`, `%ED%A0%80`) are refused like invalid
+ * Adds a form field: a name given again makes a list of its values, in order (as Django's
+ * QueryDict keeps them: `to=a&to=b` is two recipients; a field taking one value answers 400
+ * to a list), never a silent pick of one. Own properties only, even for a name like __proto__.
+ */
+function addField(fields: Record<string, unknown>, name: string, value: string): void {
+  const before = Object.hasOwn(fields, name) ? fields[name] : undefined;
+  const next = before === undefined ? value : Array.isArray(before) ? [...before, value] : [before, value];
+  Object.defineProperty(fields, name, { value: next, enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * Form fields as URLSearchParams reads them, a repeated name kept as a list (addField), and
+ * percent-escapes which do not decode to UTF-8 (`%FF`, `%ED%A0%80`) refused like invalid
  * bytes in a JSON body, instead of becoming U+FFFD.
  */
 function parseForm(raw: string): Record<string, unknown> {
-  const entries: [string, string][] = [];
+  const fields: Record<string, unknown> = {};
   try {
     for (const part of raw.split('&')) {
       if (!part) continue;
       const eq = part.indexOf('=');
-      entries.push([formComponent(eq < 0 ? part : part.slice(0, eq)), eq < 0 ? '' : formComponent(part.slice(eq + 1))]);
+      addField(fields, formComponent(eq < 0 ? part : part.slice(0, eq)), eq < 0 ? '' : formComponent(part.slice(eq + 1)));
     }
   } catch {
     throw new ApiError(400, 'parse_error', 'The form body is not valid UTF-8 once percent-decoded.');
   }
-  return Object.fromEntries(entries); // own properties only, even for a name like __proto__
+  return fields;
 }
 
 function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
@@ -166,7 +177,7 @@ function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
     // that do not decode with U+FFFD: such a field is refused, as a JSON or form body's is.
     bb.on('field', (name, value) => {
       if (name.includes('\uFFFD') || value.includes('\uFFFD')) reject(new ApiError(400, 'parse_error', `The multipart field "${name.replace(/\uFFFD/g, '?')}" is not valid in its charset (UTF-8 unless its part says otherwise).`));
-      else fields[name] = value;
+      else addField(fields, name, value);
     });
     bb.on('file', (_name, stream) => stream.resume());
     bb.on('error', () => reject(new ApiError(400, 'parse_error', 'Malformed multipart body.')));

@@ -140,6 +140,15 @@ describe('registration (POST /api/auth/social/)', () => {
     const r = await fetch(`${s.url}/api/auth/login/`, { method: 'POST', body: fd });
     expect(r.status).toBe(200);
     expect(((await r.json()) as { user: { username: string } }).user.username).toBe(name);
+    // A field given twice is a list, never a silent pick of one (it was the last): a 400 where one value is taken.
+    const twice = await fetch(`${s.url}/api/auth/login/`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `username=nobody&username=${name}&password=pw` });
+    expect([twice.status, await twice.json()]).toEqual([400, { username: ['Not a valid string.'] }]);
+    const repeated = new FormData();
+    repeated.append('username', name);
+    repeated.append('password', 'wrong');
+    repeated.append('password', 'pw');
+    const multi = await fetch(`${s.url}/api/auth/login/`, { method: 'POST', body: repeated });
+    expect([multi.status, await multi.json()]).toEqual([400, { password: ['Not a valid string.'] }]);
   });
 });
 

@@ -207,15 +207,18 @@ it('a body over 1 MiB sent without Content-Length is a 413 that closes its conne
   expect((await s.api('GET', '/api/health/')).status).toBe(200);
 });
 
-it('form bodies: percent-escapes that are not UTF-8 are a 400 (never stored as U+FFFD); valid ones read as URLSearchParams reads them', async () => {
+it('form bodies: percent-escapes that are not UTF-8 are a 400 (never stored as U+FFFD); valid ones read as URLSearchParams reads them, a repeated name as a list', async () => {
   const post = (body: string) =>
     fetch(`${s.url}/api/identities/`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-www-form-urlencoded' }, body });
   for (const bad of ['name=%FF', 'name=ok%ED%A0%80', 'na%FFme=x']) {
     const res = await post(bad);
     expect([bad, res.status, ((await res.json()) as { code: string }).code]).toEqual([bad, 400, 'parse_error']);
   }
-  const good = await post('name=Caf%C3%A9+%E2%98%95+100%25+%zz&ignored=1&name=Caf%C3%A9+%E2%98%95+100%25+%zz');
+  const good = await post('name=Caf%C3%A9+%E2%98%95+100%25+%zz&ignored=1');
   expect([good.status, ((await good.json()) as { name: string }).name]).toEqual([201, 'Café ☕ 100% %zz']);
+  // A name given twice is a list of its values (Django's QueryDict), not the last one alone.
+  const twice = await post('name=First&name=Second');
+  expect([twice.status, await twice.json()]).toEqual([400, { name: ['Not a valid string.'] }]);
 });
 
 it('multipart bodies: a field that is not valid UTF-8 is a 400 too; valid UTF-8 reads as sent', async () => {

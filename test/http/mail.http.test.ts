@@ -530,6 +530,13 @@ describe('sending through the relay', () => {
       const res = await api('POST', '/api/email-messages/compose/', alice.uuid, { to, subject: 's', body: 'b' });
       expect([to, res.status, Object.keys(res.body)]).toEqual([to, 400, ['to']]);
     }
+    // A form body's field given twice is a list (it was the last value alone: a recipient dropped without a word).
+    const form = (body: string) =>
+      fetch(`${server.url}/api/email-messages/compose/`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'x-service-identity': alice.uuid, 'content-type': 'application/x-www-form-urlencoded' }, body });
+    const two = await form('to=one%40example.org&to=two%40example.org&subject=Twice&body=b');
+    expect([two.status, ((await two.json()) as { to: string[] }).to]).toEqual([201, ['one@example.org', 'two@example.org']]);
+    const subjects = await form('to=one%40example.org&subject=a&subject=b&body=b');
+    expect([subjects.status, await subjects.json()]).toEqual([400, { subject: ['Not a valid string.'] }]);
   });
 
   test('reply and reply-all: "Re: " once, In-Reply-To and References, recipients from the original', async () => {
