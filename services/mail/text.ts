@@ -296,8 +296,11 @@ export function participantsKey(addresses: string[], ownInbox: string): string {
   return set.join(',');
 }
 
-/** A file name safe for a Content-Disposition header and a file system. */
+/**
+ * A file name safe for a Content-Disposition header and a file system. Bidirectional
+ * overrides and isolates go too: `invoice\u202Efdp.exe` shows as `invoiceexe.pdf`.
+ */
 export function safeFilename(name: string): string {
-  const cleaned = name.replace(/[\u0000-\u001f\u007f/\\"]/g, '_').trim();
+  const cleaned = name.replace(/[\u0000-\u001f\u007f/\\"\u202a-\u202e\u2066-\u2069]/g, '_').trim();
   return cleaned.slice(0, 255) || 'attachment';
 }

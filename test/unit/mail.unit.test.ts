@@ -11,7 +11,7 @@ import { TemporaryMailError } from '../../infra/ports/mailer.js';
 import { attemptsWithin, RETRY_FOR_MS } from '../../services/mail/delivery.js';
 import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
 import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
-import { addressKey, htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject, trimReferences } from '../../services/mail/text.js';
+import { addressKey, htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject, safeFilename, trimReferences } from '../../services/mail/text.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
 
 describe('addresses', () => {
@@ -42,6 +42,15 @@ describe('addresses', () => {
     // A quoted display name may contain @; groups and semicolons are lists.
     expect(parseAddressList('"a@b.com" <c@d.com>').addresses).toEqual([{ address: 'c@d.com', name: 'a@b.com' }]);
     expect(parseAddressList('Team: a@x.com, b@x.com;').addresses).toHaveLength(2);
+  });
+
+  test('a file name keeps no control character, path separator, quote or bidirectional override', () => {
+    expect(safeFilename('a\r\nX-Evil: y.txt')).toBe('a__X-Evil: y.txt');
+    expect(safeFilename('invoice\u202efdp.exe')).toBe('invoice_fdp.exe'); // shown as "invoiceexe.pdf" otherwise
+    expect(safeFilename('x\u2067y\u2069.txt')).toBe('x_y_.txt');
+    expect(safeFilename('../"etc"\\passwd')).toBe('..__etc__passwd');
+    expect(safeFilename('  ')).toBe('attachment');
+    expect(safeFilename('Résumé 日本.pdf')).toBe('Résumé 日本.pdf');
   });
 
   test('a display name goes with an address in angle brackets, or as a comment after it; a stray word is refused', () => {
