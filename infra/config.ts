@@ -48,6 +48,9 @@ export interface Config {
   dkim: { domainName: string; keySelector: string; privateKey: string } | null;
 }
 
+/** A host name: labels of letters, digits and inner hyphens, dot-separated, 253 characters at most (lower-case). */
+const DOMAIN_NAME = /^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
     super(`invalid configuration: ${problems.join('; ')}`);
@@ -125,9 +128,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   })();
   if (dataDirKind === 'other') problems.push(`DATA_DIR must be a directory (or not exist yet): ${dataDir}`);
   const mailDomain = str('MAIL_DOMAIN', 'agents.localhost').toLowerCase();
-  if (!/^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/.test(mailDomain)) {
-    problems.push(`MAIL_DOMAIN must be a domain name (got "${mailDomain}")`);
-  }
+  if (!DOMAIN_NAME.test(mailDomain)) problems.push(`MAIL_DOMAIN must be a domain name (got "${mailDomain}")`);
   const smtpPort = int('SMTP_PORT', 2525, 0, 65535);
   const smtpHost = str('SMTP_HOST', '127.0.0.1');
   if (smtpPort !== 0 && smtpPort === port) problems.push(`SMTP_PORT must differ from PORT (both ${port})`);
@@ -204,10 +205,14 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const dkimKeyFile = opt('DKIM_PRIVATE_KEY_FILE');
   if (Boolean(dkimSelector) !== Boolean(dkimKeyFile)) problems.push('DKIM_SELECTOR and DKIM_PRIVATE_KEY_FILE must be set together');
   else if (dkimSelector && dkimKeyFile) {
+    // The s= and d= tags of every signature (RFC 6376 §3.1: a selector is dot-separated labels).
+    const domainName = str('DKIM_DOMAIN', mailDomain).toLowerCase();
+    if (!DOMAIN_NAME.test(domainName)) problems.push(`DKIM_DOMAIN must be a domain name (got "${domainName}")`);
+    if (!DOMAIN_NAME.test(dkimSelector.toLowerCase())) problems.push(`DKIM_SELECTOR must be letters, digits and hyphens, labels separated by dots (got "${dkimSelector}")`);
     try {
       const privateKey = readFileSync(path.resolve(cwd, dkimKeyFile), 'utf8');
       createPrivateKey(privateKey); // fails early on a file that is not a PEM private key
-      dkim = { domainName: str('DKIM_DOMAIN', mailDomain).toLowerCase(), keySelector: dkimSelector, privateKey };
+      dkim = { domainName, keySelector: dkimSelector, privateKey };
     } catch (err) {
       problems.push(`DKIM_PRIVATE_KEY_FILE must be a readable PEM private key (${(err as Error).message})`);
     }

@@ -275,7 +275,9 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);
   tightenDataDir(config.dataDir, logger);
   const keys = loadKeyRing(config.dataDir);
-  const formerIssuer = recordIssuer(config.dataDir, config.publicUrl);
+  // Only a process that signs tokens says which address it signs them for: a rebuild or a
+  // worker started without the gateway's PUBLIC_URL rewrote it, and warned twice of a change.
+  const formerIssuer = options.serve === false ? null : recordIssuer(config.dataDir, config.publicUrl);
   if (formerIssuer) logger.warn({ was: formerIssuer, now: config.publicUrl }, 'PUBLIC_URL changed: tokens signed for the old address are refused, so every client signs in again');
 
   const role = processRole(config);

@@ -13,6 +13,9 @@ process.umask(0o077);
 let config;
 try {
   config = loadConfig(process.env);
+  // Any free port (0) serves tests that start the runtime in-process and read the port it
+  // took; a service started here would name port 0 in every link (PUBLIC_URL's default).
+  if (config.port === 0) throw new ConfigError(['PORT must be 1 to 65535 for npm start (0, any free port, leaves the links it makes naming no reachable port)']);
 } catch (err) {
   if (err instanceof ConfigError) {
     process.stderr.write(`configuration error: ${err.problems.join('; ')}\n`);

@@ -223,6 +223,13 @@ test('a start with another PUBLIC_URL says that the tokens signed before are ref
   first.child.kill('SIGTERM');
   expect(await first.exited).toBe(0);
   expect(first.output()).not.toMatch(/PUBLIC_URL changed/);
+  // A rebuild signs no token: run without the service's PUBLIC_URL, it neither warns nor records one.
+  const rebuild = spawn(process.execPath, ['--import', 'tsx', 'services/rebuild.ts'], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'info' } });
+  let rebuilt = '';
+  rebuild.stdout.on('data', (d) => (rebuilt += d));
+  rebuild.stderr.on('data', (d) => (rebuilt += d));
+  expect(await new Promise((resolve) => rebuild.on('exit', resolve))).toBe(0);
+  expect(rebuilt).not.toMatch(/PUBLIC_URL changed/);
   const moved = await spawnService({ DATA_DIR: dataDir, PUBLIC_URL: 'https://id.example.org' });
   moved.child.kill('SIGTERM');
   expect(await moved.exited).toBe(0);
@@ -230,9 +237,10 @@ test('a start with another PUBLIC_URL says that the tokens signed before are ref
 }, 60_000);
 
 /** `npm start` on `dataDir`: the service must exit at once; its stderr. */
-function startFails(dataDir: string): Promise<string> {
+async function startFails(dataDir: string): Promise<string> {
+  const port = String(await freePort()); // npm start takes no PORT=0
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0' } });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir, PORT: port, SMTP_PORT: '0' } });
     let err = '';
     child.stderr.on('data', (d) => (err += d));
     const timer = setTimeout(() => (child.kill('SIGKILL'), reject(new Error('the service started'))), 30_000);

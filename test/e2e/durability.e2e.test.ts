@@ -134,7 +134,7 @@ describe('durability', () => {
     const first = await spawnService({ DATA_DIR: dataDir });
     const second = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
       cwd: ROOT,
-      env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent' },
+      env: { ...process.env, DATA_DIR: dataDir, PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent' },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let err = '';
@@ -150,10 +150,11 @@ describe('durability', () => {
   }, 60_000);
 
   it('an older version\'s lock (a pid in plain text) is taken over only when that process is gone', async () => {
+    const port = String(await freePort()); // npm start takes no PORT=0
     const start = () => {
       const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
         cwd: ROOT,
-        env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent' },
+        env: { ...process.env, DATA_DIR: dataDir, PORT: port, SMTP_PORT: '0', LOG_LEVEL: 'silent' },
         stdio: ['ignore', 'ignore', 'pipe'],
       });
       let err = '';
@@ -361,7 +362,7 @@ describe('durability', () => {
     const startWith = async (env: Record<string, string>) => {
       const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
         cwd: ROOT,
-        env: { ...process.env, DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent', ...env },
+        env: { ...process.env, DATA_DIR: dataDir, PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent', ...env },
         stdio: ['ignore', 'ignore', 'pipe'],
       });
       let err = '';
@@ -380,6 +381,7 @@ describe('durability', () => {
         [{ SMTP_TLS_CERT: '/nope.pem', SMTP_TLS_KEY: '/nope.key' }, /^configuration error: SMTP_TLS_CERT must be a readable file .*; SMTP_TLS_KEY must be a readable file/],
         [{ SMTP_TLS_CERT: file, SMTP_TLS_KEY: file }, /^configuration error: SMTP_TLS_CERT and SMTP_TLS_KEY must be a PEM certificate and its private key/],
         [{ PORT: '47999', SMTP_PORT: '47999' }, /^configuration error: SMTP_PORT must differ from PORT/],
+        [{ PORT: '0' }, /^configuration error: PORT must be 1 to 65535 for npm start/], // links would name port 0
         [{ SMTP_RELAY_URL: 'smtp://' }, /^configuration error: SMTP_RELAY_URL must name a host/],
         // A refused URL is shown without its password (an unencoded # or / is the usual reason).
         [{ SMTP_RELAY_URL: 'smtp://relayuser:p#ss/Secr3t@127.0.0.1:1' }, /^configuration error: SMTP_RELAY_URL must be a URL \(got "smtp:\/\/relayuser:\*\*\*@127\.0\.0\.1:1"\)$/],

@@ -55,6 +55,11 @@ it('signs relayed mail with the configured selector; the signature verifies agai
   expect(bad.results[0].status.result).not.toBe('pass');
 });
 
-it('refuses to start with half a DKIM configuration', async () => {
+it('refuses to start with half a DKIM configuration, or a selector or domain no signature could carry', async () => {
   await expect(startTestServer({ DKIM_SELECTOR: 'only' })).rejects.toThrow(/DKIM_SELECTOR and DKIM_PRIVATE_KEY_FILE/);
+  const key = path.join(dir, 'dkim.pem');
+  await expect(startTestServer({ DKIM_SELECTOR: 'bad_sel!', DKIM_PRIVATE_KEY_FILE: key })).rejects.toThrow(/DKIM_SELECTOR must be letters, digits and hyphens/);
+  await expect(startTestServer({ DKIM_SELECTOR: 'ais1', DKIM_DOMAIN: 'bad_dom!', DKIM_PRIVATE_KEY_FILE: key })).rejects.toThrow(/DKIM_DOMAIN must be a domain name/);
+  const dotted = await startTestServer({ DKIM_SELECTOR: 'Mail-2026.eu', DKIM_DOMAIN: 'Agents.Example', DKIM_PRIVATE_KEY_FILE: key });
+  await dotted.close();
 });
