@@ -134,7 +134,7 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
   r.post('/account/profile', async (ctx) => {
     const s = await requireSession(ctx);
     if (!s) return;
-    const f = await form(ctx, s);
+    const f = await form(ctx, s, '/account');
     if (!f) return;
     const values = { username: (f.username ?? '').trim(), first_name: (f.first_name ?? '').trim(), last_name: (f.last_name ?? '').trim() };
     try {
@@ -148,7 +148,7 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
   r.post('/account/resend-verification', async (ctx) => {
     const s = await requireSession(ctx);
     if (!s) return;
-    const f = await form(ctx, s);
+    const f = await form(ctx, s, '/account');
     if (!f) return;
     // Same rules as POST /api/auth/social/resend-email/ (no-op once verified; throttled per account).
     await accounts.resendVerification(str(ctx.state.dashboardUser.email));
@@ -157,7 +157,7 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
   r.post('/account/password', async (ctx) => {
     const s = await requireSession(ctx);
     if (!s) return;
-    const f = await form(ctx, s);
+    const f = await form(ctx, s, '/account');
     if (!f) return;
     try {
       const b = v.passwordChange({ new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
@@ -175,7 +175,7 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
   r.post('/account/sessions/end-others', async (ctx) => {
     const s = await requireSession(ctx);
     if (!s) return;
-    if (!(await form(ctx, s))) return;
+    if (!(await form(ctx, s, '/account'))) return;
     // One step for all of them (the account's session generation), this browser's too:
     // then a fresh session for this browser, as after a password change.
     await accounts.revokeAllSessions(s.userPk, 'dashboard_sign_out_everywhere_else');
@@ -185,11 +185,11 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
   });
   r.post('/account/sessions/:id/end', async (ctx) => {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    if (!(await form(ctx, s))) return;
-    // Another account's session is as unknown here as one already over.
-    const mine = await accounts.endSession(s.userPk, id, 'dashboard_signed_out');
+    if (!s) return;
+    if (!(await form(ctx, s, '/account'))) return;
+    // Another account's session is as unknown here as one already over, and so is an id that is none.
+    const id = uuidParam(ctx);
+    const mine = id !== null && (await accounts.endSession(s.userPk, id, 'dashboard_signed_out'));
     if (id === s.sessionId) {
       await web.endSession(ctx, null, 'dashboard_signed_out');
       return seeOther(ctx, '/login');
@@ -197,12 +197,13 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
     seeOther(ctx, mine ? '/account?ended=one' : '/account?ended=none');
   });
 
-  const forgotPage = (ctx: Context, flash: Flash = null, status = 200) =>
+  /** `email`: the address a refused form sent, shown again. */
+  const forgotPage = (ctx: Context, flash: Flash = null, status = 200, email = '') =>
     send(
       ctx,
       'Reset your password',
       html`<form method="post" action="/forgot-password" class="card">${hidden(ctx, null)}
-<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required>
+<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required value="${email}">
 <button type="submit">Send a reset link</button></form>`,
       null,
       flash,
@@ -220,14 +221,18 @@ ${sessionsSection(ctx, s, live, keyLabels)}`,
       return Object.values(fieldsOf(err)).flat().join(' ');
     }
   }
-  r.get('/forgot-password', async (ctx) => forgotPage(ctx));
+  r.get('/forgot-password', async (ctx) => {
+    // Where the form lands (post/redirect/get): the same answer whether or not the address is known (no account enumeration).
+    if (ctx.query.sent) return send(ctx, 'Reset your password', html`<p>Open the link in the mail to choose a new password. <a href="/login">Sign in</a></p>`, null, { kind: 'ok', text: 'If an account uses this address, a reset link is on its way.' });
+    forgotPage(ctx);
+  });
   r.post('/forgot-password', async (ctx) => {
-    const f = await form(ctx, null);
+    const f = await form(ctx, null, '/forgot-password');
     if (!f) return;
     const refused = await forAddress(f, (email) => accounts.requestPasswordReset(email));
-    if (refused) return forgotPage(ctx, { kind: 'error', text: refused }, 400);
-    // Same answer whether or not the address is known (no account enumeration).
-    forgotPage(ctx, { kind: 'ok', text: 'If an account uses this address, a reset link is on its way.' });
+    if (refused) return forgotPage(ctx, { kind: 'error', text: refused }, 400, (f.email ?? '').trim());
+    // A reload of the answer posts nothing: no second mail.
+    seeOther(ctx, '/forgot-password?sent=1');
   });
 
   /** A reset link that can never work (no token, wrong or expired): say so, and where to get a new one. */
@@ -266,7 +271,7 @@ ${fieldErrors(errors, 'new_password2')}
     resetPage(ctx, uid, tok);
   });
   r.post('/reset-password', async (ctx) => {
-    const f = await form(ctx, null);
+    const f = await form(ctx, null, (sent) => `/reset-password?${new URLSearchParams({ uid: sent.uid ?? '', token: sent.token ?? '' })}`);
     if (!f) return;
     try {
       const b = v.resetConfirm({ uid: f.uid ?? '', token: f.token ?? '', new_password1: f.new_password1 ?? '', new_password2: f.new_password2 ?? '' });
@@ -301,9 +306,9 @@ ${u
       400,
     );
   };
-  /** The form asking for a new verification link by address (POST /verify-email/resend). */
-  const resendForm = (ctx: Context) => html`<form method="post" action="/verify-email/resend" class="card">${hidden(ctx, null)}
-<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required>
+  /** The form asking for a new verification link by address (POST /verify-email/resend); `email`: a refused one, shown again. */
+  const resendForm = (ctx: Context, email = '') => html`<form method="post" action="/verify-email/resend" class="card">${hidden(ctx, null)}
+<label for="email">Email of your account</label><input id="email" name="email" type="email" autocomplete="email" required value="${email}">
 <button type="submit">Send a new verification link</button></form>
 <p>Or <a href="/login?next=%2Faccount">sign in</a>: your account page sends one too.</p>`;
 
@@ -327,10 +332,10 @@ ${u
   });
   r.post('/verify-email/resend', async (ctx) => {
     const s = await session(ctx);
-    const f = await form(ctx, null);
+    const f = await form(ctx, null, '/verify-email/resend');
     if (!f) return;
     const refused = await forAddress(f, (email) => accounts.resendVerification(email));
-    if (refused) return send(ctx, 'Email verification', resendForm(ctx), s, { kind: 'error', text: refused }, 400);
+    if (refused) return send(ctx, 'Email verification', resendForm(ctx, (f.email ?? '').trim()), s, { kind: 'error', text: refused }, 400);
     seeOther(ctx, '/verify-email/resend?sent=1');
   });
 }

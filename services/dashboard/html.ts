@@ -37,7 +37,7 @@ export interface Nav {
 }
 
 export interface LayoutOptions {
-  /** Include /static/dashboard.js (only pages with a copy button need it). Default true. */
+  /** Include /static/dashboard.js: only a page with a Copy button needs it (a new key on /keys). Default false. */
   script?: boolean;
   /** The path of the page: its link in the menu is marked aria-current="page". */
   path?: string;
@@ -69,7 +69,7 @@ export function layout(title: string, body: Safe, nav: Nav | null, flash?: { kin
 <meta name="referrer" content="no-referrer">
 <title>${documentTitle(title, flash?.kind === 'error' || opts.error === true)} · Agent Identity Service</title>
 <link rel="stylesheet" href="/static/dashboard.css">
-${opts.script === false ? '' : html`<script src="/static/dashboard.js" defer></script>`}
+${opts.script === true ? html`<script src="/static/dashboard.js" defer></script>` : ''}
 </head>
 <body>
 <a class="skip" href="#main">Skip to content</a>

@@ -9,8 +9,8 @@ import { streamName } from '../../infra/ports/event-store.js';
 import { OUTBOX } from '../mail/events.js';
 import { html, Safe } from '../gateway/html.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
-import { addr } from './mail.js';
-import { api, apiAll, apiErrors, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { addr, NO_SUBJECT } from './mail.js';
+import { api, apiAll, apiErrors, errorText, maxLengthOf, NO_IDENTITY, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { seeOther } from '../gateway/web-session.js';
 
 /**
@@ -18,6 +18,9 @@ import { seeOther } from '../gateway/web-session.js';
  * screen reader. (Last in the link: a pointer aims at the link's first box, its visible text.)
  */
 const UNREAD = html`<span class="sr-only"> (unread)</span>`;
+
+/** The longest identity name the API takes (schemas/identities.json, Name): the create and rename fields take as much. */
+const NAME_MAX = maxLengthOf('identities.json', 'Name');
 
 export function identityRoutes(r: Router, kit: PageKit): void {
   const { platform, send, hidden, requireSession, form } = kit;
@@ -50,7 +53,7 @@ ${ids.status !== 200
   ${hidden(ctx, s)}
   ${fieldErrors(errors, 'non_field_errors')}
   <label for="name">Name</label>
-  <input id="name" name="name" required maxlength="100" value="${values.name ?? ''}"${describedBy(errors, 'name')}>
+  <input id="name" name="name" required maxlength="${String(NAME_MAX)}" value="${values.name ?? ''}"${describedBy(errors, 'name')}>
   ${fieldErrors(errors, 'name')}
   <label for="email_identifier">Email identifier (optional: the part before @${platform.config.mailDomain})</label>
   <input id="email_identifier" name="email_identifier" value="${values.email_identifier ?? ''}"${describedBy(errors, 'email_identifier')}>
@@ -95,9 +98,17 @@ ${ids.status !== 200
     return { hour: ages.filter((a) => a < 3_600_000).length, day: ages.filter((a) => a < 86_400_000).length, capped: recent.length >= CAP };
   }
 
-  async function identityPage(ctx: Context, s: DashboardSession, id: string, flash: Flash = null, errors: Errors | null = null) {
+  /**
+   * An identity that cannot be shown: unknown, another account's (see `api`) or not even a uuid
+   * (the same "not found" page: the dashboard does not tell them apart), or the API's refusal.
+   */
+  const identityMissing = (ctx: Context, s: DashboardSession, answer: ApiAnswer = NO_IDENTITY) =>
+    send(ctx, 'Identity', html``, s, { kind: 'error', text: errorText(answer) }, answer.status === 404 ? 404 : 400);
+
+  /** `values`: what the rename form sent, shown again when it was refused (else the current name). */
+  async function identityPage(ctx: Context, s: DashboardSession, id: string, flash: Flash = null, errors: Errors | null = null, values: { name?: string } = {}, status = errors ? 400 : 200) {
     const ident = await api(ctx, s, 'GET', `/api/identities/${id}/`);
-    if (ident.status !== 200) return send(ctx, 'Identity', html``, s, { kind: 'error', text: errorText(ident) }, ident.status === 404 ? 404 : 400);
+    if (ident.status !== 200) return identityMissing(ctx, s, ident);
     const i = ident.body;
     // Threads and conversations come a page at a time (an inbox may hold thousands): each
     // list has its own cursor in the page's query, and a link to the next page and back to the newest.
@@ -137,7 +148,7 @@ ${threads.status !== 200
   : threadList.length === 0
     ? html`<p>No mail yet.</p>`
     : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">With</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
-${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || '(no subject)'}${t.unread ? UNREAD : ''}</a></td><td>${threadWith(t, str(i.inbox))}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || NO_SUBJECT}${t.unread ? UNREAD : ''}</a></td><td>${threadWith(t, str(i.inbox))}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
 ${pager('threads', threads, 'Older threads')}
 </section>
@@ -167,7 +178,7 @@ ${str(i.phone)
   ${hidden(ctx, s)}
   ${fieldErrors(errors, 'non_field_errors')}
   <label for="name">New name</label>
-  <input id="name" name="name" required maxlength="100" value="${str(i.name)}"${describedBy(errors, 'name')}>
+  <input id="name" name="name" required maxlength="${String(NAME_MAX)}" value="${values.name ?? str(i.name)}"${describedBy(errors, 'name')}>
   ${fieldErrors(errors, 'name')}
   <button type="submit">Rename</button>
 </form></section>
@@ -182,19 +193,22 @@ ${str(i.phone)
 </form></section>`,
       s,
       flash,
-      errors ? 400 : 200,
+      status,
     );
   }
 
   r.get('/', async (ctx) => {
     const s = await requireSession(ctx);
-    if (s) await homePage(ctx, s);
+    if (!s) return;
+    // Where a deletion lands (post/redirect/get): the deleted identity's name.
+    const deleted = str(ctx.query.deleted).slice(0, NAME_MAX);
+    await homePage(ctx, s, deleted ? { kind: 'ok', text: html`Identity “${deleted}” deleted.` } : null);
   });
 
   r.post('/identities', async (ctx) => {
     const s = await requireSession(ctx);
     if (!s) return;
-    const f = await form(ctx, s);
+    const f = await form(ctx, s, '/');
     if (!f) return;
     const values = { name: (f.name ?? '').trim(), email_identifier: (f.email_identifier ?? '').trim(), provision_phone: f.provision_phone === 'true' ? 'true' : '' };
     const payload: Record<string, unknown> = { name: values.name };
@@ -211,16 +225,21 @@ ${str(i.phone)
   /** A form posted about one identity: the session, the identity's uuid and the fields (null: answered already). */
   async function identityForm(ctx: Context) {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return null;
-    const f = await form(ctx, s);
+    if (!s) return null;
+    const id = uuidParam(ctx);
+    if (!id) {
+      identityMissing(ctx, s);
+      return null;
+    }
+    const f = await form(ctx, s, `/identities/${id}`);
     return f ? { s, id, f } : null;
   }
 
   r.get('/identities/:id', async (ctx) => {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
+    if (!s) return;
+    const id = uuidParam(ctx);
+    if (!id) return identityMissing(ctx, s);
     const done = ctx.query.created ? 'Identity created.' : ctx.query.renamed ? 'Identity renamed.' : ctx.query.phone ? 'Phone number added.' : null;
     await identityPage(ctx, s, id, done ? { kind: 'ok', text: done } : null);
   });
@@ -228,10 +247,12 @@ ${str(i.phone)
     const post = await identityForm(ctx);
     if (!post) return;
     const { s, id, f } = post;
-    const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name: (f.name ?? '').trim() } });
+    const name = (f.name ?? '').trim();
+    const a = await api(ctx, s, 'PUT', `/api/identities/${id}/`, { body: { name } });
     if (a.status === 200) return seeOther(ctx, `/identities/${id}?renamed=1`);
+    // The name typed stays in the field (a taken or blank name next to its error), as in the other forms.
     const errors = apiErrors(a, ['name']);
-    await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors);
+    await identityPage(ctx, s, id, { kind: 'error', text: errors ? 'The identity was not renamed.' : errorText(a) }, errors, { name }, a.status >= 400 && a.status < 500 ? a.status : 400);
   });
   r.post('/identities/:id/phone', async (ctx) => {
     const post = await identityForm(ctx);
@@ -252,7 +273,8 @@ ${str(i.phone)
     }
     const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
     if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
-    await homePage(ctx, s, { kind: 'ok', text: html`Identity “${str(current.body.name)}” deleted.` });
+    // Post/redirect/get, as create and rename: reloading the home page posts nothing.
+    seeOther(ctx, `/?deleted=${encodeURIComponent(str(current.body.name))}`);
   });
 }
 

@@ -5,8 +5,8 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
-import { fmtDate, tableRegion } from './html.js';
-import { api, apiAll, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Flash, type PageKit } from './plumbing.js';
+import { describedBy, fieldErrors, fmtDate, tableRegion } from './html.js';
+import { api, apiAll, apiErrors, errorText, maxLengthOf, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { clearCookie, createSealer, seeOther, setCookie } from '../gateway/web-session.js';
 
 /** The sealed cookie carrying minted keys from their POST to the page that shows them once. */
@@ -25,6 +25,20 @@ interface MintedCookie {
   /** The session that minted them: another session's browser never sees them. */
   sid: string;
   keys: Minted[];
+}
+
+type KeyKind = 'management' | 'identity';
+/** The longest label the API takes (schemas/keys.json, Label). */
+const LABEL_MAX = maxLengthOf('keys.json', 'Label');
+/** The id of each form's label field (both are named `label`): its errors are keyed by it. */
+const LABEL_ID: Record<KeyKind, string> = { management: 'mlabel', identity: 'ilabel' };
+
+/** A mint form the API refused: which one, what it sent (shown again), its field errors. */
+interface SentForm {
+  kind: KeyKind;
+  label: string;
+  identity: string;
+  errors: Errors | null;
 }
 
 export function keyRoutes(r: Router, kit: PageKit): void {
@@ -46,7 +60,8 @@ export function keyRoutes(r: Router, kit: PageKit): void {
     return keys;
   }
 
-  async function keysPage(ctx: Context, s: DashboardSession, minted: Minted[] = [], flash: Flash = null, status = 200) {
+  /** `sent`: a refused mint form, shown with what was typed and its errors (the other form is blank). */
+  async function keysPage(ctx: Context, s: DashboardSession, minted: Minted[] = [], flash: Flash = null, status = 200, sent: SentForm | null = null) {
     const [mgmt, idk, ids] = await Promise.all([
       apiAll(ctx, s, '/api/auth/keys/management/?limit=200'),
       apiAll(ctx, s, '/api/auth/keys/identity/?limit=200'),
@@ -54,7 +69,10 @@ export function keyRoutes(r: Router, kit: PageKit): void {
     ]);
     const identities: any[] = Array.isArray(ids.body) ? ids.body : [];
     const names = new Map(identities.map((i) => [str(i.uuid), str(i.name)]));
-    const table = (answer: ApiAnswer & { capped: boolean }, kind: 'management' | 'identity') => {
+    const of = (kind: KeyKind) => (sent?.kind === kind ? sent : null);
+    const errs = (kind: KeyKind) => of(kind)?.errors ?? null;
+    const chosen = of('identity')?.identity;
+    const table = (answer: ApiAnswer & { capped: boolean }, kind: KeyKind) => {
       if (answer.status !== 200) return html`<p class="flash error" role="alert">${errorText(answer)}</p>`;
       const rows: any[] = Array.isArray(answer.body) ? answer.body : [];
       if (!rows.length) return html`<p>No ${kind} key.</p>`;
@@ -77,21 +95,27 @@ ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)
 <p>A management key (<code>svc_mgmt_…</code>) acts for the whole account: it creates identities and mints identity keys.</p>
 ${table(mgmt, 'management')}
 <form method="post" action="/keys/management" class="card">${hidden(ctx, s)}
-<label for="mlabel">Label of the new management key</label><input id="mlabel" name="label" required maxlength="100">
+${fieldErrors(errs('management'), 'non_field_errors')}
+<label for="mlabel">Label of the new management key</label><input id="mlabel" name="label" required maxlength="${String(LABEL_MAX)}" value="${of('management')?.label ?? ''}"${describedBy(errs('management'), 'mlabel')}>
+${fieldErrors(errs('management'), 'mlabel')}
 <button type="submit">Create management key</button></form></section>
 <section aria-labelledby="ik-h"><h2 id="ik-h">Identity keys</h2>
 <p>An identity key (<code>svc_id_…</code>) gives an agent access to exactly one identity.</p>
 ${table(idk, 'identity')}
 ${identities.length
   ? html`<form method="post" action="/keys/identity" class="card">${hidden(ctx, s)}
-<label for="ilabel">Label of the new identity key</label><input id="ilabel" name="label" required maxlength="100">
-<label for="identity">Identity</label><select id="identity" name="identity">${identities.map((i) => html`<option value="${str(i.uuid)}">${str(i.name)} (${str(i.inbox)})</option>`)}</select>
+${fieldErrors(errs('identity'), 'non_field_errors')}
+<label for="ilabel">Label of the new identity key</label><input id="ilabel" name="label" required maxlength="${String(LABEL_MAX)}" value="${of('identity')?.label ?? ''}"${describedBy(errs('identity'), 'ilabel')}>
+${fieldErrors(errs('identity'), 'ilabel')}
+<label for="identity">Identity</label><select id="identity" name="identity"${describedBy(errs('identity'), 'identity')}>${identities.map((i) => html`<option value="${str(i.uuid)}"${str(i.uuid) === chosen ? html` selected` : ''}>${str(i.name)} (${str(i.inbox)})</option>`)}</select>
+${fieldErrors(errs('identity'), 'identity')}
 <button type="submit">Create identity key</button></form>`
   : html`<p>Create an identity first to mint identity keys.</p>`}</section>`,
       s,
       flash,
       status,
       '/keys',
+      { script: minted.length > 0 }, // the Copy buttons
     );
   }
 
@@ -100,13 +124,11 @@ ${identities.length
    * needed. The list's Revoke button leads here (a GET form: nothing changes yet); this page's
    * Revoke button posts (CSRF) to the same path. A key no longer listed: 404, back to the list.
    */
-  async function revokePage(ctx: Context, s: DashboardSession, kind: 'management' | 'identity', id: string) {
+  async function revokePage(ctx: Context, s: DashboardSession, kind: KeyKind, id: string) {
     const list = await apiAll(ctx, s, `/api/auth/keys/${kind}/?limit=200`);
     const k = Array.isArray(list.body) ? (list.body as any[]).find((x) => str(x?.uuid).toLowerCase() === id) : undefined;
-    if (list.status !== 200 || !k) {
-      const text = list.status !== 200 ? errorText(list) : 'This key does not exist or was already revoked.';
-      return send(ctx, 'Revoke a key', html`<p><a href="/keys">Back to the API keys</a></p>`, s, { kind: 'error', text }, list.status === 200 ? 404 : 400);
-    }
+    if (list.status !== 200) return send(ctx, 'Revoke a key', html`<p><a href="/keys">Back to the API keys</a></p>`, s, { kind: 'error', text: errorText(list) }, 400);
+    if (!k) return keyMissing(ctx, s);
     send(
       ctx,
       `Revoke ${kind} key ${str(k.label)}?`,
@@ -118,6 +140,10 @@ ${identities.length
       s,
     );
   }
+
+  /** A key that is not listed (revoked, another account's, never was, or a path that names none): 404, back to the list. */
+  const keyMissing = (ctx: Context, s: DashboardSession) =>
+    send(ctx, 'Revoke a key', html`<p><a href="/keys">Back to the API keys</a></p>`, s, { kind: 'error', text: 'This key does not exist or was already revoked.' }, 404);
 
   r.get('/keys', async (ctx) => {
     const s = await requireSession(ctx);
@@ -131,12 +157,19 @@ ${identities.length
     if (!s) return;
     const kind = String(ctx.params.kind);
     if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
-    const f = await form(ctx, s);
+    const f = await form(ctx, s, '/keys');
     if (!f) return;
-    const payload: Record<string, unknown> = { label: (f.label ?? '').trim() };
-    if (kind === 'identity') payload.identity_uuid = (f.identity ?? '').trim();
+    const sent = { label: (f.label ?? '').trim(), identity: (f.identity ?? '').trim() };
+    const payload: Record<string, unknown> = { label: sent.label };
+    if (kind === 'identity') payload.identity_uuid = sent.identity;
     const a = await api(ctx, s, 'POST', `/api/auth/keys/${kind}/`, { body: payload });
-    if (a.status !== 201 || typeof a.body?.key !== 'string') return keysPage(ctx, s, [], { kind: 'error', text: errorText(a) }, a.status >= 400 && a.status < 500 ? a.status : 400);
+    if (a.status !== 201 || typeof a.body?.key !== 'string') {
+      // The form comes back as it was sent: each error next to its field (the flash says so), or, about no field, in the flash alone.
+      const found = apiErrors(a, ['label', 'identity_uuid']);
+      const errors = found && Object.fromEntries(Object.entries(found).map(([k, v]) => [k === 'label' ? LABEL_ID[kind] : k === 'identity_uuid' ? 'identity' : k, v]));
+      const flash: Flash = { kind: 'error', text: errors ? 'Please correct the errors below.' : errorText(a) };
+      return keysPage(ctx, s, [], flash, a.status >= 400 && a.status < 500 ? a.status : 400, { kind, ...sent, errors });
+    }
     // Post/redirect/get: the key travels sealed to the one GET that shows it, so reloading that
     // page mints nothing (it re-posted the form before) and shows the list without the key.
     // A key minted before the page showed the previous one (a double submit) joins it.
@@ -150,19 +183,24 @@ ${identities.length
     setCookie(ctx, MINTED_COOKIE, sealed, cookieOpts, MINTED_TTL_S, '/keys');
     seeOther(ctx, '/keys');
   });
-  /** The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered (sign-in, 404). */
+  /**
+   * The session, key uuid and kind of a /keys/{kind}/{id}/revoke request; null once answered
+   * (sign-in; a path naming no key: the page of a key that does not exist).
+   */
   const keyTarget = async (ctx: Context) => {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return null;
+    if (!s) return null;
+    const id = uuidParam(ctx);
     const kind = String(ctx.params.kind);
-    if (kind !== 'management' && kind !== 'identity') {
-      ctx.status = 404;
+    if (!id || (kind !== 'management' && kind !== 'identity')) {
+      keyMissing(ctx, s);
       return null;
     }
-    return { s, id, kind: kind as 'management' | 'identity' };
+    return { s, id, kind: kind as KeyKind };
   };
   r.get('/keys/:kind/:id/revoke', async (ctx) => {
+    // The list's Revoke button is a GET form without fields: the browser ends the address with a bare "?"; it goes.
+    if (ctx.querystring === '' && ctx.originalUrl.endsWith('?')) return seeOther(ctx, ctx.path);
     const t = await keyTarget(ctx);
     if (t) await revokePage(ctx, t.s, t.kind, t.id);
   });
@@ -170,7 +208,7 @@ ${identities.length
     const t = await keyTarget(ctx);
     if (!t) return;
     const { s, id, kind } = t;
-    const f = await form(ctx, s);
+    const f = await form(ctx, s, `/keys/${kind}/${id}/revoke`);
     if (!f) return;
     const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
     if (a.status !== 204) return keysPage(ctx, s, [], { kind: 'error', text: errorText(a) }, 400);

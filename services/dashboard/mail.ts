@@ -6,10 +6,13 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html, Safe } from '../gateway/html.js';
 import { fmtDate, MAIL_FRAME_CSP } from './html.js';
-import { api, errorText, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
+import { api, errorText, NO_IDENTITY, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
 
 /** The most messages a thread's page shows (its newest). */
 const THREAD_PAGE_MESSAGES = 200;
+
+/** In place of an empty subject (thread list, a message's Subject row): not a subject, so set apart. */
+export const NO_SUBJECT = html`<em>(no subject)</em>`;
 
 export function mailRoutes(r: Router, kit: PageKit): void {
   const { send, requireSession } = kit;
@@ -43,9 +46,10 @@ export function mailRoutes(r: Router, kit: PageKit): void {
     return rejected.length ? `Sent; not delivered to ${rejected.join(', ')}` : 'Sent';
   }
 
-  async function threadPage(ctx: Context, s: DashboardSession, id: string, thread: string) {
-    const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
-    if (t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
+  /** `id`: the identity's uuid; null when the path's is none (answered as an unknown identity). */
+  async function threadPage(ctx: Context, s: DashboardSession, id: string | null, thread: string) {
+    const t = id ? await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id }) : NO_IDENTITY;
+    if (!id || t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="${id ? `/identities/${id}` : '/'}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
     const all: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
     const messages = all.slice(-THREAD_PAGE_MESSAGES); // the newest: a page of thousands of mails helps nobody
     const count = typeof t.body.message_count === 'number' ? t.body.message_count : all.length;
@@ -56,7 +60,7 @@ export function mailRoutes(r: Router, kit: PageKit): void {
 ${count > messages.length ? html`<p class="note">The newest ${messages.length} of ${count} messages are shown; the API and the CLI list them all.</p>` : ''}
 ${messages.map((m) => html`<article class="message card">
 <header><h2 class="message-h">${sender(m)}, ${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</h2>
-<dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject)}</dd>${m.direction === 'outbound' ? html`<dt>Delivery</dt><dd>${delivery(m)}</dd>` : ''}</dl></header>
+<dl class="kv"><dt>From</dt><dd>${addr({ name: m.from_name, address: m.from })}</dd><dt>To</dt><dd>${addr(m.to)}</dd>${m.cc && (m.cc as unknown[]).length ? html`<dt>Cc</dt><dd>${addr(m.cc)}</dd>` : ''}<dt>Date</dt><dd>${fmtDate(m.received_at ?? m.created_dt ?? m.sent_at)}</dd><dt>Subject</dt><dd>${str(m.subject) || NO_SUBJECT}</dd>${m.direction === 'outbound' ? html`<dt>Delivery</dt><dd>${delivery(m)}</dd>` : ''}</dl></header>
 ${messageBody(m, id)}
 ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${m.attachments.map((a: any) => html`<a class="tag" href="/api/email-attachments/${encodeURIComponent(str(a.uuid))}/?identity=${id}" download="${str(a.filename)}">${str(a.filename)} (${String(a.size ?? '')} B)</a> `)}</p>` : ''}
 </article>`)}`,
@@ -66,16 +70,14 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
 
   r.get('/identities/:id/mail/:thread', async (ctx) => {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    await threadPage(ctx, s, id, String(ctx.params.thread));
+    if (s) await threadPage(ctx, s, uuidParam(ctx), String(ctx.params.thread));
   });
   // The HTML of one mail, framed by the thread page and opened on its own from there (see messageBody).
   r.get('/identities/:id/mail-body/:message', async (ctx) => {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    const m = await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id });
+    if (!s) return;
+    const id = uuidParam(ctx);
+    const m = id ? await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id }) : NO_IDENTITY;
     ctx.set('Cache-Control', 'no-store');
     if (m.status !== 200) {
       ctx.status = m.status === 404 ? 404 : 400;

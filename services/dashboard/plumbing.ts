@@ -4,14 +4,17 @@
  * rest needs no state. Page modules get the kit from index.ts and never import index.ts
  * (it imports them).
  */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import type { Context } from 'koa';
 import type { Shared } from '../../infra/runtime.js';
 import { ApiError } from '../gateway/errors.js';
 import { body as readForm } from '../gateway/http.js';
 import { isUuid } from '../kernel/ids.js';
+import { SCHEMAS_DIR } from '../gateway/validate.js';
 import { html, type Safe } from '../gateway/html.js';
 import { layout, PAGE_CSP } from './html.js';
-import { SESSION_COOKIE, seeOther, type WebSession } from '../gateway/web-session.js';
+import { SESSION_COOKIE, safeReturnPath, seeOther, type WebSession } from '../gateway/web-session.js';
 import type { Flash, WebSignIn } from './sign-in.js';
 
 export type { Flash } from './sign-in.js';
@@ -26,6 +29,17 @@ export interface ApiAnswer {
 }
 
 export const str = (x: unknown): string => (typeof x === 'string' ? x : '');
+
+/**
+ * The `maxLength` of a definition of the API's schemas (`schemas/<file>`, `$defs.<def>`): a
+ * form field takes exactly what the API takes (a name the API made can be edited here).
+ */
+export function maxLengthOf(file: string, def: string): number {
+  const schema = JSON.parse(readFileSync(path.join(SCHEMAS_DIR, file), 'utf8')) as { $defs?: Record<string, { maxLength?: unknown }> };
+  const max = schema.$defs?.[def]?.maxLength;
+  if (typeof max !== 'number') throw new Error(`schemas/${file}: $defs.${def} has no maxLength`);
+  return max;
+}
 
 /**
  * 409s of the identities API about one field of the dashboard's forms (services/identities/
@@ -52,7 +66,20 @@ export function errorText(answer: ApiAnswer): string {
 }
 
 
-/** Calls the gateway's own API over loopback with the session cookie as the credential. */
+/** What the API answers about an identity that does not exist (services/identities, gateway/auth.ts). */
+export const NO_IDENTITY: ApiAnswer = { status: 404, body: { detail: 'Identity not found.' }, next: null };
+
+/**
+ * The API's 403 about another account's identity (services/gateway/auth.ts, identities and
+ * keys routes). A session acts for one account only, so to the dashboard that identity does
+ * not exist: its pages do not tell "someone else's" from "no such identity".
+ */
+const OTHER_ACCOUNTS = /^This identity belongs to another account\.$/;
+
+/**
+ * Calls the gateway's own API over loopback with the session cookie as the credential.
+ * Another account's identity is answered as an unknown one ({@link NO_IDENTITY}).
+ */
 export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string } = {}): Promise<ApiAnswer> {
   const sock = ctx.req.socket;
   let host = (sock.localAddress ?? '127.0.0.1').replace(/^::ffff:/, '');
@@ -68,6 +95,7 @@ export async function api(ctx: Context, s: DashboardSession, method: string, pat
   } catch {
     parsed = text;
   }
+  if (res.status === 403 && OTHER_ACCOUNTS.test(str((parsed as { detail?: unknown } | null)?.detail))) return NO_IDENTITY;
   const link = /<([^>]+)>;\s*rel="next"/.exec(res.headers.get('link') ?? '');
   const nextUrl = link ? new URL(link[1]) : null;
   return { status: res.status, body: parsed, next: nextUrl ? `${nextUrl.pathname}${nextUrl.search}` : null };
@@ -122,12 +150,13 @@ export function fieldsOf(err: unknown): Errors {
   throw err;
 }
 
-/** The `:id` route parameter as a uuid; null after setting 404 when it is not one. */
+/**
+ * The `:id` route parameter as a uuid (lower-cased), or null when it is not one: the page then
+ * answers as for an id nobody has (its "not found" page), never the API with the raw text.
+ */
 export const uuidParam = (ctx: Context): string | null => {
   const id = String(ctx.params.id ?? '').toLowerCase();
-  if (isUuid(id)) return id;
-  ctx.status = 404;
-  return null;
+  return isUuid(id) ? id : null;
 };
 
 /** The helpers that need the runtime: its web sign-in (CSRF, session) and accounts. */
@@ -135,14 +164,18 @@ export function pageKit(shared: Shared, web: WebSignIn) {
   const { platform, accounts } = shared;
   const csrf = web.csrf;
 
-  /** Sends a page; `here` is the page's own path (its menu link is marked current), the request's by default. */
-  function send(ctx: Context, title: string, content: Safe, nav: DashboardSession | null, flash: Flash = null, status = 200, here: string = ctx.path): void {
+  /**
+   * Sends a page; `here` is the page's own path (its menu link is marked current), the request's
+   * by default. `script`: the page has a Copy button (dashboard.js shows it); no other page
+   * loads the script.
+   */
+  function send(ctx: Context, title: string, content: Safe, nav: DashboardSession | null, flash: Flash = null, status = 200, here: string = ctx.path, opts: { script?: boolean } = {}): void {
     ctx.status = status;
     ctx.set('Content-Security-Policy', PAGE_CSP);
     ctx.set('Cache-Control', 'no-store');
     ctx.type = 'text/html; charset=utf-8';
     const username = nav ? (ctx.state.dashboardUser?.username as string) ?? '' : '';
-    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav) } : null, flash, { path: here });
+    ctx.body = layout(title, content, nav ? { username, csrf: csrf.token(ctx, nav) } : null, flash, { path: here, script: opts.script === true });
   }
 
   const token = (ctx: Context, s: DashboardSession | null) => csrf.token(ctx, s);
@@ -165,19 +198,44 @@ export function pageKit(shared: Shared, web: WebSignIn) {
     return s;
   }
 
-  /** Parsed form + CSRF check; null when refused (403 page already sent). */
-  async function form(ctx: Context, s: DashboardSession | null): Promise<Record<string, string> | null> {
+  /**
+   * The page a refused form goes back to: the Referer's path when it is a page of this site
+   * (the pages send none: `Referrer-Policy: no-referrer`), else `page`, the form's own page as
+   * its route knows it (from the posted fields, when it takes some), else `/`.
+   */
+  function backTo(ctx: Context, fields: Record<string, string>, page?: FormPage): string {
+    const referer = ctx.get('referer');
+    if (referer) {
+      try {
+        const u = new URL(referer);
+        // This site: its public address, or the one the request came to (PUBLIC_URL unset, a local run).
+        const own = [new URL(platform.config.publicUrl).origin, `${ctx.protocol}://${ctx.host}`];
+        const back = own.includes(u.origin) ? safeReturnPath(`${u.pathname}${u.search}`) : null;
+        if (back) return back;
+      } catch {
+        /* not a URL: no way back from it */
+      }
+    }
+    return safeReturnPath(typeof page === 'function' ? page(fields) : page) ?? '/';
+  }
+
+  /**
+   * Parsed form + CSRF check; null when refused (403 error page already sent, its "Go back"
+   * leading to `page`, see backTo).
+   */
+  async function form(ctx: Context, s: DashboardSession | null, page?: FormPage): Promise<Record<string, string> | null> {
     let raw: Record<string, unknown>;
     try {
       raw = await readForm(ctx);
     } catch {
       raw = {};
     }
+    const fields = Object.fromEntries(Object.entries(raw).map(([k, x]) => [k, typeof x === 'string' ? x : ''])) as Record<string, string>;
     if (!csrf.check(ctx, s, raw.csrf)) {
-      send(ctx, 'Request refused', html`<p>The form expired or did not come from this site. <a href="/">Go back</a> and try again.</p>`, s, null, 403);
+      send(ctx, 'Request refused', html`<p><a href="${backTo(ctx, fields, page)}">Go back</a> and try again.</p>`, s, { kind: 'error', text: 'The form expired or did not come from this site.' }, 403);
       return null;
     }
-    return Object.fromEntries(Object.entries(raw).map(([k, x]) => [k, typeof x === 'string' ? x : ''])) as Record<string, string>;
+    return fields;
   }
 
   const loginPage = (ctx: Context, login = '', flash: Flash = null, status = 200, next: string | null = null) => web.renderSignIn(ctx, { login, flash, status, next });
@@ -191,3 +249,6 @@ export function pageKit(shared: Shared, web: WebSignIn) {
 }
 
 export type PageKit = ReturnType<typeof pageKit>;
+
+/** A form's own page (where its refusal leads back): a path, or one made from the posted fields. */
+export type FormPage = string | ((fields: Record<string, string>) => string);

@@ -63,7 +63,10 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
     registerPage(ctx, {}, null, next);
   });
   r.post('/register', async (ctx) => {
-    const f = await form(ctx, null);
+    const f = await form(ctx, null, (sent) => {
+      const next = safeReturnPath(sent.next);
+      return next ? `/register?next=${encodeURIComponent(next)}` : '/register';
+    });
     if (!f) return;
     const next = safeReturnPath(f.next);
     const values = { username: (f.username ?? '').trim(), email: (f.email ?? '').trim() };

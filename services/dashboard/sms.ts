@@ -6,15 +6,16 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
 import { fmtDate } from './html.js';
-import { api, errorText, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
+import { api, errorText, NO_IDENTITY, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
 
 export function smsRoutes(r: Router, kit: PageKit): void {
   const { send, requireSession } = kit;
 
-  async function smsPage(ctx: Context, s: DashboardSession, id: string, conv: string) {
+  /** `id`: the identity's uuid; null when the path's is none (answered as an unknown identity). */
+  async function smsPage(ctx: Context, s: DashboardSession, id: string | null, conv: string) {
     // GET /api/sms-inbox/{conversation_id}/ (services/sms): the conversation with its messages, oldest first.
-    const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id });
-    if (c.status !== 200) return send(ctx, 'SMS conversation', html`<p><a href="/identities/${id}">Back</a></p>`, s, { kind: 'error', text: errorText(c) }, c.status === 404 ? 404 : 400);
+    const c = id ? await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id }) : NO_IDENTITY;
+    if (!id || c.status !== 200) return send(ctx, 'SMS conversation', html`<p><a href="${id ? `/identities/${id}` : '/'}">Back</a></p>`, s, { kind: 'error', text: errorText(c) }, c.status === 404 ? 404 : 400);
     const messages: any[] = Array.isArray(c.body.messages) ? c.body.messages : [];
     send(
       ctx,
@@ -28,8 +29,6 @@ export function smsRoutes(r: Router, kit: PageKit): void {
 
   r.get('/identities/:id/sms/:conv', async (ctx) => {
     const s = await requireSession(ctx);
-    const id = s && uuidParam(ctx);
-    if (!s || !id) return;
-    await smsPage(ctx, s, id, String(ctx.params.conv));
+    if (s) await smsPage(ctx, s, uuidParam(ctx), String(ctx.params.conv));
   });
 }

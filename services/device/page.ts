@@ -35,6 +35,15 @@ const errorText = (err: ApiError): string => (err.fields ? Object.values(err.fie
 
 const CSS = readFileSync(new URL('./device.css', import.meta.url), 'utf8');
 
+/** Where a decision lands (post/redirect/get): the outcome page of its code. */
+const DONE_PATH = '/device/done';
+
+/** What the outcome page says of a decision the person made. */
+const DECIDED: Record<'approve' | 'deny', { title: string; notice: Notice }> = {
+  approve: { title: 'Device approved', notice: { kind: 'success', text: 'Done. You can close this page and return to your device.' } },
+  deny: { title: 'Device denied', notice: { kind: 'success', text: 'The device was denied access. You can close this page.' } },
+};
+
 export interface DevicePageDeps {
   service: DeviceService;
   accounts: Accounts;
@@ -186,21 +195,44 @@ export function devicePage(deps: DevicePageDeps) {
     const who = await signedIn(ctx);
     if (!who) return show(ctx, { kind: 'error', text: 'Please sign in first.' }, 401);
     if (!web.csrf.check(ctx, who.session, b.csrf)) return show(ctx, { kind: 'error', text: 'Your form expired. Please try again.' }, 403);
-    const frame = frameFor(ctx, who);
     try {
       const done = await service.decide({ userPk: who.user.pk, userCode: raw, action, via: 'device-page', ip: ctx.ip });
-      return send(
-        ctx,
-        200,
-        action === 'approve'
-          ? resultPage({ title: 'Device approved', notice: { kind: 'success', text: 'Done. You can close this page and return to your device.' }, userCode: done.userCode }, frame)
-          : resultPage({ title: 'Device denied', notice: { kind: 'success', text: 'The device was denied access. You can close this page.' }, userCode: done.userCode }, frame),
-      );
+      // Post/redirect/get: reloading the outcome decides nothing again, and it still says
+      // "approved" once the device has collected its tokens (a second POST would be refused then).
+      return seeOther(ctx, `${DONE_PATH}?${new URLSearchParams({ user_code: done.userCode, decision: action })}`);
     } catch (err) {
       if (!(err instanceof ApiError) || err.status >= 500) throw err;
       for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
-      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text: errorText(err) }, again: true }, frame));
+      return send(ctx, err.status, resultPage({ title: 'This code cannot be used', notice: { kind: 'error', text: errorText(err) }, again: true }, frameFor(ctx, who)));
     }
+  }
+
+  /** This person's decision on a code, as its outcome page says it; null when they made none that stands. */
+  function decisionOf(v: AuthorizationView, userPk: number): { title: string; notice: Notice } | null {
+    if (v.userPk !== userPk) return null;
+    if (v.status === 'approved' || v.status === 'redeemed') return DECIDED.approve; // redeemed: the device has its tokens
+    if (v.status === 'denied') return DECIDED.deny;
+    return null;
+  }
+
+  /**
+   * GET /device/done?user_code=…&decision=…: where approve and deny land. It shows the person's
+   * decision on that code from the code's state (it decides nothing); anything else (not signed
+   * in, another site's link, which looks nothing up as on /device, a code they did not decide,
+   * or one that expired) is the code's own page. When the page's own lookups are spent (see
+   * lookUp), the decision the redirect names is shown: only this site's pages lead here
+   * (isOwnVisit), and the decision itself was checked under its own budget.
+   */
+  async function outcome(ctx: Context): Promise<void> {
+    const code = normalizeUserCode(str(ctx.query.user_code));
+    const shown = code ? formatUserCode(code) : null;
+    const who = await signedIn(ctx);
+    if (!who || !shown || !isOwnVisit(ctx)) return seeOther(ctx, backTo(shown));
+    const found = await lookUp(ctx, who.user.pk, shown);
+    const named = ctx.query.decision === 'approve' || ctx.query.decision === 'deny' ? DECIDED[ctx.query.decision] : null;
+    const decided = found === null ? named : 'view' in found ? decisionOf(found.view, who.user.pk) : null;
+    if (!decided) return seeOther(ctx, backTo(shown));
+    return send(ctx, 200, resultPage({ ...decided, userCode: shown }, frameFor(ctx, who)));
   }
 
   /** The sign-in's routes under /device read the return path from the form's user_code. */
@@ -222,6 +254,7 @@ export function devicePage(deps: DevicePageDeps) {
       r.post('/device/lookup', confirmed);
       r.post('/device/approve', (ctx) => decide(ctx, 'approve'));
       r.post('/device/deny', (ctx) => decide(ctx, 'deny'));
+      r.get(DONE_PATH, outcome);
       r.post('/device/oidc/start', (ctx) => withReturnPath(ctx, (next) => web.oidcStart(ctx, next)));
       r.get('/device/oidc/callback', (ctx) => web.oidcCallback(ctx));
     },

@@ -157,6 +157,33 @@ describe('/device in a browser: local password sign-in', () => {
     expect(await page.locator('#approve').count()).toBe(0);
     await page.close();
   });
+
+  it('answers approve and deny with a redirect to their outcome: a reload posts nothing, and still says approved once the device has its tokens', async () => {
+    const page = await context.newPage(); // signed in
+    const posts: string[] = [];
+    page.on('response', (r) => r.request().method() === 'POST' && posts.push(`${new URL(r.url()).pathname} ${r.status()}`));
+    for (const [button, title, collected] of [['#approve', 'Device approved', 200], ['#deny', 'Device denied', 400]] as const) {
+      const d = (await s.api('POST', '/api/auth/device/')).body;
+      posts.length = 0;
+      await page.goto(`${s.runtime.config.publicUrl}/device?user_code=${d.user_code}`);
+      await Promise.all([page.waitForLoadState('load'), page.click(button)]);
+      expect(posts).toEqual([`/device/${button.slice(1)} 303`]);
+      expect(new URL(page.url()).pathname).toBe('/device/done');
+      expect(new URL(page.url()).searchParams.get('user_code')).toBe(d.user_code);
+      expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe(title);
+      // The device collects its tokens (or its refusal); the outcome page says the same, posting nothing.
+      expect((await s.api('POST', '/api/auth/device/token/', { body: { device_code: d.device_code } })).status).toBe(collected);
+      const again = await page.reload();
+      expect(again!.status()).toBe(200);
+      expect(again!.headers()['content-security-policy']).toMatch(/^default-src 'none'/); // still no script
+      expect(posts).toEqual([`/device/${button.slice(1)} 303`]);
+      expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe(title);
+      expect(await page.getByRole('alert').count()).toBe(0);
+      expect(await page.title()).not.toMatch(/^Error/);
+      await expectText(page, '.code [aria-hidden="true"]', d.user_code);
+    }
+    await page.close();
+  });
 });
 
 describe('/device in a browser: external OpenID Provider (oidc-provider)', () => {

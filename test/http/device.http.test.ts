@@ -406,8 +406,9 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     expect(asRefresh.status).toBe(401);
 
     const done = await post('/device/approve', { user_code: d.user_code, csrf: csrfOf(approval.html) });
-    expect(done.res.status).toBe(200);
-    expect(done.html).toContain('Device approved');
+    expect(done.res.status).toBe(303); // post/redirect/get: the outcome is a page of its own
+    expect(done.res.headers.get('location')).toBe(`/device/done?user_code=${d.user_code}&decision=approve`);
+    expect((await get(done.res.headers.get('location')!, 'same-origin')).html).toContain('Device approved');
     const res = await poll(d.device_code, { wait: true });
     expect(res.status).toBe(200);
     expect(res.body.user.pk).toBe(human.user.pk);
@@ -449,8 +450,8 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     expect(spent.html).not.toContain('class="facts"');
     // ...and the decision, counted apart, goes through.
     const done = await post('/device/approve', { user_code: d.user_code, csrf: csrfOf(spent.html) });
-    expect(done.res.status).toBe(200);
-    expect(done.html).toContain('Device approved');
+    expect(done.res.status).toBe(303);
+    expect((await get(done.res.headers.get('location')!, 'same-origin')).html).toContain('Device approved');
   });
 
   it('a malformed code in the link asks for the code again; the stylesheet is served', async () => {
