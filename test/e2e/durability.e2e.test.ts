@@ -229,67 +229,78 @@ describe('durability', () => {
   }, 60_000);
 
   it('SIGTERM lets the requests in flight finish with their normal answer; a request cut off was never applied', async () => {
-    const svc = await spawnService({ DATA_DIR: dataDir });
-    // Registrations hash with argon2id (tens of ms each, 8 at a time): many are in flight.
-    const names = Array.from({ length: 64 }, (_, i) => `inflight${i}`);
-    let killedAt = Infinity;
-    const answers = names.map((username) =>
-      post(`${svc.url}/api/auth/social/`, { username, email: `${username}@example.com`, password1: 'pw', password2: 'pw' }).then(
-        (res) => ({ username, status: res.status, after: performance.now() > killedAt }),
-        (err: Error & { cause?: { code?: string } }) => ({ username, status: `refused: ${err.cause?.code ?? err.message}`, after: true }),
-      ),
-    );
-    await new Promise((r) => setTimeout(r, 150));
-    killedAt = performance.now();
-    svc.child.kill('SIGTERM');
-    const settled = await Promise.all(answers);
-    expect(await svc.exited).toBe(0);
-    // Every answer is the normal one, or the connection was refused before the request was
-    // taken (not accepted yet when the listener closed); none is cut off half way (a 500 or
-    // a reset after the work was done).
-    for (const a of settled) expect([a.username, a.status === 201 || /^refused: ECONN(RESET|REFUSED)$/.test(String(a.status))]).toEqual([a.username, true]);
-    expect(settled.filter((a) => a.status === 201 && a.after).length).toBeGreaterThan(0); // drained after the signal
-    const again = await spawnService({ DATA_DIR: dataDir });
-    try {
-      for (const a of settled) {
-        const login = await post(`${again.url}/api/auth/login/`, { username: a.username, password: 'pw' });
-        expect([a.username, a.status, login.status]).toEqual([a.username, a.status, a.status === 201 ? 200 : 400]);
+    // Whether any request is still in flight at the signal depends on the machine's speed: a
+    // run where none was (all answered before it, or none taken yet) shows nothing, and is
+    // tried again with other accounts, a few times.
+    for (let run = 0; ; run++) {
+      const svc = await spawnService({ DATA_DIR: dataDir });
+      // Registrations hash with argon2id (tens of ms each, 8 at a time): many are in flight.
+      const names = Array.from({ length: 64 }, (_, i) => `inflight${run}x${i}`);
+      let killedAt = Infinity;
+      const answers = names.map((username) =>
+        post(`${svc.url}/api/auth/social/`, { username, email: `${username}@example.com`, password1: 'pw', password2: 'pw' }).then(
+          (res) => ({ username, status: res.status, after: performance.now() > killedAt }),
+          (err: Error & { cause?: { code?: string } }) => ({ username, status: `refused: ${err.cause?.code ?? err.message}`, after: true }),
+        ),
+      );
+      await new Promise((r) => setTimeout(r, 150));
+      killedAt = performance.now();
+      svc.child.kill('SIGTERM');
+      const settled = await Promise.all(answers);
+      expect(await svc.exited).toBe(0);
+      // Every answer is the normal one, or the connection was refused before the request was
+      // taken (not accepted yet when the listener closed); none is cut off half way (a 500 or
+      // a reset after the work was done).
+      for (const a of settled) expect([a.username, a.status === 201 || /^refused: ECONN(RESET|REFUSED)$/.test(String(a.status))]).toEqual([a.username, true]);
+      const again = await spawnService({ DATA_DIR: dataDir });
+      try {
+        for (const a of settled) {
+          const login = await post(`${again.url}/api/auth/login/`, { username: a.username, password: 'pw' });
+          expect([a.username, a.status, login.status]).toEqual([a.username, a.status, a.status === 201 ? 200 : 400]);
+        }
+      } finally {
+        again.child.kill('SIGTERM');
+        await again.exited;
       }
-    } finally {
-      again.child.kill('SIGTERM');
-      await again.exited;
+      const drained = settled.filter((a) => a.status === 201 && a.after).length; // answered after the signal
+      if (drained > 0) break;
+      expect([run, drained]).not.toEqual([4, 0]);
     }
-  }, 60_000);
+  }, 240_000);
 
   it('answers finished while draining say Connection: close, so keep-alive clients do not send more on a connection about to end', async () => {
-    const svc = await spawnService({ DATA_DIR: dataDir });
-    const { port } = new URL(svc.url);
-    // Keep-alive connections, each with a registration in flight (argon2id: tens of ms).
-    const replies = Array.from({ length: 8 }, (_, i) => {
-      const body = JSON.stringify({ username: `drain${i}`, email: `drain${i}@example.com`, password1: 'pw', password2: 'pw' });
-      return new Promise<{ head: string; at: number }>((resolve) => {
-        const socket = net.connect(Number(port), '127.0.0.1', () =>
-          socket.write(`POST /api/auth/social/ HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-        );
-        let text = '';
-        socket.setEncoding('latin1');
-        socket.on('data', (chunk) => {
-          text += chunk;
-          if (text.includes('\r\n\r\n')) resolve({ head: text.split('\r\n\r\n')[0]!, at: performance.now() });
+    // As above: a run where no answer came after the signal shows nothing, and is tried again.
+    for (let run = 0; ; run++) {
+      const svc = await spawnService({ DATA_DIR: dataDir });
+      const { port } = new URL(svc.url);
+      // Keep-alive connections, each with a registration in flight (argon2id: tens of ms).
+      const replies = Array.from({ length: 8 }, (_, i) => {
+        const body = JSON.stringify({ username: `drain${run}x${i}`, email: `drain${run}x${i}@example.com`, password1: 'pw', password2: 'pw' });
+        return new Promise<{ head: string; at: number }>((resolve) => {
+          const socket = net.connect(Number(port), '127.0.0.1', () =>
+            socket.write(`POST /api/auth/social/ HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+          );
+          let text = '';
+          socket.setEncoding('latin1');
+          socket.on('data', (chunk) => {
+            text += chunk;
+            if (text.includes('\r\n\r\n')) resolve({ head: text.split('\r\n\r\n')[0]!, at: performance.now() });
+          });
+          socket.on('error', () => resolve({ head: '', at: performance.now() }));
+          socket.on('close', () => resolve({ head: text.split('\r\n\r\n')[0] ?? '', at: performance.now() }));
         });
-        socket.on('error', () => resolve({ head: '', at: performance.now() }));
-        socket.on('close', () => resolve({ head: text.split('\r\n\r\n')[0] ?? '', at: performance.now() }));
       });
-    });
-    await new Promise((r) => setTimeout(r, 30));
-    const signalled = performance.now();
-    svc.child.kill('SIGTERM');
-    const answered = await Promise.all(replies);
-    expect(await svc.exited).toBe(0);
-    const afterSignal = answered.filter((a) => a.at > signalled && a.head.startsWith('HTTP/1.1 201'));
-    expect(afterSignal.length).toBeGreaterThan(0);
-    for (const a of afterSignal) expect(a.head).toMatch(/\r\nConnection: close/i);
-  }, 60_000);
+      await new Promise((r) => setTimeout(r, 30 * (run + 1)));
+      const signalled = performance.now();
+      svc.child.kill('SIGTERM');
+      const answered = await Promise.all(replies);
+      expect(await svc.exited).toBe(0);
+      const afterSignal = answered.filter((a) => a.at > signalled && a.head.startsWith('HTTP/1.1 201'));
+      for (const a of afterSignal) expect(a.head).toMatch(/\r\nConnection: close/i);
+      if (afterSignal.length > 0) break;
+      expect([run, afterSignal.length]).not.toEqual([4, 0]);
+    }
+  }, 120_000);
 
   it('npm start: SIGTERM to the npm process reaches the service, which drains; npm exits 0 and nothing is left running', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir }, undefined, { viaNpm: true });
