@@ -70,6 +70,8 @@ export class EventHub {
   readonly #sessionsEnded = new Map<string, string>();
   readonly #deletedIdentities = new Set<string>();
   #subscription: Subscription | null = null;
+  /** The position of the last event dispatched (the log's head at start): every later one goes to the listeners added now. */
+  #position: string | null = null;
 
   constructor(
     private readonly store: EventStore,
@@ -83,8 +85,18 @@ export class EventHub {
     return n;
   }
 
+  /**
+   * Where a listener added now starts: every event after this position reaches it, none
+   * before. A live stream tells its client this as its first id, so a client cut off before
+   * its first event resumes from there instead of from whenever it reconnects.
+   */
+  get position(): string | null {
+    return this.#position;
+  }
+
   async start(): Promise<void> {
     const head = await this.store.headPosition();
+    this.#position = head;
     const filter = { eventTypes: [...MESSAGE_TYPES, ...CLOSING_TYPES] };
     const sub = this.feed
       ? this.feed.subscribe({ after: head, group: hubGroup(), filter, fromLatest: true }, async (e) => this.#dispatch(e))
@@ -136,6 +148,7 @@ export class EventHub {
   }
 
   #dispatch(e: RecordedEvent): void {
+    this.#position = e.position;
     switch (e.type) {
       case ApiKeyRevoked: {
         const keyId = String(e.data?.keyId ?? '');

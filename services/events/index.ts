@@ -165,6 +165,10 @@ export const eventsContext: ContextFactory = (shared) => {
 
     const conn = SseConnection.open(ctx, {
       retryMs: RETRY_MS,
+      // A live stream starts after the hub's position (the listener is added below, in this
+      // same synchronous step): said as the first id, a client cut off before any event
+      // resumes from there and misses nothing ('0': the log is empty, replay it all).
+      lastEventId: after === null ? (hub.position ?? '0') : undefined,
       maxBufferedBytes: MAX_BUFFERED_BYTES,
       onClose: () => {
         hub.remove(listener);

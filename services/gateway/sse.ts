@@ -14,6 +14,11 @@ import type { ServerResponse } from 'node:http';
 export interface SseOptions {
   /** Reconnection delay the client should use (the `retry:` field), in ms. */
   retryMs: number;
+  /**
+   * An id sent with the `retry:` field, before any event: the client's last event id until
+   * an event comes (WHATWG: a frame without data sets it and dispatches nothing).
+   */
+  lastEventId?: string;
   /** Bytes the socket may hold unsent before the connection is cut. */
   maxBufferedBytes: number;
   /** Called once when the stream ends, whatever the cause. */
@@ -45,7 +50,7 @@ export class SseConnection {
     return ctx.req.socket.destroyed || ctx.res.destroyed;
   }
 
-  /** Takes the response over from Koa and sends the headers and the `retry:` line. */
+  /** Takes the response over from Koa and sends the headers and the `retry:` line (with the stream's first id, when given). */
   static open(ctx: Context, options: SseOptions): SseConnection {
     ctx.respond = false;
     const res = ctx.res;
@@ -61,7 +66,7 @@ export class SseConnection {
     });
     res.flushHeaders();
     const conn = new SseConnection(res, options);
-    conn.#write(`retry: ${options.retryMs}\n\n`);
+    conn.#write(`retry: ${options.retryMs}\n${options.lastEventId === undefined ? '' : `id: ${options.lastEventId}\n`}\n`);
     return conn;
   }
 

@@ -52,6 +52,8 @@ export class SseParser {
   constructor(
     private readonly onEvent: (e: { id: string; event: string; data: string }) => void,
     private readonly onRetry: (ms: number) => void = () => undefined,
+    /** A frame that set the id without data (the service's first frame: where the stream starts). */
+    private readonly onId: (id: string) => void = () => undefined,
   ) {}
 
   push(chunk: string): void {
@@ -103,10 +105,12 @@ export class SseParser {
   }
 
   #dispatch(): void {
-    if (this.#id !== undefined) this.lastEventId = this.#id;
+    const id = this.#id;
+    if (id !== undefined) this.lastEventId = id;
     this.#id = undefined;
     if (this.#data.length === 0) {
       this.#event = '';
+      if (id !== undefined) this.onId(id);
       return;
     }
     const data = this.#data.join('\n');
@@ -173,10 +177,13 @@ export class EventStream implements AsyncIterable<ServerEvent> {
       }
       refreshed = false;
       this.options.onStatus?.({ state: 'open', attempt: failures });
-      const queue: ServerEvent[] = [];
+      // Events, and ids the service sent without one (a string): in order, so the id to
+      // resume from moves only as far as what the caller was given.
+      const queue: (ServerEvent | string)[] = [];
       const parser = new SseParser(
         (e) => queue.push({ id: e.id, event: e.event, data: parseData(e.data), raw: e.data }),
         (ms) => (this.#retryMs = ms),
+        (id) => queue.push(id),
       );
       let error: unknown;
       try {
@@ -188,6 +195,10 @@ export class EventStream implements AsyncIterable<ServerEvent> {
           failures = 0; // the service answered: the next reconnect starts from the shortest wait
           while (queue.length) {
             const e = queue.shift()!;
+            if (typeof e === 'string') {
+              if (e) this.lastEventId = e; // where the stream started: a reconnect before any event resumes there
+              continue;
+            }
             if (e.id) this.lastEventId = e.id;
             yield e;
           }

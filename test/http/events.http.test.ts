@@ -148,6 +148,9 @@ describe('wire format', () => {
     expect(r.headers.get('x-accel-buffering')).toBe('no');
     await r.comment('keepalive', 2000);
     expect(r.log[0]).toEqual({ kind: 'retry', value: '3000' });
+    // With it, the id the stream starts after (the log's position now): no event yet, a client
+    // cut off before one resumes from there.
+    expect(r.log[1]).toEqual({ kind: 'id', value: expect.stringMatching(/^\d+$/) });
     // Every 50 ms here: a second one comes (waited for, not timed: a busy machine delays timers).
     await eventually(() => r.log.filter((l) => l.kind === 'comment' && l.text === 'keepalive').length >= 2, 10_000);
   });
@@ -330,6 +333,26 @@ describe('Last-Event-ID: replay from the log, then live, no gap, no duplicate', 
       es.close();
     }
   }, 20_000);
+
+  it('a client cut off before its first event resumes from where its stream started: what came meanwhile is not lost', async () => {
+    // The first frame says the id the stream starts after; a browser's EventSource (WHATWG:
+    // a frame without data sets the id) and the SDK send it back when they reconnect.
+    const fresh = await createIdentity(owner.access, `early-${Date.now()}`);
+    const first = await stream(owner.access, fresh);
+    await eventually(() => first.log.some((l) => l.kind === 'id'));
+    const started = (first.log.find((l) => l.kind === 'id') as { value: string }).value;
+    first.close();
+    const meanwhile = await email(fresh); // while no stream is open
+    const again = await stream(owner.access, fresh, { 'last-event-id': started });
+    const [frame] = await again.frames(1);
+    expect([frame.id, frame.event]).toEqual([meanwhile, 'email']);
+    again.close();
+    // Without the id (a client that kept none), the stream is live from now: that mail is not sent.
+    const live = await stream(owner.access, fresh);
+    await live.comment('keepalive', 2000);
+    expect(live.log.filter((l) => l.kind === 'frame')).toEqual([]);
+    live.close();
+  });
 });
 
 describe('the stream ends when its identity goes away', () => {

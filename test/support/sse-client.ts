@@ -19,7 +19,7 @@ export interface SseReader {
   /** Resolves when a comment with this text has arrived. */
   comment(text: string, timeoutMs?: number): Promise<void>;
   /** Every comment, retry value and frame seen so far (in order of arrival). */
-  log: ({ kind: 'frame'; frame: SseFrame } | { kind: 'comment'; text: string } | { kind: 'retry'; value: string })[];
+  log: ({ kind: 'frame'; frame: SseFrame } | { kind: 'comment'; text: string } | { kind: 'retry'; value: string } | { kind: 'id'; value: string })[];
   /** Resolves when the server ends the stream. */
   ended: Promise<void>;
   close(): void;
@@ -70,12 +70,12 @@ export async function openSse(url: string, headers: Record<string, string>): Pro
           const line = buffer.slice(0, m.index);
           buffer = buffer.slice(m.index + m[0].length);
           if (line === '') {
+            if (id !== null) lastId = id; // a frame without data sets the id too, and dispatches nothing
             if (data.length) {
-              if (id !== null) lastId = id;
               const frame = { id: lastId, event: event || 'message', data: data.join('\n') };
               frames.push(frame);
               log.push({ kind: 'frame', frame });
-            }
+            } else if (id !== null) log.push({ kind: 'id', value: id });
             data = [];
             event = '';
             id = null;

@@ -432,6 +432,30 @@ describe('event stream', () => {
     expect(seen[1].headers['x-service-identity']).toBe('i1');
   });
 
+  test('cut off before its first event, it resumes from the id its stream started with (a frame without data)', async () => {
+    let n = 0;
+    handler = (req, _b, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (++n === 1) {
+        res.write('retry: 10\nid: 41\n\n'); // the service's first frame: where the stream starts
+        setTimeout(() => res.destroy(), 10);
+      } else {
+        expect(req.headers['last-event-id']).toBe('41');
+        res.write('retry: 10\n\nid: 42\nevent: email\ndata: {"thread_id":"t42"}\n\n');
+      }
+    };
+    const ac = new AbortController();
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const got: { id: string; thread: string }[] = [];
+    for await (const e of c.events({ signal: ac.signal, maxBackoffMs: 50 })) {
+      got.push({ id: e.id, thread: (e.data as { thread_id: string }).thread_id });
+      break;
+    }
+    ac.abort();
+    expect(got).toEqual([{ id: '42', thread: 't42' }]); // the id-only frame is no event
+    expect(n).toBe(2);
+  });
+
   test('a connection that goes silent (no keepalive) is replaced, resuming after the last id', async () => {
     let n = 0;
     handler = (req, _b, res) => {
