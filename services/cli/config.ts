@@ -20,8 +20,10 @@ export interface CliConfig {
   /**
    * `ais pin setup` between keeping its keys and showing the recovery key: a setup cut off
    * after its upload shows the key on the next run (matched by the uploaded public key).
+   * `device_secret`: the one that setup made, when a login of another account replaced the
+   * stored one meanwhile (its own is then no longer `device_secret` above).
    */
-  pending_setup?: { recovery_key: string; public_key: string };
+  pending_setup?: { recovery_key: string; public_key: string; device_secret?: string };
 }
 
 export function configDir(env: NodeJS.ProcessEnv = process.env): string {

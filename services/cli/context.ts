@@ -55,6 +55,7 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
     identityKey,
     identity,
     userAgent: 'ais-cli/1.0',
+    timeoutMs: requestTimeoutMs(ctx.env),
     onTokens: (t) => {
       if (ctx.env.AIS_TOKEN) return;
       ctx.config = { ...loadConfig(ctx.env), access: t.access, refresh: t.refresh };
@@ -71,6 +72,38 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
           },
         },
   });
+}
+
+/** How long a request waits for an answer by default (AIS_TIMEOUT, in seconds). */
+export const DEFAULT_TIMEOUT_S = 30;
+
+/**
+ * AIS_TIMEOUT: the seconds one attempt of a request waits for an answer (0: no limit). Without
+ * one, a service that accepts the connection but never answers held every attempt for
+ * minutes. Long-polls and event streams are not cut by it (the device login bounds its own
+ * polls; a stream has its own idle timeout).
+ */
+export function requestTimeoutMs(env: NodeJS.ProcessEnv): number | undefined {
+  const raw = env.AIS_TIMEOUT?.trim();
+  if (!raw) return DEFAULT_TIMEOUT_S * 1000;
+  if (!/^\d+(\.\d+)?$/.test(raw)) throw new CliError('usage', `AIS_TIMEOUT takes a number of seconds (0: no limit), not ${raw}.`, EXIT.usage);
+  return Number(raw) > 0 ? Number(raw) * 1000 : undefined;
+}
+
+/**
+ * Whether this run acts for the account of the login stored here, at its service: the stored
+ * login itself, or an AIS_API_KEY / AIS_TOKEN of that same account (asked of the service).
+ * Only then may what it learns about the account (a device secret) be saved beside that
+ * login: another account's would replace the login's own.
+ */
+export async function actsAsStoredLogin(ctx: Ctx, c: AisClient): Promise<boolean> {
+  const stored = ctx.config;
+  if (!stored.access && !stored.management_key) return false;
+  if ((stored.base_url ?? ctx.baseUrl) !== ctx.baseUrl) return false;
+  if (!ctx.env.AIS_API_KEY && !ctx.env.AIS_TOKEN) return true;
+  if (stored.user?.pk === undefined) return false;
+  const me = await c.whoami().catch(() => null);
+  return me?.user.pk === stored.user.pk;
 }
 
 export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
@@ -146,7 +179,12 @@ export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env
     }
     return new CliError(err.code ?? `http_${err.status}`, err.detail, EXIT.api_error, { status: err.status, ...(err.fields ? { fields: err.fields } : {}) });
   }
-  if (err instanceof NetworkError) return new CliError('network_error', err.message, EXIT.network_error);
+  if (err instanceof NetworkError) {
+    // Timed out: say how long was waited, and where that is set.
+    const timedOut = (err.cause as Error | undefined)?.name === 'TimeoutError';
+    const waited = timedOut ? ` (waited ${(requestTimeoutMs(env) ?? 0) / 1000} s for each attempt; AIS_TIMEOUT sets how long)` : '';
+    return new CliError('network_error', `${err.message}${waited}`, EXIT.network_error);
+  }
   return err;
 }
 

@@ -8,7 +8,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, type AisClient } from '../sdk/client.js';
 import { commands } from './commands/index.js';
 import { loadConfig } from './config.js';
-import { client, resolveIdentityName, translate, type Command, type Ctx } from './context.js';
+import { client, DEFAULT_TIMEOUT_S, resolveIdentityName, translate, type Command, type Ctx } from './context.js';
 import { CliError, EXIT } from './errors.js';
 
 // Still exported here, where tests import them from.
@@ -79,9 +79,29 @@ function help(prefix?: string): string {
     '',
     'Global (before or after the command): --json, --base-url URL (AIS_BASE_URL), --identity UUID|NAME (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help',
     'Config: $XDG_CONFIG_HOME/agent-identity/config.json (default ~/.config/..., mode 0600).',
-    `Env: AIS_API_KEY or AIS_TOKEN (a credential instead of the stored login); read by the commands whose --help lists them (values instead of prompts): ${PROMPT_ENV.join(', ')}.`,
+    `Env: AIS_API_KEY or AIS_TOKEN (a credential instead of the stored login); AIS_TIMEOUT (seconds a request waits for an answer, default ${DEFAULT_TIMEOUT_S}; 0: no limit); read by the commands whose --help lists them (values instead of prompts): ${PROMPT_ENV.join(', ')}.`,
     `Exit codes: ${Object.entries(EXIT).map(([k, v]) => `${v} ${k}`).join(', ')}`,
   ].join('\n');
+}
+
+/**
+ * The service address, from --base-url, AIS_BASE_URL, the login's, or the default. One that is
+ * no http(s) URL is a usage error naming where it came from (it was tried, and failed as a
+ * network error after the retries).
+ */
+function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored: string | undefined): string {
+  // An empty AIS_BASE_URL is unset (as an empty AIS_IDENTITY is).
+  const [from, raw] = flag !== undefined ? ['--base-url', flag] : env.AIS_BASE_URL ? ['AIS_BASE_URL', env.AIS_BASE_URL] : stored !== undefined ? ['base_url in the config', stored] : ['', 'http://localhost:8000'];
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {
+    url = undefined;
+  }
+  if (!url || !/^https?:$/.test(url.protocol) || !url.host) {
+    throw new CliError('usage', `${from} is not a service address: ${JSON.stringify(raw)} (one like http://localhost:8000 or https://ais.example.com).`, EXIT.usage);
+  }
+  return raw.replace(/\/+$/, '');
 }
 
 /** Global options that take a value (`--identity X`); the others are flags. */
@@ -138,7 +158,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       json,
       env,
       config,
-      baseUrl: (v['base-url'] ?? env.AIS_BASE_URL ?? config.base_url ?? 'http://localhost:8000').replace(/\/+$/, ''),
+      baseUrl: serviceAddress(v['base-url'], env, config.base_url),
       identityFlag: v.identity,
       identityFrom: v.identity !== undefined ? 'flag' : env.AIS_IDENTITY !== undefined ? 'env' : config.identity ? 'default' : undefined,
       noInput: !!v['no-input'] || /^(1|true|yes)$/i.test(env.AIS_NO_INPUT ?? ''),

@@ -6,7 +6,7 @@ import type { AisClient } from '../sdk/client.js';
 import { fileLockStore, parseKdf, unlock, type EncryptionMetadata, type KdfParams } from '../sdk/crypto.js';
 import { UnlockedVault } from '../sdk/unlocked.js';
 import { configDir, updateConfig } from './config.js';
-import { client, type Ctx } from './context.js';
+import { actsAsStoredLogin, client, type Ctx } from './context.js';
 import { CliError, EXIT } from './errors.js';
 import { readSecret } from './input.js';
 
@@ -36,14 +36,14 @@ export function lockStore(ctx: Ctx, salt: string) {
 }
 
 /** How `--help` describes AIS_DEVICE_SECRET for the commands that open the vault. */
-export const DEVICE_SECRET_HELP = "the vault's device secret, on a machine that did not run `ais pin setup` (saved here once it opens the vault)";
+export const DEVICE_SECRET_HELP = "the vault's device secret, on a machine that did not run `ais pin setup` (once it opens the vault, saved beside the login stored here if that is of the same account)";
 
 export function deviceSecret(ctx: Ctx): string {
   const s = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
   if (!s) {
     throw new CliError(
       'encryption_missing',
-      'This machine has no device secret for the vault: set AIS_DEVICE_SECRET to the one `ais pin setup` printed (`device_secret` in its machine\'s config); once it opens the vault it is saved beside this machine\'s login. New account: `ais pin setup`. Only with the recovery key and no device secret anywhere: `ais pin recover` (it makes a new device secret, which every other machine then needs).',
+      'This machine has no device secret for the vault: set AIS_DEVICE_SECRET to the one `ais pin setup` printed (`device_secret` in its machine\'s config); once it opens the vault it is saved beside this machine\'s login of that account. New account: `ais pin setup`. Only with the recovery key and no device secret anywhere: `ais pin recover` (it makes a new device secret, which every other machine then needs).',
     );
   }
   return s;
@@ -69,9 +69,11 @@ export async function unlocked(ctx: Ctx): Promise<UnlockedVault> {
   const key = await unlock({ pin, deviceSecret: secret, metadata, lockStore: lockStore(ctx, metadata.salt) });
   // A device secret given by AIS_DEVICE_SECRET that opened the vault is kept beside this
   // machine's stored login (a new machine, or one whose saved secret a recovery elsewhere
-  // replaced): the next run needs no variable. Without a stored login (AIS_API_KEY only) no
-  // config file is made.
-  if (secret !== ctx.config.device_secret && (ctx.config.access || ctx.config.management_key)) {
+  // replaced): the next run needs no variable. Only beside a login of this same account at
+  // this service: an AIS_API_KEY of another account would replace the login's own secret (its
+  // right PIN would then fail, and count towards pin_locked). Without a stored login
+  // (AIS_API_KEY only) no config file is made.
+  if (secret !== ctx.config.device_secret && (await actsAsStoredLogin(ctx, c))) {
     ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: secret }));
   }
   return new UnlockedVault(c, key);

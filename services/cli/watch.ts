@@ -6,6 +6,8 @@ import { forTerminal } from './output.js';
 
 export async function watch(ctx: Ctx, kind: 'email' | 'sms', v: Record<string, any>, line: (d: any) => string): Promise<void> {
   if (v.count !== undefined && !/^[1-9]\d*$/.test(v.count)) throw usage('--count takes a positive whole number');
+  // The service refuses an id that is no event id (400): said here, as the bad argument it is.
+  if (v.since !== undefined && !/^\d{1,30}$/.test(v.since)) throw usage('--since takes an event id printed by an earlier watch (a decimal number)');
   const c = client(ctx, { identity: true });
   // Fail fast on an unknown identity or bad credentials before streaming (the same words as
   // every other command: a name that names nothing is not an identity that "no longer exists").

@@ -57,10 +57,10 @@ function ais(args: string[], opts: { env?: Record<string, string>; onStderr?: (s
 }
 
 /** Starts `ais ... watch --count 1 --json` and resolves once it is connected to the stream. */
-async function startWatch(args: string[]): Promise<{ done: Promise<CliRun> }> {
+async function startWatch(args: string[], env?: Record<string, string>): Promise<{ done: Promise<CliRun> }> {
   let connected!: () => void;
   const ready = new Promise<void>((r) => (connected = r));
-  const done = ais([...args, '--count', '1', '--json'], { onStderr: (s) => /"watching"/.test(s) && connected() });
+  const done = ais([...args, '--count', '1', '--json'], { env, onStderr: (s) => /"watching"/.test(s) && connected() });
   await Promise.race([ready, done.then((r) => Promise.reject(new Error(`watch ended early (${r.code}): ${r.stderr}`)))]);
   return { done };
 }
@@ -277,8 +277,9 @@ describe('sms and phone', () => {
     expect(human.stdout).toContain(identity.phone);
   });
 
-  test('sms watch prints an inbound SMS posted to the webhook, live', async () => {
-    const watch = await startWatch(['sms', 'watch']);
+  test('sms watch prints an inbound SMS posted to the webhook, live (the stream is not cut by AIS_TIMEOUT)', async () => {
+    const watch = await startWatch(['sms', 'watch'], { AIS_TIMEOUT: '1' });
+    await new Promise((resolve) => setTimeout(resolve, 2000)); // the stream is quiet for longer than the timeout
     const hook = await api('POST', '/api/webhooks/sms/', {
       headers: { 'x-webhook-secret': WEBHOOK_SECRET },
       form: { From: '+15557654321', To: identity.phone!, Body: 'Your code is 424242', MessageSid: 'SM' + randomBytes(16).toString('hex') },

@@ -10,11 +10,13 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
 import { runCli, type CliRun } from '../support/cli.js';
 import { forTerminal, main, progressReporter } from '../../services/cli/main.js';
+import { requestTimeoutMs } from '../../services/cli/context.js';
 import { parseKdf, setupEncryption } from '../../services/sdk/crypto.js';
 import { ROOT, spawnService, type ServiceProcess } from '../support/spawn.js';
 
@@ -150,6 +152,33 @@ test('errors say what is wrong: an unknown subcommand names its group, a key of 
   await new Promise((resolve) => idle.close(resolve)); // a port nobody listens on
   const refused = await ais(['whoami'], { url: `http://127.0.0.1:${port}`, env: { AIS_API_KEY: 'svc_mgmt_x', AIS_RETRIES: '0' } });
   expect(refused.stderr).toContain(`Cannot reach http://127.0.0.1:${port}: connection refused (is the service running?)`);
+  // A service address that is no http(s) URL is a bad argument (it was tried, and failed as network_error, 21).
+  const notAUrl = await ais(['whoami', '--json'], { url: 'notaurl', env: { AIS_API_KEY: 'svc_mgmt_x' } });
+  expect([notAUrl.code, notAUrl.error?.message]).toEqual([2, expect.stringMatching(/^AIS_BASE_URL is not a service address: "notaurl"/)]);
+  const ftp = await ais(['whoami', '--base-url', 'ftp://example.com', '--json'], { env: { AIS_API_KEY: 'svc_mgmt_x' } });
+  expect([ftp.code, ftp.error?.message]).toEqual([2, expect.stringMatching(/^--base-url is not a service address/)]);
+});
+
+test('a service that accepts the connection but never answers: network_error (exit 21) once AIS_TIMEOUT has passed, not minutes per attempt', async () => {
+  const sockets = new Set<net.Socket>();
+  const silent = net.createServer((socket) => sockets.add(socket)); // reads nothing, answers nothing
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+  try {
+    const started = Date.now();
+    const r = await ais(['whoami', '--json'], { url, env: { AIS_API_KEY: 'svc_mgmt_x', AIS_TIMEOUT: '0.5' } });
+    expect([r.code, r.error?.code]).toEqual([21, 'network_error']);
+    expect(r.error.message).toBe(`Cannot reach ${url}: no answer in time (waited 0.5 s for each attempt; AIS_TIMEOUT sets how long)`);
+    expect(Date.now() - started).toBeLessThan(20_000); // 4 attempts of 0.5 s and their backoff
+    expect(sockets.size).toBeGreaterThan(0); // it was connected, not refused
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    silent.close();
+  }
+  // 30 s unless set; 0: no limit; anything else is a usage error.
+  expect([requestTimeoutMs({}), requestTimeoutMs({ AIS_TIMEOUT: '0' }), requestTimeoutMs({ AIS_TIMEOUT: '2.5' })]).toEqual([30_000, undefined, 2_500]);
+  const bad = await ais(['whoami', '--json'], { url, env: { AIS_API_KEY: 'svc_mgmt_x', AIS_TIMEOUT: 'soon' } });
+  expect([bad.code, bad.error?.message]).toEqual([2, 'AIS_TIMEOUT takes a number of seconds (0: no limit), not soon.']);
 });
 
 test('not_authenticated: no stored credential', async () => {
@@ -313,9 +342,22 @@ describe('a logged-in agent', () => {
   });
 
   test('bad arguments are usage errors (exit 2), never a hang or a raw stack: --count abc, a missing --body-file', async () => {
-    for (const args of [['inbox', 'watch', '--count', 'abc'], ['sms', 'watch', '--count', '0'], ['send', '--to', 'x@example.com', '--subject', 's', '--body-file', '/no/such/file']]) {
+    for (const args of [
+      ['inbox', 'watch', '--count', 'abc'],
+      ['sms', 'watch', '--count', '0'],
+      ['send', '--to', 'x@example.com', '--subject', 's', '--body-file', '/no/such/file'],
+      ['sms', 'watch', '--since', 'abc'], // was the service's 400: exit 20
+      ['inbox', 'watch', '--since', '-1'],
+      ['keys', 'list', '--kind', 'bogus'], // listed every key, exit 0
+    ]) {
       const r = await ais([...args, '--json']);
       expect([args.join(' '), r.code, r.error?.code]).toEqual([args.join(' '), 2, 'usage']);
+    }
+    expect((await ais(['keys', 'list', '--kind', 'bogus'])).stderr.trim()).toBe('error: --kind takes management or identity, not "bogus".\nUsage: ais keys list [--kind management|identity]');
+    // A missing argument names the command it is missing from.
+    for (const sub of ['delete', 'use']) {
+      const r = await ais(['identities', sub]);
+      expect([r.code, r.stderr.trim()]).toEqual([2, `error: Usage: ais identities ${sub} <uuid|name>`]);
     }
   });
 
@@ -558,7 +600,7 @@ describe('a logged-in agent', () => {
 
 describe('logout', () => {
   /** `ais login` through the device flow, approved through the API by a new account, in `home`. */
-  async function deviceLogin(home: string, url = svc.url): Promise<CliRun> {
+  async function deviceLogin(home: string, url = svc.url, opts: { env?: Record<string, string>; approveAfterMs?: number } = {}): Promise<CliRun> {
     const post = async (p: string, body: unknown, token?: string) => {
       const res = await fetch(url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) });
       return { status: res.status, body: (await res.json()) as any };
@@ -567,10 +609,12 @@ describe('logout', () => {
     const r = await runCli(['login', '--json', '--no-qr'], {
       url,
       home,
+      env: opts.env,
       onStderr: (s) => {
         const m = /"user_code":"([A-Z-]+)"/.exec(s);
         if (!m || approved) return;
         approved = (async () => {
+          await new Promise((resolve) => setTimeout(resolve, opts.approveAfterMs ?? 0));
           const u = `out${Date.now() % 1e6}${Math.floor(Math.random() * 1000)}`;
           const reg = await post('/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
           expect((await post('/api/auth/device/approve/', { user_code: m[1] }, reg.body.access)).status).toBe(200);
@@ -647,6 +691,76 @@ describe('logout', () => {
     }
   });
 
+  test('a login as another account, or at another service, carries nothing of the stored login over: its session and key end at their own service', async () => {
+    const otherData = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-other-'));
+    const other = await spawnService({ DATA_DIR: otherData, LOG_LEVEL: 'warn', PASSWORD_HASH_MEMORY_KIB: '1024' });
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-switch-'));
+    const file = path.join(home, 'agent-identity/config.json');
+    const stored = () => JSON.parse(readFileSync(file, 'utf8'));
+    const run = (args: string[], url = svc.url, env: Record<string, string> = {}) => runCli(args, { url, home, env });
+    const password = { AIS_PASSWORD: 'Secret-pass-1' };
+    const register = async (url: string) => {
+      const u = `sw${Date.now() % 1e6}${Math.floor(Math.random() * 1000)}`;
+      const res = await fetch(`${url}/api/auth/social/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' }) });
+      expect(res.status).toBe(201);
+      await res.arrayBuffer();
+      return u;
+    };
+    const probe = (url: string, key: string) => fetch(`${url}/api/identities/`, { headers: { authorization: `Bearer ${key}` } }).then((r) => r.status);
+    const refreshes = (refresh: string) => api('POST', '/api/auth/token/refresh/', { refresh }).then((r) => r.status);
+    try {
+      const a = (await deviceLogin(home)).json.user.username as string;
+      expect((await run(['identities', 'create', 'a-bot', '--json'])).code).toBe(0);
+      // A device secret, as `pin setup` keeps it (its value does not matter here).
+      writeFileSync(file, JSON.stringify({ ...stored(), device_secret: 'SK1-of-a' }), { mode: 0o600 });
+      const { management_key: keyA, identity: botA } = stored();
+      // The same account again, with its password: what this machine holds for it stays.
+      expect((await run(['login', '--username', a, '--json'], svc.url, password)).code).toBe(0);
+      expect(stored()).toMatchObject({ management_key: keyA, identity: botA, device_secret: 'SK1-of-a' });
+      const refreshA = stored().refresh as string;
+
+      // Another account at the same service: A's session ends and its key is revoked, at their
+      // service; A's default identity and device secret are not B's.
+      const b = await register(svc.url);
+      const toB = await run(['login', '--username', b, '--json'], svc.url, password);
+      expect(toB.code).toBe(0);
+      expect(stored()).toEqual({ base_url: svc.url, access: expect.any(String), refresh: expect.any(String), user: expect.objectContaining({ username: b }) });
+      expect([await probe(svc.url, keyA), await refreshes(refreshA)]).toEqual([401, 401]);
+      expect([toB.json?.previous_session_ended, toB.json?.previous_key_revoked]).toEqual([true, true]);
+      // The forgotten device secret is said, without its value (an agent's output ends up in logs).
+      expect(toB.stderr).toMatch(/no longer keeps the vault's device secret of the previous login/);
+      expect(toB.stderr).not.toContain('SK1-of-a');
+      // B's first identity becomes its default, and identity commands work (A's default failed them all).
+      const botB = (await run(['identities', 'create', 'b-bot', '--json'])).json.uuid;
+      expect(stored().identity).toBe(botB);
+      expect((await run(['inbox', 'list', '--json'])).code).toBe(0);
+
+      // A device login of another account: B's default identity does not carry over either.
+      await deviceLogin(home);
+      expect(stored().identity).toBeUndefined();
+      const keyC = stored().management_key as string;
+      // Another service: C's key is revoked at its own service (it is never sent to the other),
+      // and is not kept, so `logout` there has no other service's key to send.
+      const d = await register(other.url);
+      const moved = await run(['login', '--username', d, '--json'], other.url, password);
+      expect([moved.code, stored().management_key]).toEqual([0, undefined]);
+      const out = await run(['logout', '--json'], other.url);
+      expect([out.code, out.json]).toEqual([0, { logged_out: true, session_ended: true }]);
+      expect([await probe(svc.url, keyC), moved.json?.previous_key_revoked]).toEqual([401, true]);
+    } finally {
+      other.child.kill('SIGTERM');
+      await other.exited;
+      for (const d of [otherData, home]) rmSync(d, { recursive: true, force: true });
+    }
+  });
+
+  test('a short AIS_TIMEOUT does not cut the device login\'s waiting poll (held by the service until approval)', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-longpoll-'));
+    const r = await deviceLogin(home, svc.url, { env: { AIS_TIMEOUT: '1' }, approveAfterMs: 2500 });
+    expect(r.json?.management_key_saved).toBe(true);
+    rmSync(home, { recursive: true, force: true });
+  });
+
   test('a second login on the machine revokes the key of the first (replaced in the config, not left valid)', async () => {
     const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-relogin-'));
     const file = path.join(home, 'agent-identity/config.json');
@@ -678,6 +792,57 @@ describe('logout', () => {
       rmSync(home, { recursive: true, force: true });
     }
   });
+});
+
+test("a device secret is saved only beside the stored login of its own account: another account's (AIS_API_KEY) never replaces it", async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-secrets-'));
+  const file = path.join(home, 'agent-identity/config.json');
+  const stored = () => JSON.parse(readFileSync(file, 'utf8'));
+  const run = (args: string[], env: Record<string, string> = {}) => runCli(args, { url: svc.url, home, env });
+  const account = async (name: string) => {
+    const u = `${name}${Date.now() % 1e6}`;
+    const reg = (await api('POST', '/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' })).body;
+    const key = (await api('POST', '/api/auth/keys/management/', { label: 'cli' }, reg.access)).body.key as string;
+    return { key, user: (await api('GET', '/api/health/whoami/', undefined, key)).body.user };
+  };
+  try {
+    // A: the login stored here (its management key), its vault set up here by `pin setup`.
+    const a = await account('seca');
+    mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+    writeFileSync(file, JSON.stringify({ base_url: svc.url, management_key: a.key, user: a.user }), { mode: 0o600 });
+    expect((await run(['identities', 'create', 'a-vault', '--json'])).code).toBe(0);
+    const secretA = (await run(['pin', 'setup', '--json'], { AIS_PIN: '135790', AIS_PIN_KDF: FAST_KDF })).json.device_secret as string;
+    expect(stored().device_secret).toBe(secretA);
+    // B: another account, its vault set up elsewhere (its own device secret), used here by its key.
+    const b = await account('secb');
+    const idB = (await api('POST', '/api/identities/', { name: 'b vault' }, b.key)).body.uuid as string;
+    const meta = (await api('GET', '/api/encryption/', undefined, b.key)).body;
+    const vaultB = await setupEncryption({ pin: '246813', salt: meta.salt, kdf: parseKdf(FAST_KDF) });
+    expect((await api('POST', '/api/encryption/', vaultB.upload, b.key)).status).toBe(201);
+    const asB = { AIS_API_KEY: b.key, AIS_IDENTITY: idB, AIS_DEVICE_SECRET: vaultB.deviceSecret };
+    expect((await run(['secrets', 'set', 'k', 'of-b', '--json'], { ...asB, AIS_PIN: '246813' })).code).toBe(0);
+    expect(stored().device_secret).toBe(secretA);
+    // A's right PIN still opens A's vault (with B's secret saved, it failed as wrong_pin, towards pin_locked).
+    expect((await run(['secrets', 'set', 'k', 'of-a', '--json'], { AIS_PIN: '135790' })).code).toBe(0);
+    // `pin recover` of B here does not save B's secret either.
+    const recovered = await run(['pin', 'recover', '--json'], { ...asB, AIS_RECOVERY_KEY: vaultB.recoveryKey, AIS_NEW_PIN: '246813' });
+    expect([recovered.code, recovered.json?.device_secret_saved]).toEqual([0, false]);
+    expect(stored().device_secret).toBe(secretA);
+    expect((await run(['secrets', 'get', 'k', '--json'], { AIS_PIN: '135790' })).json?.value).toBe('of-a');
+    // With only AIS_API_KEY (no login stored), nothing is saved: no config file is made.
+    const bare = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-bare-'));
+    const lone = await runCli(['pin', 'recover', '--json'], { url: svc.url, home: bare, env: { ...asB, AIS_RECOVERY_KEY: vaultB.recoveryKey, AIS_NEW_PIN: '246813' } });
+    expect([lone.code, existsSync(path.join(bare, 'agent-identity/config.json'))]).toEqual([0, false]);
+    rmSync(bare, { recursive: true, force: true });
+    // Another key of A's own account: the secret that opened A's vault is kept beside A's login.
+    const { device_secret: _gone, ...withoutSecret } = stored();
+    writeFileSync(file, JSON.stringify(withoutSecret), { mode: 0o600 });
+    const keyA2 = (await api('POST', '/api/auth/keys/management/', { label: 'second' }, a.key)).body.key as string;
+    const own = await run(['secrets', 'get', 'k', '--json'], { AIS_API_KEY: keyA2, AIS_DEVICE_SECRET: secretA, AIS_PIN: '135790' });
+    expect([own.json?.value, stored().device_secret]).toEqual(['of-a', secretA]);
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
 });
 
 describe('device_code_expired, provoked for real', () => {

@@ -3,30 +3,86 @@ import { hostname } from 'node:os';
 import QRCode from 'qrcode';
 import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
 import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.js';
-import { client, identityLabel, type Command, type Ctx } from '../context.js';
+import { client, identityLabel, requestTimeoutMs, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
 import { formatDuration, kv, show, table } from '../output.js';
 import { usage } from '../errors.js';
 
-async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: CliConfig['user']; management_key?: string }) {
-  ctx.config = await updateConfig(ctx.env, (stored) => ({
-    ...stored,
-    base_url: ctx.baseUrl,
-    access: t.access,
-    refresh: t.refresh,
-    user: t.user,
-    ...(t.management_key ? { management_key: t.management_key } : {}),
-  }));
+/**
+ * Saves a new login over the stored one. A login of the same account at the same service
+ * keeps what this machine holds for it (default identity, device secret, the management key
+ * of an earlier device login). Another service's or another account's login carries nothing
+ * over: its key and tokens would be sent to the new service (and refused there, so taken for
+ * revoked while still valid at their own), and its default identity and device secret are
+ * not the new account's. They are ended at their own service first (the session, the key),
+ * as the replaced key of a re-login is. A `pin setup` cut off after its upload is kept, with
+ * the device secret it made (shown by the next `pin setup` of its account, matched by its
+ * public key).
+ */
+async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: NonNullable<CliConfig['user']>; management_key?: string }): Promise<Record<string, boolean>> {
+  const stored = loadConfig(ctx.env);
+  const previousUrl = stored.base_url ?? ctx.baseUrl;
+  const same = stored.user?.pk === t.user.pk && previousUrl === ctx.baseUrl;
+  ctx.config = await updateConfig(ctx.env, (now) => {
+    const { pending_setup, device_secret } = now;
+    const kept: CliConfig = same ? now : pending_setup ? { pending_setup: { device_secret, ...pending_setup } } : {};
+    return { ...kept, base_url: ctx.baseUrl, access: t.access, refresh: t.refresh, user: t.user, ...(t.management_key ? { management_key: t.management_key } : {}) };
+  });
+  const previous = stored.user ? `${stored.user.username} at ${previousUrl}` : previousUrl;
+  const outcome: Record<string, boolean> = {};
+  if (!same && stored.access) {
+    outcome.previous_session_ended = await endOwnSession(previousUrl, stored.access, stored.refresh, requestTimeoutMs(ctx.env)).then(
+      () => true,
+      (err: unknown) => !unreached(err),
+    );
+    if (!outcome.previous_session_ended) ctx.err(`warning: the session of the previous login here (${previous}) could not be ended (the service could not be reached, or failed): its refresh token stays valid until it expires.`);
+  }
+  // The key an earlier login saved here is replaced: revoked, not left valid with nobody
+  // holding it (a password login saves none: it keeps the key of its own account's login).
+  const key = stored.management_key && stored.management_key !== t.management_key && (!same || t.management_key) ? stored.management_key : undefined;
+  if (key) {
+    outcome.previous_key_revoked = await revokeOwnKey(previousUrl, key, requestTimeoutMs(ctx.env)).then(
+      () => true,
+      (err: unknown) => err instanceof ApiRequestError && err.status === 401,
+    );
+    if (!outcome.previous_key_revoked) ctx.err(`warning: the management key of the previous login here (${previousUrl}) could not be revoked: see \`ais keys list --kind management\` there.`);
+  }
+  // Said, but not with its value: an agent's output often ends up in logs, and `pin setup`
+  // gave it (and the recovery key) to keep.
+  if (!same && stored.device_secret && !stored.pending_setup) {
+    ctx.err(`warning: this machine no longer keeps the vault's device secret of the previous login (${previous}): to open that account's vault here again, give the one \`pin setup\` printed as AIS_DEVICE_SECRET, or use \`ais pin recover\` with its recovery key.`);
+  }
+  return outcome;
 }
+
+/** A service out of reach (or failing): nothing was ended there. */
+const unreached = (err: unknown) => err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
 
 /**
  * Revokes the management key saved in the config with itself (the key names its own uuid
  * through whoami), at the service it was saved for: never sent to another one.
  */
-async function revokeOwnKey(baseUrl: string, managementKey: string): Promise<void> {
-  const c = createClient({ baseUrl, managementKey, userAgent: 'ais-cli/1.0' });
+async function revokeOwnKey(baseUrl: string, managementKey: string, timeoutMs: number | undefined): Promise<void> {
+  const c = createClient({ baseUrl, managementKey, userAgent: 'ais-cli/1.0', timeoutMs });
   const me = await c.whoami();
   if (me.key?.uuid) await c.keys.management.revoke(me.key.uuid);
+}
+
+/**
+ * Ends the session of a login being replaced, at its own service, with its own tokens (a
+ * session already over is as good as ended). Its rotated tokens are not kept: the config
+ * holds the new login now.
+ */
+async function endOwnSession(baseUrl: string, access: string, refresh: string | undefined, timeoutMs: number | undefined): Promise<void> {
+  const c = createClient({ baseUrl, token: access, refreshToken: refresh, userAgent: 'ais-cli/1.0', timeoutMs });
+  const own = await c.auth.sessions().then(
+    (list) => list.find((x) => x.current),
+    (err: unknown) => {
+      if (err instanceof ApiRequestError && err.status === 401) return undefined;
+      throw err;
+    },
+  );
+  if (own) await c.auth.endSession(own.uuid);
 }
 
 /**
@@ -37,7 +93,8 @@ async function revokeOwnKey(baseUrl: string, managementKey: string): Promise<voi
  * what `logout` forgets.
  */
 async function endSessions(ctx: Ctx, all: boolean): Promise<void> {
-  const c = client({ ...ctx, env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
+  // At the service the login was made at (a --base-url of this run is not where its tokens go).
+  const c = client({ ...ctx, baseUrl: ctx.config.base_url ?? ctx.baseUrl, env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
   if (all) {
     // The refresh token goes in the body: the server skips an expired access token (logout is
     // anonymous-friendly) and would end nothing, while answering 200.
@@ -64,12 +121,13 @@ export const authCommands: Record<string, Command> = {
     },
     env: { AIS_PASSWORD: 'the password, with --username/--email (else the next stdin line, else a prompt)' },
     async run(ctx, _p, v) {
-      const c = createClient({ baseUrl: ctx.baseUrl });
+      const timeoutMs = requestTimeoutMs(ctx.env);
+      const c = createClient({ baseUrl: ctx.baseUrl, userAgent: 'ais-cli/1.0', timeoutMs });
       if (v.username || v.email) {
         const password = await readSecret(ctx, 'AIS_PASSWORD', 'Password');
         const pair = await c.auth.login({ password, ...(v.username ? { username: v.username } : { email: v.email }) });
-        await saveLogin(ctx, pair);
-        return show(ctx, { user: pair.user, config: configFile(ctx.env) }, () => `Logged in as ${pair.user.username} (${pair.user.email}).`);
+        const replaced = await saveLogin(ctx, pair);
+        return show(ctx, { user: pair.user, ...replaced, config: configFile(ctx.env) }, () => `Logged in as ${pair.user.username} (${pair.user.email}).`);
       }
       // The host name goes into the minted key's label, to tell this machine's key apart in `keys list`.
       const auth: DeviceAuthorization = await c.auth.deviceStart(`ais-cli (${hostname().slice(0, 60)})`);
@@ -86,14 +144,12 @@ export const authCommands: Record<string, Command> = {
         ctx.err(`${ctx.json ? '' : 'Or scan:\n'}${await QRCode.toString(auth.verification_uri_complete, { type: 'terminal', small: true })}`);
       }
       if (!ctx.json) ctx.err(`Waiting for approval (the code expires in ${formatDuration(auth.expires_in)})...`);
-      const t = await c.auth.deviceWait(auth, { wait: !v['no-wait'] });
-      // The key an earlier login saved here is replaced: revoked, not left valid with nobody holding it.
-      const previous = ctx.config.management_key !== t.management_key ? ctx.config.management_key : undefined;
-      const previousUrl = ctx.config.base_url ?? ctx.baseUrl;
-      await saveLogin(ctx, t);
-      const replaced = previous ? await revokeOwnKey(previousUrl, previous).then(() => true, (err: unknown) => err instanceof ApiRequestError && err.status === 401) : null;
-      if (replaced === false) ctx.err(`warning: the management key of the previous login here (${previousUrl}) could not be revoked: see \`ais keys list --kind management\` there.`);
-      show(ctx, { user: t.user, management_key_saved: true, ...(replaced === null ? {} : { previous_key_revoked: replaced }), config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
+      // A waiting poll is held by the service until the code is approved or expires (at most
+      // expires_in): only then is it without an answer.
+      const poller = v['no-wait'] || !timeoutMs ? c : createClient({ baseUrl: ctx.baseUrl, userAgent: 'ais-cli/1.0', timeoutMs: timeoutMs + auth.expires_in * 1000 });
+      const t = await poller.auth.deviceWait(auth, { wait: !v['no-wait'] });
+      const replaced = await saveLogin(ctx, t);
+      show(ctx, { user: t.user, management_key_saved: true, ...replaced, config: configFile(ctx.env) }, () => `Logged in as ${t.user.username} (${t.user.email}). Tokens and management key saved to ${configFile(ctx.env)}.`);
     },
   },
   logout: {
@@ -102,14 +158,13 @@ export const authCommands: Record<string, Command> = {
     options: { all: { type: 'boolean' }, 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
       // An expired session needs no ending; a service out of reach does: said, not hidden.
-      const unreached = (err: unknown) => err instanceof NetworkError || (err instanceof ApiRequestError && err.status >= 500);
       const ended = ctx.config.access ? await endSessions(ctx, !!v.all).then(() => true, (err: unknown) => !unreached(err)) : true;
       // The device flow's key is a full account credential: forgotten here but left valid, it
       // would be a live key nobody holds. A key already refused (401) is as good as revoked.
       const key = v['keep-key'] ? undefined : ctx.config.management_key;
       let refused = '';
       const revoked = key
-        ? await revokeOwnKey(ctx.config.base_url ?? ctx.baseUrl, key).then(
+        ? await revokeOwnKey(ctx.config.base_url ?? ctx.baseUrl, key, requestTimeoutMs(ctx.env)).then(
             () => true,
             (err: unknown) => {
               if (err instanceof ApiRequestError && err.status === 401) return true;

@@ -40,6 +40,7 @@ export const identitiesCommands: Record<string, Command> = {
     usage: 'ais identities delete <uuid|name>',
     summary: 'Delete an identity.',
     async run(ctx, p) {
+      if (!p[0]) throw usage(this.usage);
       const c = client(ctx);
       const identity = await resolveIdentity(c, p[0], ctx.config.identity);
       const id = identity.uuid;
@@ -52,6 +53,7 @@ export const identitiesCommands: Record<string, Command> = {
     usage: 'ais identities use <uuid|name>',
     summary: 'Make an identity the default for identity-scoped commands.',
     async run(ctx, p) {
+      if (!p[0]) throw usage(this.usage);
       const c = client(ctx);
       const identity = await resolveIdentity(c, p[0], ctx.config.identity);
       const id = identity.uuid;

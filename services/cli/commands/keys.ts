@@ -1,7 +1,7 @@
 // `ais keys list|create|revoke`: management and identity keys.
 import { ApiRequestError } from '../../sdk/client.js';
 import { client, requireIdentity, resolveIdentity, type Command } from '../context.js';
-import { usage } from '../errors.js';
+import { CliError, EXIT, usage } from '../errors.js';
 import { kv, show, table } from '../output.js';
 
 export const keysCommands: Record<string, Command> = {
@@ -10,6 +10,8 @@ export const keysCommands: Record<string, Command> = {
     summary: 'List management and identity keys (masked).',
     options: { kind: { type: 'string' } },
     async run(ctx, _p, v) {
+      // An unknown kind listed everything, as if none was given.
+      if (v.kind !== undefined && v.kind !== 'management' && v.kind !== 'identity') throw new CliError('usage', `--kind takes management or identity, not ${JSON.stringify(v.kind)}.\nUsage: ${this.usage}`, EXIT.usage);
       const c = client(ctx);
       const management = v.kind === 'identity' ? [] : await c.keys.management.list();
       const identity = v.kind === 'management' ? [] : await c.keys.identity.list();

@@ -1,7 +1,7 @@
 // `ais pin setup|change|recover`: the vault PIN.
 import { changePin, recover, setupEncryption } from '../../sdk/crypto.js';
 import { configFile, loadConfig, updateConfig } from '../config.js';
-import { client, type Command } from '../context.js';
+import { actsAsStoredLogin, client, type Command } from '../context.js';
 import { CliError, EXIT } from '../errors.js';
 import { readSecret } from '../input.js';
 import { show } from '../output.js';
@@ -22,12 +22,15 @@ export const pinCommands: Record<string, Command> = {
       const pending = loadConfig(ctx.env).pending_setup;
       if (meta.public_key) {
         // A setup of this machine cut off after its upload landed: its keys are here, shown now.
-        if (pending && pending.public_key === meta.public_key && ctx.config.device_secret) {
+        // Its device secret: kept in the setup when a login of another account came since.
+        const madeSecret = pending?.device_secret ?? ctx.config.device_secret;
+        if (pending && pending.public_key === meta.public_key && madeSecret) {
           ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
           await lockStore(ctx, meta.salt).write({ failures: 0 });
+          const where = madeSecret === ctx.config.device_secret ? `saved in ${configFile(ctx.env)}` : 'not saved here: give it as AIS_DEVICE_SECRET';
           // The PIN is the one that run was given (no new one is read or set here).
-          return show(ctx, { recovery_key: pending.recovery_key, device_secret: ctx.config.device_secret, resumed: true }, () =>
-            `An earlier \`ais pin setup\` was cut off after it set the PIN: the PIN is the one given to it then (not changed now).\nIts recovery key (shown once; store it safely):\n\n  ${pending.recovery_key}\n\nDevice secret (saved in ${configFile(ctx.env)}):\n\n  ${ctx.config.device_secret}`,
+          return show(ctx, { recovery_key: pending.recovery_key, device_secret: madeSecret, resumed: true }, () =>
+            `An earlier \`ais pin setup\` was cut off after it set the PIN: the PIN is the one given to it then (not changed now).\nIts recovery key (shown once; store it safely):\n\n  ${pending.recovery_key}\n\nDevice secret (${where}):\n\n  ${madeSecret}`,
           );
         }
         if (!meta.wrapped_key) throw foreignSetup();
@@ -70,14 +73,17 @@ export const pinCommands: Record<string, Command> = {
       const known = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
       const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx, metadata.salt) });
       await c.encryption.rewrap(r.upload);
-      ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: r.deviceSecret }));
+      // Kept only beside the stored login of this same account (never over another account's,
+      // nor in a config of an AIS_API_KEY run alone): else printed for the caller to keep.
+      const saved = await actsAsStoredLogin(ctx, c);
+      if (saved && r.deviceSecret !== ctx.config.device_secret) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: r.deviceSecret }));
       // Without the old device secret the vault key is now wrapped under a new one: every other
       // machine needs it (else its PIN no longer opens the vault), so say so, loudly.
-      show(ctx, { recovered: true, device_secret: r.deviceSecret, new_device_secret: !known }, () =>
+      show(ctx, { recovered: true, device_secret: r.deviceSecret, new_device_secret: !known, device_secret_saved: saved }, () =>
         known
           ? 'PIN reset; the vault is unlocked again.'
           : [
-              'PIN reset; the vault is unlocked again, under a NEW device secret (this machine had none):',
+              `PIN reset; the vault is unlocked again, under a NEW device secret (this machine had none)${saved ? '' : ', not saved here (no login of this account is stored here): give it as AIS_DEVICE_SECRET'}:`,
               `  ${r.deviceSecret}`,
               'Your other machines need it to unlock: set AIS_DEVICE_SECRET there (or run `ais pin recover` there with AIS_DEVICE_SECRET set).',
             ].join('\n'),
