@@ -8,7 +8,7 @@ import { body, created, noContent, pageParams, sendPage } from '../gateway/http.
 import { isUuid } from '../kernel/ids.js';
 import type { SessionDoc } from '../../projections/sessions/index.js';
 import { bodyWith, validator } from '../gateway/validate.js';
-import { badRequest, forbidden, notFound, tokenExpired, tokenNotValid } from '../gateway/errors.js';
+import { badRequest, forbidden, notFound, otherAccountsIdentity, tokenExpired, tokenNotValid } from '../gateway/errors.js';
 import { normalUsername, toPublicUser, type Accounts } from './service.js';
 import type { TokenService } from './tokens.js';
 
@@ -160,7 +160,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         const id = b.identity.toLowerCase();
         const identity = await deps.findIdentity(id);
         if (!identity) throw notFound('Identity not found.');
-        if (identity.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+        if (identity.ownerPk !== p.userPk) throw otherAccountsIdentity();
         const user = await accounts.getUser(p.userPk);
         const s = await accounts.startSession(user, { via: 'bind-identity', identity: id });
         ctx.body = { access: s.access, refresh: s.refresh, identity: id };

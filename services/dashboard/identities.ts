@@ -10,8 +10,9 @@ import { OUTBOX } from '../mail/events.js';
 import { html, Safe } from '../gateway/html.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
 import { addr, NO_SUBJECT } from './mail.js';
-import { api, apiAll, apiErrors, errorText, maxLengthOf, NO_IDENTITY, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { api, apiAll, apiErrors, errorText, NO_IDENTITY, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { seeOther } from '../gateway/web-session.js';
+import { maxLengthOf } from '../gateway/validate.js';
 
 /**
  * At the end of the link of an unread thread or conversation: its bold row says nothing to a
@@ -20,7 +21,7 @@ import { seeOther } from '../gateway/web-session.js';
 const UNREAD = html`<span class="sr-only"> (unread)</span>`;
 
 /** The longest identity name the API takes (schemas/identities.json, Name): the create and rename fields take as much. */
-const NAME_MAX = maxLengthOf('identities.json', 'Name');
+const NAME_MAX = maxLengthOf('identities.json#Name');
 
 export function identityRoutes(r: Router, kit: PageKit): void {
   const { platform, send, hidden, requireSession, form } = kit;

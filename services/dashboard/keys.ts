@@ -6,8 +6,9 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
 import { describedBy, fieldErrors, fmtDate, tableRegion } from './html.js';
-import { api, apiAll, apiErrors, errorText, maxLengthOf, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
+import { api, apiAll, apiErrors, errorText, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
 import { clearCookie, createSealer, seeOther, setCookie } from '../gateway/web-session.js';
+import { maxLengthOf } from '../gateway/validate.js';
 
 /** The sealed cookie carrying minted keys from their POST to the page that shows them once. */
 const MINTED_COOKIE = 'ais_minted';
@@ -29,7 +30,7 @@ interface MintedCookie {
 
 type KeyKind = 'management' | 'identity';
 /** The longest label the API takes (schemas/keys.json, Label). */
-const LABEL_MAX = maxLengthOf('keys.json', 'Label');
+const LABEL_MAX = maxLengthOf('keys.json#Label');
 /** The id of each form's label field (both are named `label`): its errors are keyed by it. */
 const LABEL_ID: Record<KeyKind, string> = { management: 'mlabel', identity: 'ilabel' };
 

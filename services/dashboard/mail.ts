@@ -6,7 +6,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html, Safe } from '../gateway/html.js';
 import { fmtDate, MAIL_FRAME_CSP } from './html.js';
-import { api, errorText, NO_IDENTITY, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
+import { api, errorText, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
 
 /** The most messages a thread's page shows (its newest). */
 const THREAD_PAGE_MESSAGES = 200;
@@ -48,7 +48,7 @@ export function mailRoutes(r: Router, kit: PageKit): void {
 
   /** `id`: the identity's uuid; null when the path's is none (answered as an unknown identity). */
   async function threadPage(ctx: Context, s: DashboardSession, id: string | null, thread: string) {
-    const t = id ? await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id }) : NO_IDENTITY;
+    const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
     if (!id || t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="${id ? `/identities/${id}` : '/'}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
     const all: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
     const messages = all.slice(-THREAD_PAGE_MESSAGES); // the newest: a page of thousands of mails helps nobody
@@ -77,7 +77,7 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     const s = await requireSession(ctx);
     if (!s) return;
     const id = uuidParam(ctx);
-    const m = id ? await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id }) : NO_IDENTITY;
+    const m = await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id });
     ctx.set('Cache-Control', 'no-store');
     if (m.status !== 200) {
       ctx.status = m.status === 404 ? 404 : 400;

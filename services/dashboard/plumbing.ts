@@ -4,14 +4,11 @@
  * rest needs no state. Page modules get the kit from index.ts and never import index.ts
  * (it imports them).
  */
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import type { Context } from 'koa';
 import type { Shared } from '../../infra/runtime.js';
-import { ApiError } from '../gateway/errors.js';
+import { ApiError, OTHER_ACCOUNTS_IDENTITY } from '../gateway/errors.js';
 import { body as readForm } from '../gateway/http.js';
 import { isUuid } from '../kernel/ids.js';
-import { SCHEMAS_DIR } from '../gateway/validate.js';
 import { html, type Safe } from '../gateway/html.js';
 import { layout, PAGE_CSP } from './html.js';
 import { SESSION_COOKIE, safeReturnPath, seeOther, type WebSession } from '../gateway/web-session.js';
@@ -29,17 +26,6 @@ export interface ApiAnswer {
 }
 
 export const str = (x: unknown): string => (typeof x === 'string' ? x : '');
-
-/**
- * The `maxLength` of a definition of the API's schemas (`schemas/<file>`, `$defs.<def>`): a
- * form field takes exactly what the API takes (a name the API made can be edited here).
- */
-export function maxLengthOf(file: string, def: string): number {
-  const schema = JSON.parse(readFileSync(path.join(SCHEMAS_DIR, file), 'utf8')) as { $defs?: Record<string, { maxLength?: unknown }> };
-  const max = schema.$defs?.[def]?.maxLength;
-  if (typeof max !== 'number') throw new Error(`schemas/${file}: $defs.${def} has no maxLength`);
-  return max;
-}
 
 /**
  * 409s of the identities API about one field of the dashboard's forms (services/identities/
@@ -70,17 +56,14 @@ export function errorText(answer: ApiAnswer): string {
 export const NO_IDENTITY: ApiAnswer = { status: 404, body: { detail: 'Identity not found.' }, next: null };
 
 /**
- * The API's 403 about another account's identity (services/gateway/auth.ts, identities and
- * keys routes). A session acts for one account only, so to the dashboard that identity does
- * not exist: its pages do not tell "someone else's" from "no such identity".
- */
-const OTHER_ACCOUNTS = /^This identity belongs to another account\.$/;
-
-/**
  * Calls the gateway's own API over loopback with the session cookie as the credential.
- * Another account's identity is answered as an unknown one ({@link NO_IDENTITY}).
+ * A session acts for one account only, so to the dashboard an identity of another account
+ * (the API's 403) does not exist: it is answered as an unknown one ({@link NO_IDENTITY}), and
+ * so is `identity: null`, a page's path naming no identity at all (see uuidParam): the pages do
+ * not tell "someone else's", "not an id" and "no such identity" apart.
  */
-export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string } = {}): Promise<ApiAnswer> {
+export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string | null } = {}): Promise<ApiAnswer> {
+  if (opts.identity === null) return NO_IDENTITY;
   const sock = ctx.req.socket;
   let host = (sock.localAddress ?? '127.0.0.1').replace(/^::ffff:/, '');
   if (host.includes(':')) host = `[${host}]`;
@@ -95,7 +78,7 @@ export async function api(ctx: Context, s: DashboardSession, method: string, pat
   } catch {
     parsed = text;
   }
-  if (res.status === 403 && OTHER_ACCOUNTS.test(str((parsed as { detail?: unknown } | null)?.detail))) return NO_IDENTITY;
+  if (res.status === 403 && (parsed as { detail?: unknown } | null)?.detail === OTHER_ACCOUNTS_IDENTITY) return NO_IDENTITY;
   const link = /<([^>]+)>;\s*rel="next"/.exec(res.headers.get('link') ?? '');
   const nextUrl = link ? new URL(link[1]) : null;
   return { status: res.status, body: parsed, next: nextUrl ? `${nextUrl.pathname}${nextUrl.search}` : null };

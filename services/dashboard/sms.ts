@@ -6,7 +6,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { html } from '../gateway/html.js';
 import { fmtDate } from './html.js';
-import { api, errorText, NO_IDENTITY, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
+import { api, errorText, str, uuidParam, type DashboardSession, type PageKit } from './plumbing.js';
 
 export function smsRoutes(r: Router, kit: PageKit): void {
   const { send, requireSession } = kit;
@@ -14,7 +14,7 @@ export function smsRoutes(r: Router, kit: PageKit): void {
   /** `id`: the identity's uuid; null when the path's is none (answered as an unknown identity). */
   async function smsPage(ctx: Context, s: DashboardSession, id: string | null, conv: string) {
     // GET /api/sms-inbox/{conversation_id}/ (services/sms): the conversation with its messages, oldest first.
-    const c = id ? await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id }) : NO_IDENTITY;
+    const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id });
     if (!id || c.status !== 200) return send(ctx, 'SMS conversation', html`<p><a href="${id ? `/identities/${id}` : '/'}">Back</a></p>`, s, { kind: 'error', text: errorText(c) }, c.status === 404 ? 404 : 400);
     const messages: any[] = Array.isArray(c.body.messages) ? c.body.messages : [];
     send(

@@ -10,7 +10,7 @@ import type { Context } from 'koa';
 import { createIdentityGate } from './identity-gate.js';
 import { body } from './http.js';
 import { isUuid } from '../kernel/ids.js';
-import { ApiError, badRequest, forbidden, notAuthenticated, notFound, tokenNotValid } from './errors.js';
+import { ApiError, badRequest, forbidden, notAuthenticated, notFound, otherAccountsIdentity, tokenNotValid } from './errors.js';
 
 export type PrincipalKind = 'jwt' | 'management_key' | 'identity_key' | 'session' | 'basic';
 
@@ -164,7 +164,7 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
       }
       const found = isUuid(named) ? await resolvers.findIdentity(named) : null;
       if (!found) throw notFound('Identity not found.');
-      if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+      if (found.ownerPk !== p.userPk) throw otherAccountsIdentity();
     }
     // Either selects the identity (SPEC: the query parameter "instead" of the header); two
     // different ones, both the caller's, leave the request's meaning open.
@@ -223,7 +223,7 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
       if (p.fencedIdentity) throw tokenNotValid('The identity of this key was deleted.');
       throw notFound('Identity not found.');
     }
-    if (found.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+    if (found.ownerPk !== p.userPk) throw otherAccountsIdentity();
     if (UNSAFE_METHODS.has(ctx.method) && !ctx.state.releaseIdentity) {
       // A write: held until the answer is sent (the edge middleware lets go), so the
       // identity's deletion waits for it; if a deletion came first, the identity is gone now.

@@ -64,6 +64,9 @@ export const tokenExpired = (detail = 'Token is expired') => new ApiError(401, '
 export const forbidden = (detail = 'You do not have permission to perform this action.', code: ErrorCode = 'permission_denied') =>
   new ApiError(403, code, detail);
 export const notFound = (detail = 'Not found.') => new ApiError(404, 'not_found', detail);
+/** What the 403 for an identity of another account says (SPEC "Authentication" 8), wherever it is found out. */
+export const OTHER_ACCOUNTS_IDENTITY = 'This identity belongs to another account.';
+export const otherAccountsIdentity = () => forbidden(OTHER_ACCOUNTS_IDENTITY);
 export const conflict = (detail: string, code: ErrorCode = 'conflict') => new ApiError(409, code, detail);
 export const throttled = (retryAfterSeconds: number, detail?: string) => {
   const wait = Math.max(1, Math.ceil(retryAfterSeconds));

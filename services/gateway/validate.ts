@@ -159,6 +159,17 @@ export function toFieldErrors(errors: ErrorObject[]): FieldErrors {
 }
 
 /**
+ * The `maxLength` of `file.json#Name` (as {@link validator} names it), from the schemas the
+ * validators were compiled from: a page's field takes exactly what the API takes.
+ */
+export function maxLengthOf(ref: string): number {
+  const [file, name] = ref.split('#');
+  const max = (asTyped.getSchema(`${SCHEMA_BASE}${file}#/$defs/${name}`)?.schema as { maxLength?: unknown } | undefined)?.maxLength;
+  if (typeof max !== 'number') throw new Error(`schemas/${file}: $defs.${name} has no maxLength`);
+  return max;
+}
+
+/**
  * Validator for `file.json#/$defs/Name` (written `file.json#Name` for short), compiled when
  * it is made (at start), so a schema the strict compiler refuses stops the service from
  * starting instead of answering 500 to the first request that needs it.

@@ -5,7 +5,7 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator, Principal } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, sendPage } from '../gateway/http.js';
 import { bodyWith, isTrue, validator } from '../gateway/validate.js';
-import { forbidden, notFound } from '../gateway/errors.js';
+import { forbidden, notFound, otherAccountsIdentity } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { IdentityDoc } from '../../projections/identities/index.js';
 import { toIdentity, type Identities } from './service.js';
@@ -45,7 +45,7 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
     if (!isUuid(id)) throw notFound('Identity not found.');
     const doc = await identities.get(id);
     if (!doc) throw notFound('Identity not found.');
-    if (doc.ownerPk !== p.userPk) throw forbidden('This identity belongs to another account.');
+    if (doc.ownerPk !== p.userPk) throw otherAccountsIdentity();
     return doc;
   }
 

@@ -5,7 +5,7 @@ import type { HttpModule } from '../gateway/app.js';
 import type { Authenticator } from '../gateway/auth.js';
 import { body, created, noContent, pageParams, queryParam, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
-import { badRequest, forbidden, notFound, tokenNotValid } from '../gateway/errors.js';
+import { badRequest, forbidden, notFound, otherAccountsIdentity, tokenNotValid } from '../gateway/errors.js';
 import { isUuid } from '../kernel/ids.js';
 import type { Accounts } from '../accounts/service.js';
 import { toIdentityKey, toManagementKey, type Keys } from './service.js';
@@ -45,7 +45,7 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
     if (!isUuid(lower)) throw badRequest({ [field]: ['Must be a valid UUID.'] });
     const found = await deps.findIdentity(lower);
     if (!found) throw notFound('Identity not found.');
-    if (found.ownerPk !== userPk) throw forbidden('This identity belongs to another account.');
+    if (found.ownerPk !== userPk) throw otherAccountsIdentity();
     return lower;
   }
 
