@@ -20,7 +20,7 @@ import pino from 'pino';
 import { loadConfig, ConfigError, type Config } from '../infra/config.js';
 import { startRuntime, type Runtime } from '../infra/runtime.js';
 import { mongoDatabaseName, PROJECTIONS_LEASE, useWorkerRole, clusterRelay } from '../infra/cluster.js';
-import { acquireLease } from '../infra/mongodb/lease.js';
+import { acquireLease, type HeldLease } from '../infra/mongodb/lease.js';
 import { newLeaseOwner } from '../infra/mongodb/read-store.js';
 
 // Everything under DATA_DIR is the service's own: the event log, read models and keys are not
@@ -47,34 +47,26 @@ config = { ...config, smtpPort: 0 };
 const logger = pino({ level: config.logLevel, base: { role: 'worker' } });
 
 const mongo = new MongoClient(cluster.mongoUrl, { writeConcern: { w: 'majority' } });
-await mongo.connect();
 const owner = newLeaseOwner('worker');
+// Set as the start gets them: a signal can come at any step (a standby waits for the lease
+// as long as the active worker lives), and stops what there is so far.
+let lease: HeldLease | null = null;
+let runtime: Runtime | null = null;
 let stopping = false;
-const lease = await acquireLease(mongo.db(mongoDatabaseName(cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { logger });
-useWorkerRole({ name: PROJECTIONS_LEASE, owner });
-
-let runtime: Runtime;
-try {
-  runtime = await startRuntime(config, { logger, serve: false });
-  // runtime.role is 'worker' here (useWorkerRole above): reactors that must run once start.
-  for (const part of runtime.parts) await part.start?.(runtime.role);
-} catch (err) {
-  logger.fatal({ err }, 'worker failed to start');
-  await lease.release();
-  process.exit(1);
-}
-logger.info({ owner }, 'worker running: projections, reactors and the Kafka relay');
 
 async function shutdown(code: number): Promise<never> {
   if (!stopping) {
     stopping = true;
-    for (const part of [...runtime.parts].reverse()) {
-      await part.stop?.().catch((err: unknown) => logger.error({ err, context: part.name }, 'stop failed'));
+    if (runtime) {
+      for (const part of [...runtime.parts].reverse()) {
+        await part.stop?.().catch((err: unknown) => logger.error({ err, context: part.name }, 'stop failed'));
+      }
+      await runtime.close().catch((err: unknown) => logger.error({ err }, 'shutdown failed'));
     }
-    await runtime.close().catch((err: unknown) => logger.error({ err }, 'shutdown failed'));
-    await lease.release();
+    // Released at once, so a standby takes over without waiting for the ttl.
+    await lease?.release();
     await mongo.close().catch(() => {});
-    if (code === 0) logger.info('stopped: flushed');
+    if (code === 0) logger.info(runtime ? 'stopped: flushed' : 'stopped before running');
   }
   process.exit(code);
 }
@@ -85,6 +77,32 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     void shutdown(0);
   });
 }
+
+/** Once stopping, the start goes no further: shutdown() exits. */
+const stopped = () => new Promise<never>(() => {});
+// A step cut short by a stop (its client closed under it) is no failure.
+const unlessStopping = (err: unknown): Promise<never> => (stopping ? stopped() : Promise.reject(err));
+await mongo.connect().catch(unlessStopping);
+const held = await acquireLease(mongo.db(mongoDatabaseName(cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { logger }).catch(unlessStopping);
+if (stopping) {
+  await held.release().catch(() => {}); // taken while stopping: handed back at once
+  await stopped();
+}
+lease = held;
+useWorkerRole({ name: PROJECTIONS_LEASE, owner });
+
+try {
+  runtime = await startRuntime(config, { logger, serve: false });
+  // runtime.role is 'worker' here (useWorkerRole above): reactors that must run once start.
+  for (const part of runtime.parts) await part.start?.(runtime.role);
+} catch (err) {
+  if (stopping) await stopped();
+  logger.fatal({ err }, 'worker failed to start');
+  await lease.release();
+  process.exit(1);
+}
+logger.info({ owner }, 'worker running: projections, reactors and the Kafka relay');
+
 void lease.lost.then(() => {
   // Another worker took over (or MongoDB was unreachable past the ttl): our commits are
   // already fenced; exit without flushing so nothing more is attempted.

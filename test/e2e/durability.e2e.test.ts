@@ -319,6 +319,36 @@ describe('durability', () => {
     }
   }, 60_000);
 
+  it('SIGTERM during the start (here: an event store that does not answer yet) stops it at once and exits 0', async () => {
+    // A server that takes connections and never answers: the start waits on it, as on a
+    // cluster's servers coming up or a long catch-up of the log.
+    const connected: net.Socket[] = [];
+    const silent = net.createServer((socket) => connected.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as net.AddressInfo;
+    const child = spawn(process.execPath, ['--require', './infra/boot.cjs', '--import', 'tsx', 'services/main.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, DATA_DIR: dataDir, PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'info', STORE: 'cluster', EVENTSTORE_URL: `esdb://127.0.0.1:${port}?tls=false`, MONGO_URL: 'mongodb://127.0.0.1:1/ais', KAFKA_BROKERS: '127.0.0.1:1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      for (let i = 0; i < 300 && connected.length === 0 && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 50));
+      expect([connected.length > 0, out]).toEqual([true, out]); // the start is waiting on the event store
+      child.kill('SIGTERM');
+      expect(await exited).toEqual({ code: 0, signal: null });
+      expect(out).toMatch(/stopped during start-up \(SIGTERM\)/);
+      expect(out).not.toMatch(/gateway listening/);
+    } finally {
+      child.kill('SIGKILL');
+      for (const socket of connected) socket.destroy();
+      silent.close();
+    }
+  }, 60_000);
+
   it('npm start killed with kill -9 (its whole process group): a restart at once on the same DATA_DIR comes up with the data', async () => {
     const svc = await spawnService({ DATA_DIR: dataDir }, undefined, { viaNpm: true });
     expect((await post(`${svc.url}/api/auth/social/`, { username: 'crashkeeper', email: 'crashkeeper@example.com', password1: 'pw', password2: 'pw' })).status).toBe(201);
