@@ -45,10 +45,14 @@ export function createMailContext(options: { blobs?: BlobStore; delivery?: Deliv
       // or the cluster worker holding the lease). SMTP serves clients: every gateway listens.
       async start(role) {
         if (role !== 'gateway') await reactor.start();
-        if (role !== 'worker') await smtp?.start();
+        if (role !== 'worker') {
+          await mail.start(); // sends are served here
+          await smtp?.start();
+        }
       },
       async stop() {
         await smtp?.stop();
+        mail.stop();
         await reactor.stop();
       },
     };

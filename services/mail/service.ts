@@ -4,7 +4,7 @@
  * limits, mark read, presign and accept attachment uploads. Every write is an event.
  */
 import { macOf, sameSecret } from '../kernel/secrets.js';
-import { streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type Subscription } from '../../infra/ports/event-store.js';
+import { streamId, streamName, WrongExpectedRevisionError, type AppendResult, type EventData, type Subscription } from '../../infra/ports/event-store.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Collection } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
@@ -382,10 +382,37 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     // (sent or failed), so the recipients can read it as soon as the sender has the 201.
     const everyone = [...req.to, ...req.cc, ...req.bcc];
     if (everyone.length && everyone.every((a) => domainOf(a.address) === config.mailDomain)) {
-      const outcome = await deliveryOutcome(queued.messageId, queued.position, INTERNAL_DELIVERY_WAIT_MS);
+      const outcome = await deliveryOutcome(queued.messageId, INTERNAL_DELIVERY_WAIT_MS);
       if (outcome) await settle(outcome);
     }
     return (await messages().get(queued.messageId)) ?? (await waitForDoc(queued.messageId));
+  }
+
+  // ---- delivery outcomes of internal sends -------------------------------------------
+
+  /** Senders waiting for the outcome of their message, by message id. */
+  const outcomeWaiters = new Map<string, (position: string | null) => void>();
+  /** One subscription for every waiting sender (one each would hold a stream per send on EventStoreDB). */
+  let outcomes: Subscription | null = null;
+
+  async function start(): Promise<void> {
+    if (outcomes) return;
+    const subscription = events.subscribeAll({ after: await events.headPosition(), filter: { eventTypes: [EMAIL_SENT, EMAIL_FAILED] } }, (e) => {
+      outcomeWaiters.get(streamId(e.stream))?.(e.position);
+    });
+    outcomes = subscription;
+    subscription.done.catch((err: unknown) => {
+      if (outcomes !== subscription) return;
+      platform.logger.error({ err }, 'mail: the delivery outcome subscription failed; internal sends answer queued');
+      outcomes = null;
+      for (const resolve of outcomeWaiters.values()) resolve(null);
+    });
+  }
+
+  function stop(): void {
+    outcomes?.close();
+    outcomes = null;
+    for (const resolve of outcomeWaiters.values()) resolve(null);
   }
 
   /**
@@ -393,20 +420,22 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
    * the delivery reactor (in this process or a cluster worker) records it; null after
    * `timeoutMs` (the message stays queued and is delivered later as usual).
    */
-  function deliveryOutcome(messageId: string, after: string, timeoutMs: number): Promise<string | null> {
-    let subscription: Subscription | undefined;
+  async function deliveryOutcome(messageId: string, timeoutMs: number): Promise<string | null> {
+    if (!outcomes) return null;
     let timer: NodeJS.Timeout | undefined;
     const outcome = new Promise<string | null>((resolve) => {
       timer = setTimeout(() => resolve(null), timeoutMs);
-      subscription = events.subscribeAll({ after, filter: { streams: [streamName(DELIVERY, messageId)] } }, (e) => {
-        if (e.type === EMAIL_SENT || e.type === EMAIL_FAILED) resolve(e.position);
-      });
-      subscription.done.catch(() => resolve(null));
+      outcomeWaiters.set(messageId, resolve);
     });
-    return outcome.finally(() => {
+    try {
+      // Waiting first, then looking: an outcome recorded before the wait began is in the
+      // stream; one recorded after reaches the waiter.
+      const recorded = (await events.readStream(streamName(DELIVERY, messageId))).findLast((e) => e.type === EMAIL_SENT || e.type === EMAIL_FAILED);
+      return recorded ? recorded.position : await outcome;
+    } finally {
       clearTimeout(timer);
-      subscription?.close();
-    });
+      outcomeWaiters.delete(messageId);
+    }
   }
 
   async function waitForDoc(messageId: string): Promise<MessageDoc> {
@@ -497,6 +526,8 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   }
 
   return {
+    start,
+    stop,
     receive,
     send,
     bodiesOf,

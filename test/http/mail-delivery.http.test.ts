@@ -3,6 +3,7 @@
  * holding one of the reactor's places (services/kernel/reactor.ts), so they stop no other
  * mail; an outbox that cannot be written defers the mail instead of failing it.
  */
+import { jest } from '@jest/globals';
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { openDatabase } from '../../infra/sqlite/driver.js';
@@ -92,5 +93,22 @@ it('a retry recorded for a time far ahead (a clock set back since) waits no long
     await local.close();
     await sink.close();
     rmSync(dataDir, { recursive: true, force: true });
+  }
+}, 30_000);
+
+it('senders of internal mail wait for its outcome on one shared subscription, not one each (EventStoreDB serves a connection ~100 streams)', async () => {
+  const u = await s.signUp();
+  const identity = async (name: string) => (await s.api('POST', '/api/identities/', { token: u.access, body: { name } })).body as { uuid: string; inbox: string };
+  const sender = await identity('Busy sender');
+  const reader = await identity('Busy reader');
+  const subscribe = jest.spyOn(s.runtime.events, 'subscribeAll');
+  try {
+    const sends = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => s.api('POST', '/api/email-messages/compose/', { token: u.access, identity: sender.uuid, body: { to: reader.inbox, subject: `busy ${i}`, body: '<p>x</p>' } })),
+    );
+    expect(sends.map((r) => [r.status, r.body.status])).toEqual(sends.map(() => [201, 'sent'])); // each answered with its outcome
+    expect(subscribe).not.toHaveBeenCalled();
+  } finally {
+    subscribe.mockRestore();
   }
 }, 30_000);
