@@ -58,6 +58,10 @@ export interface Listener {
  */
 const REMEMBERED = 50_000;
 
+/** Pauses before the subscription is started again after a failure: 1 s, doubling to 30 s. */
+const RESTART_FIRST_MS = 1_000;
+const RESTART_MAX_MS = 30_000;
+
 export class EventHub {
   readonly #byIdentity = new Map<string, Set<Listener>>();
   readonly #byKey = new Map<string, Set<Listener>>();
@@ -72,6 +76,10 @@ export class EventHub {
   #subscription: Subscription | null = null;
   /** The position of the last event dispatched (the log's head at start): every later one goes to the listeners added now. */
   #position: string | null = null;
+  #stopped = false;
+  #restart: NodeJS.Timeout | null = null;
+  /** Failures since an event last came through: the restart pause doubles with each. */
+  #failures = 0;
 
   constructor(
     private readonly store: EventStore,
@@ -94,18 +102,51 @@ export class EventHub {
     return this.#position;
   }
 
+  /**
+   * Whether live events reach listeners added now: false from a failure of the subscription
+   * (a cluster's server away) until it is running again, so a stream is not opened dead.
+   */
+  get live(): boolean {
+    return this.#subscription !== null;
+  }
+
   async start(): Promise<void> {
+    this.#stopped = false;
     const head = await this.store.headPosition();
     this.#position = head;
     const filter = { eventTypes: [...MESSAGE_TYPES, ...CLOSING_TYPES] };
     const sub = this.feed
       ? this.feed.subscribe({ after: head, group: hubGroup(), filter, fromLatest: true }, async (e) => this.#dispatch(e))
       : this.store.subscribeAll({ after: head, filter }, (e) => this.#dispatch(e));
-    sub.done.catch((error) => this.onFailure(error));
     this.#subscription = sub;
+    sub.done.catch((error) => {
+      if (this.#subscription !== sub) return; // closed by stop()
+      this.#subscription = null;
+      sub.close(); // nothing more from it, whatever the failure left running
+      this.onFailure(error); // the streams open now are ended: their clients resume with Last-Event-ID from the log
+      this.#restartLater();
+    });
+  }
+
+  /** Starts again (from the log's head then) after a pause that grows while it keeps failing. */
+  #restartLater(): void {
+    if (this.#stopped) return;
+    const delay = Math.min(RESTART_MAX_MS, RESTART_FIRST_MS * 2 ** this.#failures++);
+    this.#restart = setTimeout(() => {
+      this.#restart = null;
+      if (this.#stopped) return;
+      this.start().catch((error: unknown) => {
+        this.onFailure(error);
+        this.#restartLater();
+      });
+    }, delay);
+    this.#restart.unref();
   }
 
   stop(): void {
+    this.#stopped = true;
+    if (this.#restart) clearTimeout(this.#restart);
+    this.#restart = null;
     this.#subscription?.close();
     this.#subscription = null;
   }
@@ -149,6 +190,7 @@ export class EventHub {
 
   #dispatch(e: RecordedEvent): void {
     this.#position = e.position;
+    this.#failures = 0;
     switch (e.type) {
       case ApiKeyRevoked: {
         const keyId = String(e.data?.keyId ?? '');

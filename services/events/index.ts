@@ -77,7 +77,7 @@ export const eventsContext: ContextFactory = (shared) => {
   const hub = new EventHub(
     events,
     (error) => {
-      log.error({ err: error }, 'event stream subscription failed; closing open streams');
+      log.error({ err: error }, 'event stream subscription failed; closing open streams and starting it again');
       for (const l of hub.all()) l.revoke('subscription failed');
     },
     // Cluster: live events from Kafka; embedded: the event store subscription, as always.
@@ -112,6 +112,7 @@ export const eventsContext: ContextFactory = (shared) => {
       throw new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
     }
     if (stopping) throw new ApiError(503, 'service_unavailable', 'The service is shutting down; reconnect shortly.', undefined, { 'Retry-After': '1' });
+    if (!hub.live) throw new ApiError(503, 'service_unavailable', 'Live events are interrupted (the event log cannot be followed now); reconnect shortly.', undefined, { 'Retry-After': String(Math.ceil(RETRY_MS / 1000)) });
     if ((perAccount.get(principal.userPk) ?? 0) >= config.sseStreamsPerAccount) {
       throw new ApiError(
         429,

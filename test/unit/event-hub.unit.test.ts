@@ -1,0 +1,85 @@
+/**
+ * The SSE hub's one subscription: when it fails (a cluster's server away), the open streams
+ * are ended (their clients resume from the log with Last-Event-ID), the hub says it is not
+ * live (new streams are refused, not opened dead) and it starts again by itself.
+ */
+import { jest } from '@jest/globals';
+import { EventHub, type Listener } from '../../services/events/hub.js';
+import { createMemoryEventStore } from '../support/memory-event-store.js';
+import type { EventStore, Subscription } from '../../infra/ports/event-store.js';
+
+const received = (identityId: string, subject: string) => ({ id: crypto.randomUUID(), type: 'EmailReceived', data: { identityId, subject } });
+
+function listener(identityId: string) {
+  const delivered: string[] = [];
+  const revoked: string[] = [];
+  const l: Listener = { identityId, deliver: (e) => delivered.push(String(e.data.subject)), revoke: (reason) => revoked.push(reason) };
+  return { l, delivered, revoked };
+}
+
+afterEach(() => jest.useRealTimers());
+
+it('a failed subscription ends the open streams, is not live meanwhile, and starts again from the head then', async () => {
+  const memory = createMemoryEventStore();
+  let fail: ((error: Error) => void) | null = null;
+  let subscriptions = 0;
+  // The first subscription fails on demand, as one to a server that went away does.
+  const store: EventStore = {
+    ...memory,
+    subscribeAll(options, handler): Subscription {
+      subscriptions += 1;
+      const inner = memory.subscribeAll(options, handler);
+      if (subscriptions > 1) return inner;
+      const failed = new Promise<void>((_, reject) => (fail = reject));
+      failed.catch(() => {});
+      return { done: Promise.race([inner.done, failed]), close: () => inner.close() };
+    },
+  };
+  const failures: unknown[] = [];
+  const hub = new EventHub(store, (error) => {
+    failures.push(error);
+    for (const l of hub.all()) l.revoke('subscription failed');
+  });
+  jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
+  await hub.start();
+  const first = listener('id-1');
+  hub.add(first.l);
+  await memory.append('mailbox-id-1', [received('id-1', 'before the failure')]);
+  for (let i = 0; i < 10 && first.delivered.length === 0; i++) await new Promise((r) => setImmediate(r));
+  expect(first.delivered).toEqual(['before the failure']);
+
+  fail!(new Error('server went away'));
+  for (let i = 0; i < 10 && failures.length === 0; i++) await new Promise((r) => setImmediate(r));
+  expect([failures.length, first.revoked, hub.live]).toEqual([1, ['subscription failed'], false]);
+  await memory.append('mailbox-id-1', [received('id-1', 'while it was down')]);
+
+  await jest.advanceTimersByTimeAsync(1_000); // the first pause
+  expect([hub.live, subscriptions]).toEqual([true, 2]);
+  expect(hub.position).toBe('2'); // a stream opened now starts after the head then
+  const second = listener('id-1');
+  hub.add(second.l);
+  await memory.append('mailbox-id-1', [received('id-1', 'after the restart')]);
+  for (let i = 0; i < 10 && second.delivered.length === 0; i++) await new Promise((r) => setImmediate(r));
+  expect(second.delivered).toEqual(['after the restart']);
+  hub.stop();
+  expect(hub.live).toBe(false);
+});
+
+it('stopped, it does not start again', async () => {
+  const memory = createMemoryEventStore();
+  let subscriptions = 0;
+  const store: EventStore = {
+    ...memory,
+    subscribeAll(): Subscription {
+      subscriptions += 1;
+      return { done: Promise.reject(new Error('down')), close: () => {} };
+    },
+  };
+  jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
+  const hub = new EventHub(store, () => {});
+  await hub.start();
+  await new Promise((r) => setImmediate(r));
+  hub.stop();
+  await jest.advanceTimersByTimeAsync(60_000);
+  expect(subscriptions).toBe(1);
+});
