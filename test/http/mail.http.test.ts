@@ -155,7 +155,14 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect([part.status, part.headers.get('content-range')]).toEqual([206, 'bytes 5-13/14']);
     part = await ranged('bytes=0-3', { 'if-range': etag });
     expect(part.status).toBe(206);
-    for (const whole of [ranged('bytes=0-3', { 'if-range': '"0000"' }), ranged('bytes=0-1,4-5'), ranged('lines=1-2'), ranged('bytes=5-3')]) {
+    part = await ranged(' bytes = 0 - 3 '); // optional whitespace around its parts
+    expect([part.status, await part.text()]).toEqual([206, 'step']);
+    // A header longer than any one range is not parsed (a run of whitespace in it made the
+    // match backtrack for minutes: the whole process stalled): the whole body.
+    const stalling = `bytes=${'\t'.repeat(6000)}-${' '.repeat(6000)}x`;
+    part = await ranged(`bytes=${' '.repeat(200)}0-3`);
+    expect([part.status, await part.text()]).toEqual([200, 'step 1\nstep 2\n']);
+    for (const whole of [ranged('bytes=0-3', { 'if-range': '"0000"' }), ranged('bytes=0-1,4-5'), ranged('lines=1-2'), ranged('bytes=5-3'), ranged('bytes=1 2-3'), ranged(stalling)]) {
       const res = await whole;
       expect([res.status, await res.text()]).toEqual([200, 'step 1\nstep 2\n']);
     }
