@@ -34,11 +34,37 @@ export interface Command {
   run: (ctx: Ctx, positionals: string[], values: Record<string, any>) => Promise<void>;
 }
 
+/** Whether two service addresses name the same service (`HTTP://Host:80/` is `http://host`). */
+export function sameService(a: string, b: string): boolean {
+  const normal = (address: string) => {
+    try {
+      const u = new URL(address);
+      return u.origin + u.pathname.replace(/\/+$/, '');
+    } catch {
+      return address;
+    }
+  };
+  return normal(a) === normal(b);
+}
+
+/** Whether the login stored here was made at the service this run addresses (one stored without an address: any). */
+export const storedLoginHere = (ctx: Pick<Ctx, 'config' | 'baseUrl'>): boolean => sameService(ctx.config.base_url ?? ctx.baseUrl, ctx.baseUrl);
+
 export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
-  const c = ctx.config;
   const envKey = ctx.env.AIS_API_KEY;
-  const token = ctx.env.AIS_TOKEN ?? (envKey ? undefined : c.access);
-  const managementKey = envKey?.startsWith('svc_mgmt_') ? envKey : envKey ? undefined : c.management_key;
+  const envToken = ctx.env.AIS_TOKEN;
+  // The stored login's tokens and key go only to the service they were stored for: another
+  // one (--base-url, AIS_BASE_URL) would be handed them. A credential given for this run
+  // (AIS_API_KEY, AIS_TOKEN) goes where this run goes.
+  const stored = envKey || envToken ? undefined : ctx.config;
+  if (stored && (stored.access || stored.management_key) && !storedLoginHere(ctx)) {
+    throw new CliError(
+      'not_authenticated',
+      `Not logged in at ${ctx.baseUrl}: the login stored here is for ${stored.base_url}, and its credentials go only there. Run \`ais login --base-url ${ctx.baseUrl}\` (it replaces that login), or set AIS_API_KEY.`,
+    );
+  }
+  const token = envToken ?? stored?.access;
+  const managementKey = envKey?.startsWith('svc_mgmt_') ? envKey : stored?.management_key;
   const identityKey = envKey?.startsWith('svc_id_') ? envKey : undefined;
   if (envKey && !managementKey && !identityKey) {
     throw new CliError('usage', 'AIS_API_KEY is not a key of this service: keys start with svc_mgmt_ or svc_id_.', EXIT.usage);
@@ -50,19 +76,19 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
   return createClient({
     baseUrl: ctx.baseUrl,
     token,
-    refreshToken: ctx.env.AIS_TOKEN ? undefined : c.refresh,
+    refreshToken: stored?.refresh,
     managementKey,
     identityKey,
     identity,
     userAgent: 'ais-cli/1.0',
     timeoutMs: requestTimeoutMs(ctx.env),
     onTokens: (t) => {
-      if (ctx.env.AIS_TOKEN) return;
+      if (!stored) return;
       ctx.config = { ...loadConfig(ctx.env), access: t.access, refresh: t.refresh };
       saveConfig(ctx.config, ctx.env);
     },
     // Other ais processes share this config: refresh one at a time, adopting what they stored.
-    sharedTokens: ctx.env.AIS_TOKEN
+    sharedTokens: !stored
       ? undefined
       : {
           lock: (work) => withConfigLock(ctx.env, work),
@@ -99,11 +125,29 @@ export function requestTimeoutMs(env: NodeJS.ProcessEnv): number | undefined {
 export async function actsAsStoredLogin(ctx: Ctx, c: AisClient): Promise<boolean> {
   const stored = ctx.config;
   if (!stored.access && !stored.management_key) return false;
-  if ((stored.base_url ?? ctx.baseUrl) !== ctx.baseUrl) return false;
+  return actsForStoredAccount(ctx, c);
+}
+
+/** Whether this run is of the account the config names (its login, or the one signed out), at its service. */
+async function actsForStoredAccount(ctx: Ctx, c: AisClient): Promise<boolean> {
+  const stored = ctx.config;
+  if (!storedLoginHere(ctx)) return false;
   if (!ctx.env.AIS_API_KEY && !ctx.env.AIS_TOKEN) return true;
   if (stored.user?.pk === undefined) return false;
   const me = await c.whoami().catch(() => null);
   return me?.user.pk === stored.user.pk;
+}
+
+/**
+ * Whether this run may set the default identity kept in the config. It is the stored login's:
+ * only a run of that same account at its service may set it (another account's identity
+ * there failed every identity command of the login, as identity_not_found). With no account
+ * stored (no login, none signed out), an AIS_API_KEY / AIS_TOKEN run keeps its own there.
+ */
+export async function maySetDefaultIdentity(ctx: Ctx, c: AisClient): Promise<boolean> {
+  const stored = ctx.config;
+  if (!stored.access && !stored.management_key && !stored.user) return true;
+  return actsForStoredAccount(ctx, c);
 }
 
 export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {

@@ -213,7 +213,8 @@ export interface ClientOptions {
   /**
    * Gives up on an attempt whose answer has not begun after this long, ms (default: none; a
    * body being read is not cut). Applies to calls made without their own `signal` (the event
-   * stream always has one); a timed-out GET is retried like a cut connection, a POST is not.
+   * stream always has one) and to the token refresh; a timed-out GET is retried like a cut
+   * connection, a POST (the refresh included) is not.
    * Keep it above DEVICE_WAIT_MAX when long-polling the device flow.
    */
   timeoutMs?: number;
@@ -350,14 +351,7 @@ export class AisClient {
       }
       let res: Response;
       try {
-        // The timeout covers the wait for an answer (its headers), not the reading of its body.
-        const timeout = !o.signal && this.#options.timeoutMs ? new AbortController() : null;
-        const timer = timeout ? setTimeout(() => timeout.abort(new DOMException('no answer in time', 'TimeoutError')), this.#options.timeoutMs) : undefined;
-        try {
-          res = await this.#fetch(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal: o.signal ?? timeout?.signal });
-        } finally {
-          clearTimeout(timer);
-        }
+        res = await this.#fetchBounded(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal: o.signal });
       } catch (err) {
         if (o.signal?.aborted) throw err;
         if (idempotent && attempt < retries) {
@@ -389,6 +383,20 @@ export class AisClient {
         }
       }
       throw await toError(res);
+    }
+  }
+
+  /**
+   * fetch, giving up after `timeoutMs` without an answer when the call has no `signal` of its
+   * own. The timeout covers the wait for an answer (its headers), not the reading of its body.
+   */
+  async #fetchBounded(url: string, init: RequestInit): Promise<Response> {
+    const timeout = !init.signal && this.#options.timeoutMs ? new AbortController() : null;
+    const timer = timeout ? setTimeout(() => timeout.abort(new DOMException('no answer in time', 'TimeoutError')), this.#options.timeoutMs) : undefined;
+    try {
+      return await this.#fetch(url, { ...init, signal: init.signal ?? timeout?.signal });
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -462,11 +470,19 @@ export class AisClient {
       this.#creds.refresh = stored.refresh;
       if (!expiresWithin(stored.access, 30)) return; // fresh enough: nothing to exchange
     }
-    const res = await this.#fetch(this.url('/api/auth/token/refresh/'), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json' },
-      body: JSON.stringify({ refresh: this.#creds.refresh }),
-    });
+    // Bounded by `timeoutMs` like every other request (a service that never answered held the
+    // caller for good). Not sent again: the token rotates, and one the service may have spent
+    // already would end the session if sent twice.
+    let res: Response;
+    try {
+      res = await this.#fetchBounded(this.url('/api/auth/token/refresh/'), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json' },
+        body: JSON.stringify({ refresh: this.#creds.refresh }),
+      });
+    } catch (err) {
+      throw new NetworkError(`Cannot reach ${this.baseUrl}: ${networkReason(err)}`, err);
+    }
     if (!res.ok) {
       const err = await toError(res);
       if (res.status === 401 || res.status === 400) {

@@ -93,6 +93,10 @@ test('the root help names every environment variable the CLI reads', async () =>
   expect([...read]).toEqual(expect.arrayContaining(['AIS_SECRET_VALUE', 'AIS_ENTRY_PASSWORD', 'AIS_DEVICE_SECRET', 'AIS_API_KEY']));
   const root = await ais(['--help']);
   expect([...read].filter((name) => !root.stdout.includes(name))).toEqual([]);
+  // Nor do the CLI's tests set one it does not read: a dead setting reads as if it took effect.
+  const tests = readdirSync(path.join(ROOT, 'test/e2e')).filter((f) => /^cli.*\.e2e\.test\.ts$/.test(f));
+  const set = new Set(tests.flatMap((f) => [...readFileSync(path.join(ROOT, 'test/e2e', f), 'utf8').matchAll(/\bAIS_[A-Z_]+[A-Z]\b/g)].map((m) => m[0])));
+  expect([...set].filter((name) => !read.has(name))).toEqual([]);
 });
 
 test('output larger than a pipe holds reaches a slow reader whole: the CLI exits only once it is written', () => {
@@ -115,7 +119,7 @@ test('logout with the service out of reach says the session was not ended there,
   const failing = http.createServer((_req, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"detail":"boom","code":"server_error"}'));
   await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
   writeFileSync(file, JSON.stringify({ access: 'a.b.c', refresh: 'r.s.t' }), { mode: 0o600 });
-  const broken = await runCli(['logout', '--json'], { url: `http://127.0.0.1:${(failing.address() as { port: number }).port}`, home, env: { AIS_RETRIES: '0' } });
+  const broken = await runCli(['logout', '--json'], { url: `http://127.0.0.1:${(failing.address() as { port: number }).port}`, home });
   failing.close();
   expect([broken.code, broken.json?.session_ended]).toEqual([0, false]);
   rmSync(home, { recursive: true, force: true });
@@ -150,7 +154,7 @@ test('errors say what is wrong: an unknown subcommand names its group, a key of 
   await new Promise<void>((resolve) => idle.listen(0, '127.0.0.1', resolve));
   const port = (idle.address() as { port: number }).port;
   await new Promise((resolve) => idle.close(resolve)); // a port nobody listens on
-  const refused = await ais(['whoami'], { url: `http://127.0.0.1:${port}`, env: { AIS_API_KEY: 'svc_mgmt_x', AIS_RETRIES: '0' } });
+  const refused = await ais(['whoami'], { url: `http://127.0.0.1:${port}`, env: { AIS_API_KEY: 'svc_mgmt_x' } });
   expect(refused.stderr).toContain(`Cannot reach http://127.0.0.1:${port}: connection refused (is the service running?)`);
   // A service address that is no http(s) URL is a bad argument (it was tried, and failed as network_error, 21).
   const notAUrl = await ais(['whoami', '--json'], { url: 'notaurl', env: { AIS_API_KEY: 'svc_mgmt_x' } });
@@ -499,7 +503,7 @@ describe('a logged-in agent', () => {
     const file = path.join(home, 'agent-identity/config.json');
     writeFileSync(file, JSON.stringify({ device_secret: s.deviceSecret, pending_setup: { recovery_key: s.recoveryKey, public_key: s.upload.public_key } }), { mode: 0o600 });
     const resumed = await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { AIS_API_KEY: mgmt } });
-    expect([resumed.code, resumed.json]).toEqual([0, { recovery_key: s.recoveryKey, device_secret: s.deviceSecret, resumed: true }]);
+    expect([resumed.code, resumed.json]).toEqual([0, { recovery_key: s.recoveryKey, device_secret: s.deviceSecret, device_secret_saved: true, resumed: true }]);
     expect(JSON.parse(readFileSync(file, 'utf8')).pending_setup).toBeUndefined();
     // Shown once: a second run is the usual refusal.
     expect((await runCli(['pin', 'setup', '--json'], { url: svc.url, home, env: { AIS_API_KEY: mgmt } })).error?.code).toBe('already_set_up');
@@ -774,6 +778,29 @@ describe('logout', () => {
     rmSync(home, { recursive: true, force: true });
   });
 
+  test('a new login of the same account ends the session it replaces (its refresh token is not left valid), and keeps its key', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-same-'));
+    const file = path.join(home, 'agent-identity/config.json');
+    const stored = () => JSON.parse(readFileSync(file, 'utf8'));
+    const refreshes = (refresh: string) => api('POST', '/api/auth/token/refresh/', { refresh }).then((r) => r.status);
+    const probe = (key: string) => fetch(`${svc.url}/api/identities/`, { headers: { authorization: `Bearer ${key}` } }).then((r) => r.status);
+    const relogin = (username: string) => runCli(['login', '--username', username, '--json'], { url: svc.url, home, env: { AIS_PASSWORD: 'Secret-pass-1' } });
+    try {
+      const username = (await deviceLogin(home)).json.user.username as string;
+      const { refresh: deviceRefresh, management_key: key } = stored();
+      const again = await relogin(username);
+      expect([again.code, again.json?.previous_session_ended, again.json?.previous_key_revoked]).toEqual([0, true, undefined]);
+      expect([await refreshes(deviceRefresh), stored().management_key, await probe(key)]).toEqual([401, key, 200]);
+      // And once more: the password login's session ends in its turn.
+      const passwordRefresh = stored().refresh as string;
+      expect((await relogin(username)).json?.previous_session_ended).toBe(true);
+      expect(await refreshes(passwordRefresh)).toBe(401);
+      expect((await runCli(['whoami', '--json'], { url: svc.url, home })).code).toBe(0); // the new login works
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
+
   test('revokes the management key the device flow saved (a live key nobody holds otherwise); --keep-key keeps it, valid', async () => {
     for (const keep of [false, true]) {
       const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-logout-'));
@@ -840,6 +867,122 @@ test("a device secret is saved only beside the stored login of its own account: 
     const keyA2 = (await api('POST', '/api/auth/keys/management/', { label: 'second' }, a.key)).body.key as string;
     const own = await run(['secrets', 'get', 'k', '--json'], { AIS_API_KEY: keyA2, AIS_DEVICE_SECRET: secretA, AIS_PIN: '135790' });
     expect([own.json?.value, stored().device_secret]).toEqual(['of-a', secretA]);
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+/** A new account at the test service: its management key and user (as whoami names it). */
+async function newAccount(prefix: string): Promise<{ key: string; user: { pk: number; username: string; email: string } }> {
+  const u = `${prefix}${Date.now() % 1e6}${Math.floor(Math.random() * 1000)}`;
+  const reg = (await api('POST', '/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' })).body;
+  const key = (await api('POST', '/api/auth/keys/management/', { label: 'cli' }, reg.access)).body.key as string;
+  return { key, user: (await api('GET', '/api/health/whoami/', undefined, key)).body.user };
+}
+
+/** Another service, as far as the CLI can tell: it records the Authorization header of every request and answers `answer(path)`. */
+async function otherService(answer: (path: string) => unknown): Promise<{ url: string; heard: string[]; close: () => void }> {
+  const heard: string[] = [];
+  const server = http.createServer((req, res) => {
+    heard.push(req.headers.authorization ?? '');
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer(req.url ?? '')));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, heard, close: () => server.close() };
+}
+
+test("the stored login's tokens and key go only to its own service: --base-url / AIS_BASE_URL naming another is not logged in there", async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-elsewhere-'));
+  const file = path.join(home, 'agent-identity/config.json');
+  const a = await newAccount('home');
+  const login = await runCli(['login', '--username', a.user.username, '--json'], { url: svc.url, home, env: { AIS_PASSWORD: 'Secret-pass-1' } });
+  expect(login.code).toBe(0);
+  writeFileSync(file, JSON.stringify({ ...JSON.parse(readFileSync(file, 'utf8')), management_key: a.key }), { mode: 0o600 });
+  const other = await otherService(() => ({ kind: 'management_key', user: { pk: 1, username: 'elsewhere', email: 'e@example.com' } }));
+  try {
+    const notHere = `Not logged in at ${other.url}: the login stored here is for ${svc.url}, and its credentials go only there. Run \`ais login --base-url ${other.url}\` (it replaces that login), or set AIS_API_KEY.`;
+    const byEnv = await runCli(['whoami', '--json'], { url: other.url, home });
+    expect([byEnv.code, byEnv.error?.code, byEnv.error?.message]).toEqual([10, 'not_authenticated', notHere]);
+    const byFlag = await runCli(['identities', 'list', '--base-url', other.url], { url: svc.url, home });
+    expect([byFlag.code, byFlag.stderr.trim()]).toEqual([10, `error: ${notHere}`]);
+    expect(other.heard).toEqual([]); // nothing at all was sent there
+    // A key given for the run goes where the run goes.
+    const given = await runCli(['whoami', '--json'], { url: other.url, home, env: { AIS_API_KEY: 'svc_mgmt_given' } });
+    expect([given.code, given.json?.user?.username, other.heard]).toEqual([0, 'elsewhere', ['Bearer svc_mgmt_given']]);
+    // At its own service the stored login goes on working.
+    expect((await runCli(['whoami', '--json'], { url: svc.url, home })).json?.user?.pk).toBe(a.user.pk);
+  } finally {
+    other.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test("the default identity is the stored login's: another account's AIS_API_KEY (or one at another service) never sets it", async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-default-'));
+  const file = path.join(home, 'agent-identity/config.json');
+  const stored = () => JSON.parse(readFileSync(file, 'utf8'));
+  const run = (args: string[], env: Record<string, string> = {}, url = svc.url) => runCli(args, { url, home, env });
+  const a = await newAccount('defa');
+  mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  writeFileSync(file, JSON.stringify({ base_url: svc.url, management_key: a.key, user: a.user }), { mode: 0o600 });
+  const asB = { AIS_API_KEY: (await newAccount('defb')).key };
+  const other = await otherService(() => [{ uuid: '01900000-0000-7000-8000-00000000000f', name: 'far', inbox: 'far@example.com', phone: null, created_dt: '2025-01-01T00:00:00Z' }]);
+  try {
+    // B's first identity while A's login has no default: not taken for A's default.
+    const first = await run(['identities', 'create', 'b-first', '--json'], asB);
+    expect([first.code, stored().identity]).toEqual([0, undefined]);
+    // --use: made, and said why it is not the default (a failure would have it created again).
+    const used = await run(['identities', 'create', 'b-used', '--use', '--json'], asB);
+    expect([used.code, stored().identity]).toEqual([0, undefined]);
+    expect(used.stderr).toContain(`warning: AIS_API_KEY is of another account than the login stored here (${a.user.username} at ${svc.url}), and the default identity belongs to that login: b-used (${used.json.uuid}) is not made the default.`);
+    // `identities use`: refused, with what to do instead.
+    const refused = await run(['identities', 'use', 'b-first', '--json'], asB);
+    expect([refused.code, refused.error?.code, stored().identity]).toEqual([1, 'other_account', undefined]);
+    expect(refused.error?.message).toMatch(new RegExp(`^AIS_API_KEY is of another account .* Pass --identity ${first.json.uuid} \\(or set AIS_IDENTITY\\) in the runs that use AIS_API_KEY\\.$`));
+    // A key used at another service: refused too, whatever its account.
+    const far = await run(['identities', 'use', 'far', '--json'], { AIS_API_KEY: 'svc_mgmt_far' }, other.url);
+    expect([far.code, far.error?.message, stored().identity]).toEqual([1, expect.stringMatching(/^AIS_API_KEY is of another service than the login stored here/), undefined]);
+    // Another key of A's own account sets A's default as the login itself does.
+    const keyA2 = (await api('POST', '/api/auth/keys/management/', { label: 'second' }, a.key)).body.key as string;
+    const own = await run(['identities', 'create', 'a-own', '--json'], { AIS_API_KEY: keyA2 });
+    expect(stored().identity).toBe(own.json.uuid);
+    expect((await run(['identities', 'create', 'a-next', '--json'])).code).toBe(0);
+    expect((await run(['identities', 'use', 'a-next', '--json'], { AIS_API_KEY: keyA2 })).json).toEqual({ identity: expect.any(String) });
+    expect(stored().identity).not.toBe(own.json.uuid);
+  } finally {
+    other.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test("pin setup keeps its device secret only beside the stored login of its own account: another account's setup is printed to keep, and made without the login's secret", async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-pinsetup-'));
+  const file = path.join(home, 'agent-identity/config.json');
+  const stored = () => JSON.parse(readFileSync(file, 'utf8'));
+  const run = (args: string[], env: Record<string, string> = {}) => runCli(args, { url: svc.url, home, env: { AIS_PIN_KDF: FAST_KDF, ...env } });
+  const a = await newAccount('pina');
+  mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  writeFileSync(file, JSON.stringify({ base_url: svc.url, management_key: a.key, user: a.user }), { mode: 0o600 });
+  try {
+    // B's setup, while A's login here has no device secret: not saved beside A's login.
+    const b = await newAccount('pinb');
+    const idB = (await api('POST', '/api/identities/', { name: 'b vault' }, b.key)).body.uuid as string;
+    const setupB = await run(['pin', 'setup', '--json'], { AIS_API_KEY: b.key, AIS_PIN: '246813' });
+    expect([setupB.code, setupB.json?.device_secret_saved]).toEqual([0, false]);
+    expect(setupB.json.device_secret).toMatch(/^SK1-/);
+    expect([stored().device_secret, stored().pending_setup]).toEqual([undefined, undefined]);
+    // The secret printed is the one that opens B's vault.
+    const asB = { AIS_API_KEY: b.key, AIS_IDENTITY: idB, AIS_PIN: '246813', AIS_DEVICE_SECRET: setupB.json.device_secret };
+    expect((await run(['secrets', 'set', 'k', 'of-b', '--json'], asB)).code).toBe(0);
+    // A's own setup: saved beside A's login.
+    const setupA = await run(['pin', 'setup', '--json'], { AIS_PIN: '135790' });
+    expect([setupA.json?.device_secret_saved, stored().device_secret]).toEqual([true, setupA.json?.device_secret]);
+    // C's setup is not made with A's saved secret (which C's output would hand out), nor kept.
+    const c = await newAccount('pinc');
+    const setupC = await run(['pin', 'setup'], { AIS_API_KEY: c.key, AIS_PIN: '112233' });
+    expect(setupC.stdout).toMatch(/Device secret \(needed with the PIN on other machines; not saved here \(no login of this account is stored here\): keep it, and give it as AIS_DEVICE_SECRET\):\n\n {2}SK1-/);
+    expect(setupC.stdout).not.toContain(setupA.json.device_secret);
+    expect(stored().device_secret).toBe(setupA.json.device_secret);
   } finally {
     rmSync(home, { recursive: true, force: true });
   }

@@ -171,6 +171,20 @@ describe('refresh on 401 token_expired', () => {
     expect(seen).toHaveLength(2);
   });
 
+  test('timeoutMs bounds the refresh too: a service that does not answer it fails as a NetworkError, the refresh not sent again', async () => {
+    handler = (req, _b, res) => {
+      if (req.url !== '/api/auth/token/refresh/') return json(res, 401, { detail: 'expired', code: 'token_expired' });
+      const late = setTimeout(() => json(res, 200, { access: 'a2', refresh: 'r2' }), 1500);
+      res.on('close', () => clearTimeout(late)); // the client gave up: nothing left to answer
+    };
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', timeoutMs: 100, backoffMs: 1 });
+    const started = Date.now();
+    const err = await c.whoami().catch((e) => e);
+    expect([err.name, err.message]).toEqual(['NetworkError', `Cannot reach ${url}: no answer in time`]);
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect(seen.filter((s) => s.url === '/api/auth/token/refresh/')).toHaveLength(1);
+  });
+
   test('401 with another code is not refreshed', async () => {
     handler = (_q, _b, res) => json(res, 401, { detail: 'bad', code: 'token_not_valid' });
     const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' });

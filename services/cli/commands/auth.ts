@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import QRCode from 'qrcode';
 import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
 import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.js';
-import { client, identityLabel, requestTimeoutMs, type Command, type Ctx } from '../context.js';
+import { client, identityLabel, requestTimeoutMs, sameService, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
 import { formatDuration, kv, show, table } from '../output.js';
 import { usage } from '../errors.js';
@@ -11,18 +11,18 @@ import { usage } from '../errors.js';
 /**
  * Saves a new login over the stored one. A login of the same account at the same service
  * keeps what this machine holds for it (default identity, device secret, the management key
- * of an earlier device login). Another service's or another account's login carries nothing
- * over: its key and tokens would be sent to the new service (and refused there, so taken for
- * revoked while still valid at their own), and its default identity and device secret are
- * not the new account's. They are ended at their own service first (the session, the key),
- * as the replaced key of a re-login is. A `pin setup` cut off after its upload is kept, with
- * the device secret it made (shown by the next `pin setup` of its account, matched by its
- * public key).
+ * of an earlier device login), but not the earlier session: that one is ended. Another
+ * service's or another account's login carries nothing over: its key and tokens would be
+ * sent to the new service (and refused there, so taken for revoked while still valid at
+ * their own), and its default identity and device secret are not the new account's. They
+ * are ended at their own service first (the session, the key), as the replaced key of a
+ * re-login is. A `pin setup` cut off after its upload is kept, with the device secret it made
+ * (shown by the next `pin setup` of its account, matched by its public key).
  */
 async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: NonNullable<CliConfig['user']>; management_key?: string }): Promise<Record<string, boolean>> {
   const stored = loadConfig(ctx.env);
   const previousUrl = stored.base_url ?? ctx.baseUrl;
-  const same = stored.user?.pk === t.user.pk && previousUrl === ctx.baseUrl;
+  const same = stored.user?.pk === t.user.pk && sameService(previousUrl, ctx.baseUrl);
   ctx.config = await updateConfig(ctx.env, (now) => {
     const { pending_setup, device_secret } = now;
     const kept: CliConfig = same ? now : pending_setup ? { pending_setup: { device_secret, ...pending_setup } } : {};
@@ -30,7 +30,9 @@ async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: N
   });
   const previous = stored.user ? `${stored.user.username} at ${previousUrl}` : previousUrl;
   const outcome: Record<string, boolean> = {};
-  if (!same && stored.access) {
+  // Of the same account too: the replaced refresh token, no longer kept here, would stay
+  // valid with nobody holding it.
+  if (stored.access && stored.access !== t.access) {
     outcome.previous_session_ended = await endOwnSession(previousUrl, stored.access, stored.refresh, requestTimeoutMs(ctx.env)).then(
       () => true,
       (err: unknown) => !unreached(err),

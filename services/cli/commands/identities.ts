@@ -1,7 +1,8 @@
 // `ais identities list|create|update|delete|use`.
-import { client, identityLabel, resolveIdentity, type Command } from '../context.js';
+import type { Identity } from '../../sdk/client.js';
+import { client, identityLabel, maySetDefaultIdentity, resolveIdentity, storedLoginHere, type Command, type Ctx } from '../context.js';
 import { updateConfig } from '../config.js';
-import { usage } from '../errors.js';
+import { CliError, usage } from '../errors.js';
 import { kv, show, table } from '../output.js';
 
 export const identitiesCommands: Record<string, Command> = {
@@ -19,8 +20,13 @@ export const identitiesCommands: Record<string, Command> = {
     options: { 'email-identifier': { type: 'string' }, phone: { type: 'boolean' }, use: { type: 'boolean' } },
     async run(ctx, p, v) {
       if (!p[0]) throw usage('ais identities create <name>');
-      const i = await client(ctx).identities.create({ name: p[0], ...(v['email-identifier'] ? { email_identifier: v['email-identifier'] } : {}), ...(v.phone ? { provision_phone: true } : {}) });
-      if (v.use || !ctx.config.identity) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: i.uuid }));
+      const c = client(ctx);
+      const i = await c.identities.create({ name: p[0], ...(v['email-identifier'] ? { email_identifier: v['email-identifier'] } : {}), ...(v.phone ? { provision_phone: true } : {}) });
+      if (v.use || !ctx.config.identity) {
+        if (await maySetDefaultIdentity(ctx, c)) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: i.uuid }));
+        // A warning, not an error: the identity is made, and a failure would have it made again.
+        else if (v.use) ctx.err(`warning: ${notTheStoredLogins(ctx, i)}`);
+      }
       show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']) + (ctx.config.identity === i.uuid ? '\n(default identity)' : ''));
     },
   },
@@ -57,8 +63,19 @@ export const identitiesCommands: Record<string, Command> = {
       const c = client(ctx);
       const identity = await resolveIdentity(c, p[0], ctx.config.identity);
       const id = identity.uuid;
+      if (!(await maySetDefaultIdentity(ctx, c))) {
+        throw new CliError('other_account', notTheStoredLogins(ctx, identity));
+      }
       ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: id }));
       show(ctx, { identity: id }, () => `Default identity: ${identityLabel(identity)}.`);
     },
   },
 };
+
+/** Why an identity is not made the default here: the default is the stored login's. */
+function notTheStoredLogins(ctx: Ctx, identity: Identity): string {
+  const credential = ctx.env.AIS_API_KEY ? 'AIS_API_KEY' : 'AIS_TOKEN';
+  const other = storedLoginHere(ctx) ? 'another account' : 'another service';
+  const login = [ctx.config.user?.username, ctx.config.base_url].filter(Boolean).join(' at ');
+  return `${credential} is of ${other} than the login stored here${login ? ` (${login})` : ''}, and the default identity belongs to that login: ${identityLabel(identity)} is not made the default. Pass --identity ${identity.uuid} (or set AIS_IDENTITY) in the runs that use ${credential}.`;
+}

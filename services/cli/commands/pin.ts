@@ -15,9 +15,9 @@ export const pinCommands: Record<string, Command> = {
     async run(ctx) {
       const c = client(ctx);
       const meta = await c.encryption.get();
-      const shown = (recoveryKey: string, deviceSecret: string) =>
-        show(ctx, { recovery_key: recoveryKey, device_secret: deviceSecret }, () =>
-          `PIN set. Recovery key (shown once; store it safely):\n\n  ${recoveryKey}\n\nDevice secret (needed with the PIN on other machines; saved in ${configFile(ctx.env)}):\n\n  ${deviceSecret}`,
+      const shown = (recoveryKey: string, deviceSecret: string, saved: boolean) =>
+        show(ctx, { recovery_key: recoveryKey, device_secret: deviceSecret, device_secret_saved: saved }, () =>
+          `PIN set. Recovery key (shown once; store it safely):\n\n  ${recoveryKey}\n\nDevice secret (needed with the PIN on other machines; ${saved ? `saved in ${configFile(ctx.env)}` : 'not saved here (no login of this account is stored here): keep it, and give it as AIS_DEVICE_SECRET'}):\n\n  ${deviceSecret}`,
         );
       const pending = loadConfig(ctx.env).pending_setup;
       if (meta.public_key) {
@@ -27,9 +27,10 @@ export const pinCommands: Record<string, Command> = {
         if (pending && pending.public_key === meta.public_key && madeSecret) {
           ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
           await lockStore(ctx, meta.salt).write({ failures: 0 });
-          const where = madeSecret === ctx.config.device_secret ? `saved in ${configFile(ctx.env)}` : 'not saved here: give it as AIS_DEVICE_SECRET';
+          const saved = madeSecret === ctx.config.device_secret;
+          const where = saved ? `saved in ${configFile(ctx.env)}` : 'not saved here: give it as AIS_DEVICE_SECRET';
           // The PIN is the one that run was given (no new one is read or set here).
-          return show(ctx, { recovery_key: pending.recovery_key, device_secret: madeSecret, resumed: true }, () =>
+          return show(ctx, { recovery_key: pending.recovery_key, device_secret: madeSecret, device_secret_saved: saved, resumed: true }, () =>
             `An earlier \`ais pin setup\` was cut off after it set the PIN: the PIN is the one given to it then (not changed now).\nIts recovery key (shown once; store it safely):\n\n  ${pending.recovery_key}\n\nDevice secret (${where}):\n\n  ${madeSecret}`,
           );
         }
@@ -37,14 +38,23 @@ export const pinCommands: Record<string, Command> = {
         throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
       }
       const pin = await readSecret(ctx, 'AIS_PIN', 'New 6-digit PIN');
-      const s = await setupEncryption({ pin, salt: meta.salt, deviceSecret: ctx.config.device_secret, kdf: kdfOverride(ctx) });
+      // The device secret is kept only beside the stored login of this same account at this
+      // service (as `pin recover` keeps it): another account's login has a vault of its own,
+      // which its saved secret must go on opening. Else a new one, printed to keep (not the
+      // stored login's, which is not this account's to be given).
+      const keep = await actsAsStoredLogin(ctx, c);
+      const s = await setupEncryption({ pin, salt: meta.salt, deviceSecret: keep ? ctx.config.device_secret : undefined, kdf: kdfOverride(ctx) });
       // Kept before the upload: a setup cut off after it (a crash, a lost answer) would leave a
-      // PIN whose device secret and recovery key are nowhere, a vault nobody can open.
-      ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, device_secret: s.deviceSecret, pending_setup: { recovery_key: s.recoveryKey, public_key: s.upload.public_key } }));
+      // PIN whose device secret and recovery key are nowhere, a vault nobody can open. One not
+      // kept here rides in the pending setup only, gone once it is shown.
+      const underWay = { recovery_key: s.recoveryKey, public_key: s.upload.public_key };
+      ctx.config = await updateConfig(ctx.env, (stored) =>
+        keep ? { ...stored, device_secret: s.deviceSecret, pending_setup: underWay } : { ...stored, pending_setup: { ...underWay, device_secret: s.deviceSecret } },
+      );
       await c.encryption.setup(s.upload);
       ctx.config = await updateConfig(ctx.env, ({ pending_setup: _done, ...stored }) => stored);
       await lockStore(ctx, meta.salt).write({ failures: 0 });
-      shown(s.recoveryKey, s.deviceSecret);
+      shown(s.recoveryKey, s.deviceSecret, keep);
     },
   },
   'pin change': {
