@@ -347,7 +347,6 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       return s && s.kind === 'cookie' && s.tokenId === claims.jti ? { userPk: s.userPk, sessionId: s.id } : null;
     },
     userExists: async (pk) => (await accounts.findUser(pk)) !== null,
-    sessionLive: async (id) => (await accounts.liveSession(id)) !== null,
   };
   for (const p of parts) Object.assign(resolvers, p.resolvers ?? {});
   shared.auth = createAuthenticator(resolvers, { publicUrl: config.publicUrl });

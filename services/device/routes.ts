@@ -35,7 +35,6 @@ export function deviceRoutes(deps: DeviceRoutesDeps): HttpModule {
       throw forbidden('Approving a device needs a user sign-in (JWT or session), not an API key.');
     }
     // A session cookie's writes are CSRF-checked by the authenticator (services/gateway/auth.ts).
-    await deps.auth().requireLiveSession(p);
     return p;
   }
 

@@ -13,7 +13,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
-import { ApiError } from '../gateway/errors.js';
+import { ApiError, tokenExpired } from '../gateway/errors.js';
 import { SseConnection } from '../gateway/sse.js';
 import { EventHub, MESSAGE_TYPES, type Listener } from './hub.js';
 import { EMAIL_RECEIVED, mailboxStream } from '../mail/events.js';
@@ -101,7 +101,9 @@ export const eventsContext: ContextFactory = (shared) => {
     const sessionBound = principal.kind === 'jwt' && principal.sessionId !== undefined;
     const endedBefore = sessionBound ? hub.sessionsEndedAt(principal.userPk) : undefined;
     if (endedBefore) await platform.progress.waitFor(endedBefore).catch(() => {});
-    await shared.auth.requireLiveSession(principal);
+    if (sessionBound && !(await shared.accounts.liveSession(principal.sessionId!))) {
+      throw tokenExpired('The session of this token has ended (signed out, or the password changed): sign in again.');
+    }
     const after = lastEventIdOf(ctx);
     // An id beyond the log's last event was never sent: following it would drop every live
     // event until the log caught up, so it is refused like a malformed one.

@@ -10,7 +10,7 @@ import type { Context } from 'koa';
 import { createIdentityGate } from './identity-gate.js';
 import { body } from './http.js';
 import { isUuid } from '../kernel/ids.js';
-import { ApiError, badRequest, forbidden, notAuthenticated, notFound, otherAccountsIdentity, sessionEnded, tokenNotValid } from './errors.js';
+import { ApiError, badRequest, forbidden, notAuthenticated, notFound, otherAccountsIdentity, tokenNotValid } from './errors.js';
 
 export type PrincipalKind = 'jwt' | 'management_key' | 'identity_key' | 'session' | 'basic';
 
@@ -64,8 +64,6 @@ export interface CredentialResolvers {
   findIdentity(id: string): Promise<IdentityRecord | null>;
   /** The account still exists (JWTs outlive nothing that was deleted). */
   userExists?(pk: number): Promise<boolean>;
-  /** The session (refresh-token family or cookie session) has not ended. */
-  sessionLive?(sessionId: string): Promise<boolean>;
 }
 
 export const SESSION_COOKIE = 'ais_session';
@@ -241,20 +239,10 @@ export function createAuthenticator(resolvers: CredentialResolvers, opts: { publ
     return { principal: p, identityId: chosen };
   }
 
-  /**
-   * For what mints or changes credentials (keys, bound tokens, the password, the vault's
-   * wraps, device approvals) and opens event streams: an access token is refused there once
-   * its session has ended, though it answers other requests until it expires (a JWT is not
-   * looked up), so a token taken before a sign-out cannot buy access that outlives it.
-   */
-  async function requireLiveSession(p: Principal): Promise<void> {
-    if (p.kind === 'jwt' && p.sessionId && resolvers.sessionLive && !(await resolvers.sessionLive(p.sessionId))) throw sessionEnded();
-  }
-
   /** Runs an identity's deletion once no write scoped to it is in flight (see identity-gate.ts). */
   const deletingIdentity = <T>(identityId: string, work: () => Promise<T>): Promise<T> => gate.exclusive(identityId.toLowerCase(), work);
 
-  return { principal, optionalPrincipal, credential, accountPrincipal, identity, deletingIdentity, requireLiveSession };
+  return { principal, optionalPrincipal, credential, accountPrincipal, identity, deletingIdentity };
 }
 
 export type Authenticator = ReturnType<typeof createAuthenticator>;

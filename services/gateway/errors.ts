@@ -61,8 +61,6 @@ export const notAuthenticated = (detail = 'Authentication credentials were not p
 export const tokenNotValid = (detail = 'Given token not valid for any token type') =>
   new ApiError(401, 'token_not_valid', detail, undefined, challenge('invalid_token'));
 export const tokenExpired = (detail = 'Token is expired') => new ApiError(401, 'token_expired', detail, undefined, challenge('invalid_token'));
-/** An access token whose session has ended (sign-out, a password change or reset, a session ended by the account). */
-export const sessionEnded = () => tokenExpired('The session of this token has ended (signed out, or the password changed): sign in again.');
 export const forbidden = (detail = 'You do not have permission to perform this action.', code: ErrorCode = 'permission_denied') =>
   new ApiError(403, code, detail);
 export const notFound = (detail = 'Not found.') => new ApiError(404, 'not_found', detail);

@@ -62,7 +62,6 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
 
       r.post('/api/auth/keys/identity/', async (ctx) => {
         const p = await keyAdmin(deps.auth(), ctx);
-        await deps.auth().requireLiveSession(p);
         const b = v.identityCreate(await body(ctx));
         // DECISIONS "Auth": the body may name the identity `identity_uuid` or `identity`.
         if (b.identity_uuid && b.identity && b.identity_uuid.toLowerCase() !== b.identity.toLowerCase()) {
@@ -90,7 +89,6 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
 
       r.post('/api/auth/keys/management/', async (ctx) => {
         const p = await keyAdmin(deps.auth(), ctx);
-        await deps.auth().requireLiveSession(p);
         const b = v.managementCreate(await body(ctx));
         const { doc, secret } = await keys.mint(p.userPk, { kind: 'management', label: cleanLabel(b.label) });
         created(ctx, { uuid: doc.id, label: doc.label, key: secret, masked_key: doc.maskedKey, created_dt: doc.createdAt });

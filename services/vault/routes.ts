@@ -108,7 +108,6 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       r.post('/api/encryption/', async (ctx) => {
         // The one-time setup is the account's (as the re-wrap is): readable by identity keys, not writable.
         const p = await deps.auth().accountPrincipal(ctx);
-        await deps.auth().requireLiveSession(p);
         const b = v.upload(await body(ctx));
         created(ctx, await metadata(p.userPk, await vault.uploadEncryption(p.userPk, b)));
       });
@@ -117,7 +116,6 @@ export function vaultRoutes(deps: { vault: Vault; accounts: Accounts; auth: () =
       // Not with an identity key: replacing the wraps can lock the account out of its vault.
       r.put('/api/encryption/', async (ctx) => {
         const p = await deps.auth().accountPrincipal(ctx);
-        await deps.auth().requireLiveSession(p);
         const b = v.rewrap(await body(ctx));
         ctx.body = await metadata(p.userPk, await vault.rewrapEncryption(p.userPk, b));
       });
