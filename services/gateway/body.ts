@@ -16,14 +16,24 @@ export const MAX_BODY_BYTES = 1024 * 1024;
  */
 export const MAX_JSON_DEPTH = 64;
 
-/** Whether `value` nests objects/arrays deeper than `max` levels (iterative: no recursion). */
-function nestedDeeperThan(value: object, max: number): boolean {
-  const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length) {
-    const [node, depth] = stack.pop()!;
-    if (node === null || typeof node !== 'object') continue;
-    if (depth > max) return true;
-    for (const child of Object.values(node)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+/**
+ * Whether JSON text nests objects/arrays deeper than `max` levels, read off the text before it
+ * is parsed: 1 MiB of `[[[…` costs JSON.parse half a million arrays (~10x the time of a flat
+ * body, on the one thread that serves everything), this scan a pass over the characters.
+ * Brackets inside strings do not count; the text's validity is JSON.parse's to judge.
+ */
+function nestedDeeperThan(json: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < json.length; i++) {
+    const c = json.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // an escape: the next character is not a quote that ends the string
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true;
+    } else if (c === 0x7d || c === 0x5d) depth--;
   }
   return false;
 }
@@ -88,6 +98,9 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
   if (raw.trim() === '') return {};
   if (type === 'application/x-www-form-urlencoded') return parseForm(raw);
   if (type === '' || type === 'application/json' || type.endsWith('+json') || type === 'text/plain') {
+    if (nestedDeeperThan(raw, MAX_JSON_DEPTH)) {
+      throw new ApiError(400, 'parse_error', `The request body is nested too deeply (more than ${MAX_JSON_DEPTH} levels).`);
+    }
     let parsed: unknown;
     try {
       parsed = JSON.parse(raw);
@@ -96,9 +109,6 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
     }
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
       throw new ApiError(400, 'parse_error', 'The request body must be a JSON object.');
-    }
-    if (nestedDeeperThan(parsed, MAX_JSON_DEPTH)) {
-      throw new ApiError(400, 'parse_error', `The request body is nested too deeply (more than ${MAX_JSON_DEPTH} levels).`);
     }
     // Only an escape can make one (the bytes were valid UTF-8): look when one is there.
     if (/\\u[dD][89a-fA-F]/.test(raw) && hasLoneSurrogate(parsed)) {

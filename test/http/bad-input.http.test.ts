@@ -8,6 +8,7 @@
  * endpoint).
  */
 import net from 'node:net';
+import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 
 let s: TestServer;
@@ -153,6 +154,25 @@ it('JSON strings must be Unicode text: an unpaired surrogate escape is a 400 (it
   expect(webhook.status).toBe(400);
   const pair = await post('/api/identities/', '{"name":"smile \\ud83d\\ude00"}');
   expect([pair.status, ((await pair.json()) as { name: string }).name]).toEqual([201, 'smile \u{1F600}']);
+});
+
+it('JSON nested deeper than 64 levels is a 400 read off the text, never parsed (1 MiB of brackets cost JSON.parse ~10x a flat body); brackets in strings do not count', async () => {
+  const post = (body: string) => fetch(`${s.url}/api/auth/login/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  const deep = `{"a":${'['.repeat(500_000)}${']'.repeat(500_000)}}`;
+  const parse = jest.spyOn(JSON, 'parse');
+  try {
+    const res = await post(deep);
+    expect([res.status, ((await res.json()) as { detail: string }).detail]).toEqual([400, 'The request body is nested too deeply (more than 64 levels).']);
+    expect(parse.mock.calls.filter(([text]) => text === deep)).toEqual([]);
+  } finally {
+    parse.mockRestore();
+  }
+  const levels = (n: number) => `{"username":"nobody","password":"x","p":${'['.repeat(n - 1)}${']'.repeat(n - 1)}}`;
+  expect((await (await post(levels(65))).json()) as { detail?: string }).toMatchObject({ detail: expect.stringMatching(/nested too deeply/) });
+  for (const body of [levels(64), `{"username":"nobody","password":"${'[{'.repeat(100)}\\\"${'['.repeat(100)}"}`]) {
+    const res = await post(body);
+    expect([res.status, ((await res.json()) as { detail?: string }).detail]).toEqual([400, expect.not.stringMatching(/nested/)]);
+  }
 });
 
 it("what Node's HTTP parser refuses is answered in the API's error shape, not an empty body", async () => {
