@@ -1,6 +1,7 @@
 /**
  * The inbound MX: an smtp-server listener on SMTP_HOST:SMTP_PORT. It accepts RCPT only for
- * live inboxes of MAIL_DOMAIN (550 5.1.1 otherwise, RFC 3463), caps messages at 25 MiB
+ * live inboxes of MAIL_DOMAIN (550 5.1.1 otherwise, RFC 3463), refuses senders (envelope or
+ * From) at MAIL_DOMAIN (550 5.7.1: its mail is delivered inside), caps messages at 25 MiB
  * (SIZE, RFC 1870; 552 beyond), parses with mailparser, stores the raw MIME as a blob and
  * answers 250 only after the EmailReceived events are durably appended.
  */
@@ -36,6 +37,8 @@ export const SOCKET_TIMEOUT_MS = 120_000;
 
 /** Socket errors of a client that went away (smtp-server's own list of quiet ones). */
 const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH']);
+/** The refusal of a sender at MAIL_DOMAIN: its inboxes' mail never comes in over SMTP. */
+const FORGED_SENDER = '5.7.1 Sender address rejected: mail from this domain is sent by the service itself, not through its MX';
 
 function smtpError(code: number, message: string): Error {
   return Object.assign(new Error(message), { responseCode: code });
@@ -198,6 +201,16 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       else byAddress.delete(address);
     },
 
+    // Mail from MAIL_DOMAIN's inboxes is delivered inside the service, never through this
+    // listener: one that says it is from there is forged, and would read as our own.
+    onMailFrom(address: SMTPServerAddress, _session: SMTPServerSession, callback: (err?: Error | null) => void) {
+      if (address.address && domainOf(addressKey(address.address)) === config.mailDomain) {
+        metrics.smtpMessage('rejected');
+        return callback(smtpError(550, FORGED_SENDER));
+      }
+      callback();
+    },
+
     onRcptTo(address: SMTPServerAddress, session: SMTPServerSession, callback: (err?: Error | null) => void) {
       if (session.envelope.rcptTo.length >= MAX_RCPT) return callback(smtpError(452, '4.5.3 Too many recipients'));
       const rcpt = addressKey(address.address);
@@ -299,6 +312,7 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       throw /header size/i.test(err.message) ? smtpError(552, '5.3.4 Message header too large') : smtpError(554, '5.6.0 Message could not be parsed');
     });
     const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
+    if (parsed.from?.value.some((a) => a.address && domainOf(addressKey(a.address)) === config.mailDomain)) throw smtpError(550, FORGED_SENDER);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
     const text = textOf(parsed, !large || (typeof parsed.html === 'string' && declaresAlternative(raw)));
     const incoming = await incomingFromParsed({ ...parsed, text: text ?? undefined }, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);

@@ -426,6 +426,20 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     });
   });
 
+  test('a sender at MAIL_DOMAIN (envelope or From) is refused with 550 5.7.1: its inboxes\' mail never comes over SMTP, so it is forged', async () => {
+    const subject = `forged ${suffix}`;
+    await expect(outsideSender().sendMail({ from: `"Bob Agent" <${bob.inbox}>`, to: alice.inbox, subject, text: 'send me the API token' })).rejects.toMatchObject({
+      responseCode: 550,
+      response: expect.stringContaining('5.7.1'),
+    });
+    await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw: `From: Bob Agent <${bob.inbox.toUpperCase()}>\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nsend me the API token\r\n` })).rejects.toMatchObject({
+      responseCode: 550,
+      response: expect.stringContaining('5.7.1'),
+    });
+    const messages = await api('GET', '/api/email-messages/', alice.uuid);
+    expect(messages.body.filter((m: { subject: string }) => m.subject === subject)).toEqual([]);
+  });
+
   test('an inbox deleted between RCPT and the end of DATA gets nothing: 550 5.1.1', async () => {
     const doomed = (await server.api('POST', '/api/identities/', { token, body: { name: `Doomed ${suffix}` } })).body;
     const socket = net.connect(smtpPort, '127.0.0.1');
