@@ -92,7 +92,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
       r.post('/api/auth/social/', async (ctx) => {
         const b = v.register(withAccountNames(await body(ctx)));
         passwordsMatch(b.password1, b.password2);
-        const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, firstName: b.first_name, lastName: b.last_name });
+        const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, firstName: b.first_name, lastName: b.last_name, ip: ctx.ip });
         created(ctx, await accounts.tokenPair(user, 'register'));
       });
 

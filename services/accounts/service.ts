@@ -12,7 +12,7 @@ import type { Page } from '../../infra/ports/read-store.js';
 import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { derivedId, newId, nowIso } from '../kernel/ids.js';
-import { abandoned, hold, holderReservation, movedAway, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
+import { abandoned, available, hold, holderReservation, movedAway, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid, tookTooLong } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
@@ -45,6 +45,11 @@ import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
 import { throttleAddress } from '../kernel/client-address.js';
 
 const USERNAME_IS_AN_EMAIL = "This username is another account's e-mail address.";
+/** Why a sign-up is refused for a value another account has (the same from the early look and the reservations). */
+const usernameIsAnEmail = () => badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+const usernameTaken = () => badRequest({ username: ['A user with that username already exists.'] });
+const emailTaken = () => badRequest({ email: ['A user is already registered with this e-mail address.'] });
+const externalLinked = () => new ApiError(409, 'conflict', 'This external account is already linked.');
 
 export interface PublicUser {
   pk: number;
@@ -68,6 +73,9 @@ export const toPublicUser = (u: Pick<UserDoc, 'pk' | 'username' | 'email' | 'fir
   last_name: u.lastName,
 });
 
+/** The holder {@link available} is asked about for an account not created yet: no reservation names it. */
+const NO_HOLDER_YET = '';
+
 /** The last user number allocated (they only grow: the last event's is the highest). */
 const userNumberEvolver: Evolver<number> = { initial: () => 0, evolve: (_, e) => (e.data as { pk: number }).pk, lastOnly: true };
 
@@ -82,6 +90,8 @@ const LOGIN_WINDOW_S = 15 * 60;
 const LOGIN_FAILURES_PER_ACCOUNT_AND_IP = 10;
 const LOGIN_FAILURES_PER_ACCOUNT = 100;
 const LOGIN_FAILURES_PER_IP = 100;
+/** Window of SIGNUP_LIMIT_PER_HOUR (sign-ups per client address). */
+const SIGNUP_WINDOW_S = 3600;
 /** Lifetime of links sent by mail. */
 const VERIFY_LINK_TTL_S = 3 * 24 * 3600;
 const RESET_LINK_TTL_S = 3600;
@@ -179,7 +189,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
    * spelling an email also hold it as an email ({@link mirrorOf}), which makes the check
    * atomic; this read covers accounts from before that, and the other direction.
    */
-  async function crossTaken(kind: 'username' | 'useremail', key: string, owner: string): Promise<boolean> {
+  async function crossTaken(kind: 'username' | 'useremail', key: string, owner: string | null): Promise<boolean> {
     const other = kind === 'username' ? 'useremail' : 'username';
     const found = await holderReservation(store, other, key);
     if (!found || found.holder === owner) return false;
@@ -199,7 +209,54 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     return u;
   }
 
-  /** Creates an account. Username and email are unique (case-insensitively) through reservations. */
+  /** The values a sign-up reserves, as reservations key them. */
+  function signUpKeys(input: { username: string; email: string; external?: { issuer: string; subject: string } | null }) {
+    const usernameKey = input.username.toLowerCase();
+    const emailKey = input.email.toLowerCase();
+    const externalKey = input.external ? externalKeyOf(input.external.issuer, input.external.subject) : null;
+    return { usernameKey, emailKey, mirror: mirrorOf(usernameKey, emailKey), externalKey };
+  }
+
+  /** A look that takes nothing: whether a new account could reserve `key` of `kind` now. */
+  const freeForNewAccount = (kind: 'username' | 'useremail' | 'externalsubject', key: string) =>
+    available(store, kind, key, NO_HOLDER_YET, reclaim[kind]);
+
+  /**
+   * Refuses a sign-up whose username, email or external account is taken, by looking only:
+   * the same answers in the same order as the reservations in {@link register}, before any
+   * hashing or append, so a sign-up refused for a taken value costs a few reads. The
+   * reservations stay the check that decides (two sign-ups of one name at once).
+   */
+  async function refuseTaken(keys: ReturnType<typeof signUpKeys>): Promise<void> {
+    const { usernameKey, emailKey, mirror, externalKey } = keys;
+    if (await crossTaken('username', usernameKey, null)) throw usernameIsAnEmail();
+    if (await crossTaken('useremail', emailKey, null)) throw emailTaken();
+    if (!(await freeForNewAccount('username', usernameKey))) throw usernameTaken();
+    if (mirror && !(await freeForNewAccount('useremail', mirror))) throw usernameIsAnEmail();
+    if (!(await freeForNewAccount('useremail', emailKey))) throw emailTaken();
+    if (externalKey && !(await freeForNewAccount('externalsubject', externalKey))) throw externalLinked();
+  }
+
+  /**
+   * Counts a sign-up from `ip` that is about to do real work (an Argon2 hash, the account's
+   * events) against SIGNUP_LIMIT_PER_HOUR; beyond it, 429. Sign-ups refused before that (a
+   * bad body, a taken name) cost no more than any other bad request and are not counted.
+   */
+  async function spendSignUp(ip: string): Promise<void> {
+    const d = await limiter.hit(`signup:ip:${throttleAddress(ip)}`, config.signupLimitPerHour, SIGNUP_WINDOW_S);
+    if (!d.allowed) throw throttled(d.retryAfter, `Too many sign-ups from this address. Try again in ${d.retryAfter} seconds.`);
+  }
+
+  /**
+   * Creates an account. Username and email are unique (case-insensitively) through
+   * reservations. `ip`: the client address of a sign-up to throttle (an external sign-in,
+   * vouched for by its provider, has none).
+   *
+   * Order: the cheap look for taken values, the throttle, the hash, then the user number and
+   * the reservations. The reservations are held by the account's stream (`user-<pk>`, which
+   * reclaiming, renames and deletion go by), so the number comes first; only a sign-up that
+   * loses a race after the look spends one without registering.
+   */
   async function register(input: {
     username: string;
     email: string;
@@ -208,36 +265,36 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     lastName?: string;
     emailVerified?: boolean;
     external?: { issuer: string; subject: string } | null;
+    ip?: string;
   }): Promise<UserDoc> {
     input = { ...input, username: normalUsername(input.username) }; // whichever way it came in
-    const started = Date.now();
-    const passwordHash = input.password === null ? Promise.resolve(null) : hashPassword(input.password);
+    const keys = signUpKeys(input);
+    const { usernameKey, emailKey, mirror, externalKey } = keys;
+    await refuseTaken(keys);
+    if (input.ip !== undefined) await spendSignUp(input.ip);
+    const passwordHash = input.password === null ? null : await hashPassword(input.password);
+    const started = Date.now(); // reservations are held from here (the hash may queue under load)
     const pk = await allocatePk();
     const owner = userStream(pk);
-    const usernameKey = input.username.toLowerCase();
-    const emailKey = input.email.toLowerCase();
-    if (await crossTaken('username', usernameKey, owner)) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
-    if (await crossTaken('useremail', emailKey, owner)) throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
-    if (!(await reserve(store, 'username', usernameKey, owner, false, reclaim.username))) {
-      throw badRequest({ username: ['A user with that username already exists.'] });
-    }
-    const mirror = mirrorOf(usernameKey, emailKey);
+    if (await crossTaken('username', usernameKey, owner)) throw usernameIsAnEmail();
+    if (await crossTaken('useremail', emailKey, owner)) throw emailTaken();
+    if (!(await reserve(store, 'username', usernameKey, owner, false, reclaim.username))) throw usernameTaken();
     const releaseTaken = async () => {
       await release(store, 'username', usernameKey, owner);
       if (mirror) await release(store, 'useremail', mirror, owner);
     };
     if (mirror && !(await reserve(store, 'useremail', mirror, owner, false, reclaim.useremail))) {
       await releaseTaken();
-      throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+      throw usernameIsAnEmail();
     }
     if (!(await reserve(store, 'useremail', emailKey, owner, false, reclaim.useremail))) {
       await releaseTaken();
-      throw badRequest({ email: ['A user is already registered with this e-mail address.'] });
+      throw emailTaken();
     }
-    if (input.external && !(await reserve(store, 'externalsubject', externalKeyOf(input.external.issuer, input.external.subject), owner, false, reclaim.externalsubject))) {
+    if (externalKey && !(await reserve(store, 'externalsubject', externalKey, owner, false, reclaim.externalsubject))) {
       await releaseTaken();
       await release(store, 'useremail', emailKey, owner);
-      throw new ApiError(409, 'conflict', 'This external account is already linked.');
+      throw externalLinked();
     }
     const data: UserRegisteredData = {
       pk,
@@ -245,7 +302,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       email: input.email,
       firstName: input.firstName ?? '',
       lastName: input.lastName ?? '',
-      passwordHash: await passwordHash,
+      passwordHash,
       emailVerified: input.emailVerified ?? false,
       encryptionSalt: randomBytes(16).toString('base64'),
       external: input.external ?? null,

@@ -73,7 +73,7 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
     try {
       const b = v.register({ ...values, username: normalUsername(values.username), password1: f.password1 ?? '', password2: f.password2 ?? '' });
       if (b.password1 !== b.password2) return registerPage(ctx, values, { password2: ["The two password fields didn't match."] }, next);
-      const user = await accounts.register({ username: b.username, email: b.email, password: b.password1 });
+      const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, ip: ctx.ip });
       await signIn(ctx, user);
     } catch (err) {
       return registerPage(ctx, values, fieldsOf(err), next);
