@@ -240,7 +240,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     sseKeepaliveMs: int('SSE_KEEPALIVE_MS', 30_000, 10, 3_600_000),
     sseStreamsPerAccount: int('SSE_STREAMS_PER_ACCOUNT', 200, 1, 1_000_000),
     identityLimit: int('IDENTITY_LIMIT', 1000, 1, 10_000_000),
-    signupLimitPerHour: int('SIGNUP_LIMIT_PER_HOUR', 1000, 1, 10_000_000),
+    signupLimitPerHour: int('SIGNUP_LIMIT_PER_HOUR', 5000, 1, 10_000_000),
     emailLimitHour: int('EMAIL_LIMIT_HOUR', 60, 0, 1_000_000),
     emailLimitDay: int('EMAIL_LIMIT_DAY', 500, 0, 10_000_000),
     smsProvider,
