@@ -35,7 +35,8 @@ export interface EventConsumer {
 export async function startEventConsumer(options: EventConsumerOptions): Promise<EventConsumer> {
   const topic = checkTopic(options.topic);
   const commitEvery = options.commitEvery ?? 100;
-  const consumer = kafkaClient(options.brokers, `agent-identity-${options.groupId}`).consumer({ groupId: options.groupId });
+  // The relay creates the topic (one partition, its config); a broker's defaults would not do.
+  const consumer = kafkaClient(options.brokers, `agent-identity-${options.groupId}`).consumer({ groupId: options.groupId, allowAutoTopicCreation: false });
   const redelivery = createRedeliveryFilter();
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });

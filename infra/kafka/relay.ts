@@ -10,10 +10,11 @@
  *   skip what they already handled (createRedeliveryFilter, or their own idempotency).
  * - Exactly one relay should run (the lease-holding worker); a second one would only add
  *   duplicates, never lose or reorder events of a stream.
- * - The topic is created with {@link RELAY_PARTITIONS} partition(s) when it does not exist
- *   (an existing topic is used as it is; one with more partitions stops the relay with an error).
+ * - The topic is created with {@link RELAY_PARTITIONS} partition(s) and up to 3 replicas when
+ *   it does not exist (an existing topic is used as it is; one with more partitions stops the
+ *   relay with an error, one with fewer replicas than the cluster allows is warned about).
  */
-import kafkajs, { Kafka, logLevel, type Producer } from 'kafkajs';
+import kafkajs, { Kafka, logLevel, type Admin, type ITopicConfig, type Producer, type ProducerConfig } from 'kafkajs';
 import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../ports/event-store.js';
 import { checkTopic, toMessage, type OutgoingMessage } from './messages.js';
 
@@ -41,10 +42,43 @@ export const RELAY_MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
  */
 export const RELAY_MAX_BATCH_BYTES = 900 * 1024;
 
-/** The topic the relay creates when missing (kafkajs `admin.createTopics`). */
-export function relayTopicSpec(topic: string): { topic: string; numPartitions: number; configEntries: { name: string; value: string }[] } {
-  return { topic: checkTopic(topic), numPartitions: RELAY_PARTITIONS, configEntries: [{ name: 'max.message.bytes', value: String(RELAY_MAX_MESSAGE_BYTES) }] };
+/** Replicas of the relay's topic on a cluster of `brokers`: 3 (docs/DEPLOYMENT.md), or every broker of a smaller one. */
+export function relayReplicationFactor(brokers: number): number {
+  return Math.max(1, Math.min(3, brokers));
 }
+
+/**
+ * The topic the relay creates when missing (kafkajs `admin.createTopics`), on a cluster of
+ * `brokers`. Without a replication factor kafkajs asks for the broker's default (usually 1).
+ * With acks=-1, min.insync.replicas one below the replicas lets a broker be down (or
+ * restarting) while every acknowledged event is still on two.
+ */
+export function relayTopicSpec(topic: string, brokers: number): ITopicConfig & { numPartitions: number; replicationFactor: number } {
+  const replicationFactor = relayReplicationFactor(brokers);
+  return {
+    topic: checkTopic(topic),
+    numPartitions: RELAY_PARTITIONS,
+    replicationFactor,
+    configEntries: [
+      { name: 'max.message.bytes', value: String(RELAY_MAX_MESSAGE_BYTES) },
+      { name: 'min.insync.replicas', value: String(Math.max(1, replicationFactor - 1)) },
+    ],
+  };
+}
+
+/**
+ * The relay's producer: idempotent, one request in flight, no topic auto-creation. Its own
+ * retry: kafkajs warns that limiting an idempotent producer's retries (it would inherit the
+ * client's 8) may invalidate its guarantees, and makes them unbounded when it picks them
+ * itself; each wait stays capped by maxRetryTime (30 s). So a Kafka outage delays the relay
+ * rather than failing it; a non-retriable error (MESSAGE_TOO_LARGE) still fails at once.
+ */
+export const RELAY_PRODUCER: ProducerConfig = {
+  idempotent: true,
+  maxInFlightRequests: 1,
+  allowAutoTopicCreation: false,
+  retry: { retries: Number.MAX_SAFE_INTEGER },
+};
 
 /** How many of `sizes` (bytes per message, in order) the next send takes: at least one, at most `maxCount`, within `maxBytes`. */
 export function nextBatchSize(sizes: readonly number[], maxCount: number, maxBytes: number): number {
@@ -65,6 +99,7 @@ export interface RelayCheckpoints {
 
 export interface RelayLogger {
   info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
   error(obj: object, msg?: string): void;
 }
 
@@ -94,19 +129,32 @@ export function kafkaClient(brokers: string[], clientId = 'agent-identity'): Kaf
   return new Kafka({ clientId, brokers, logLevel: logLevel.WARN, retry: { retries: 8 } });
 }
 
-/** Creates the topic with {@link RELAY_PARTITIONS} partition(s) unless it exists. */
-async function ensureTopic(kafka: Kafka, topic: string, logger?: RelayLogger): Promise<void> {
-  const admin = kafka.admin();
+/** What {@link ensureTopic} uses of a kafkajs Admin (the unit tests pass a fake). */
+export type RelayAdmin = Pick<Admin, 'connect' | 'disconnect' | 'describeCluster' | 'createTopics' | 'fetchTopicMetadata' | 'describeConfigs'>;
+
+/** Creates the topic ({@link relayTopicSpec}) unless it exists; checks an existing one. */
+export async function ensureTopic(admin: RelayAdmin, topic: string, logger?: RelayLogger): Promise<void> {
   await admin.connect();
   try {
-    const created = await admin.createTopics({ topics: [relayTopicSpec(topic)], waitForLeaders: true });
+    const { brokers } = await admin.describeCluster();
+    const created = await admin.createTopics({ topics: [relayTopicSpec(topic, brokers.length)], waitForLeaders: true });
     if (!created) {
       const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
-      const partitions = topics[0]?.partitions.length ?? 0;
+      const metadata = topics[0]?.partitions ?? [];
+      const partitions = metadata.length;
       if (partitions > RELAY_PARTITIONS) {
         // Projections need the log's total order; on more partitions they would skip events.
         logger?.error({ topic, partitions }, 'the relay topic has more than one partition');
         throw new Error(`Kafka topic "${topic}" has ${partitions} partitions; the relay needs ${RELAY_PARTITIONS} (total order for projections): recreate it (docs/DEPLOYMENT.md)`);
+      }
+      const replicas = Math.min(...metadata.map((p) => p.replicas.length));
+      const wanted = relayReplicationFactor(brokers.length);
+      if (replicas < wanted) {
+        // Said, not changed (as below): reassigning replicas is the operator's call.
+        logger?.warn(
+          { topic, replicationFactor: replicas, wanted, brokers: brokers.length },
+          'the relay topic has fewer replicas than the cluster allows: losing a broker may lose or stop events (docs/DEPLOYMENT.md)',
+        );
       }
       // Made by someone else (a consumer's auto-creation, an operator): its message size
       // limit may be the broker's ~1 MB, which a large event would exceed. Said, not
@@ -132,8 +180,8 @@ export async function startKafkaRelay(options: KafkaRelayOptions): Promise<Kafka
   const topic = checkTopic(options.topic);
   const maxBatch = options.maxBatch ?? 500;
   const kafka = kafkaClient(options.brokers, options.clientId ?? 'agent-identity-relay');
-  await ensureTopic(kafka, topic, options.logger);
-  const producer: Producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+  await ensureTopic(kafka.admin(), topic, options.logger);
+  const producer: Producer = kafka.producer(RELAY_PRODUCER);
   await producer.connect();
 
   let acknowledged = await options.checkpoints.get();

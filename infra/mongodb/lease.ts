@@ -6,7 +6,9 @@
  * `lost` and must stop. Commits are also fenced by it (see ./read-store.ts), so a paused
  * holder that wakes up after losing its lease cannot write.
  *
- * Times are the processes' clocks: keep them in sync (NTP); the ttl (15 s) dwarfs any skew.
+ * Times are the processes' clocks: keep them in sync (NTP); the ttl (30 s) dwarfs any skew.
+ * It also outlasts a routine primary election (10-12 s): a holder whose renewals fail that
+ * long keeps its lease instead of exiting.
  */
 import { MongoServerError, type Db } from 'mongodb';
 
@@ -52,6 +54,9 @@ export async function tryAcquireLease(db: Db, name: string, owner: string, ttlMs
   }
 }
 
+/** Default lease ttl; renewed every third of it. */
+export const LEASE_TTL_MS = 30_000;
+
 /** Waits (polling every `retryMs`) until the lease is ours, then keeps renewing it. */
 export async function acquireLease(
   db: Db,
@@ -59,7 +64,7 @@ export async function acquireLease(
   owner: string,
   options: { ttlMs?: number; retryMs?: number; logger?: LeaseLogger; signal?: AbortSignal } = {},
 ): Promise<HeldLease> {
-  const ttlMs = options.ttlMs ?? 15_000;
+  const ttlMs = options.ttlMs ?? LEASE_TTL_MS;
   const retryMs = options.retryMs ?? 2_000;
   let waitingLogged = false;
   while (!(await tryAcquireLease(db, name, owner, ttlMs))) {

@@ -127,6 +127,15 @@ export function toMongoFind(query: Query): { filter: MongoFilter; sort: MongoSor
   return { filter, sort: sortSpec(query.orderBy), limit };
 }
 
+/**
+ * The string BSON gives back for `s`: its UTF-8 encoder turns each lone surrogate into U+FFFD
+ * (`'k\ud800'` is stored and found as `'k\uFFFD'`), like String.prototype.toWellFormed
+ * (ES2024, past this project's lib). Well-formed strings are unchanged.
+ */
+export function bsonString(s: string): string {
+  return s.replace(/\p{Cs}/gu, '\uFFFD');
+}
+
 /** Stored document → port document: drops `_id` (the doc carries its own `id`). */
 export function fromStored(stored: Record<string, unknown>): Record<string, unknown> & { id: string } {
   const { _id, ...doc } = stored;

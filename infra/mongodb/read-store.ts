@@ -13,7 +13,8 @@
  * Two modes, because in cluster mode the projections run in several processes:
  * - `writer` (the worker holding the `projections` lease): commits for real. Each commit
  *   also bumps the lease in the same transaction, matched on this owner and an unexpired
- *   lease: a worker that lost its lease can never write again (fencing).
+ *   lease: a worker that lost its lease can never write again (fencing). These transactions
+ *   run one at a time in the process (they all write the lease document).
  * - `follower` (the gateways): never writes. A commit with changes waits until the writer's
  *   checkpoint has reached its position, so the gateway's `progress.waitFor(position)` (the
  *   read-your-writes of every command) resolves only once MongoDB shows the write. A commit
@@ -24,6 +25,7 @@ import { MongoClient, MongoServerError, type ClientSession, type Db, type AnyBul
 import { comparePositions } from '../ports/event-store.js';
 import type { Change, Collection, CollectionSpec, Doc, ReadStore, Scalar } from '../ports/read-store.js';
 import {
+  bsonString,
   collectionName,
   encodeCursor,
   fromStored,
@@ -36,6 +38,11 @@ import {
 } from './query.js';
 
 const POSITION = /^(0|[1-9][0-9]*)$/;
+
+/** Documents a reset deletes per transaction: a whole read model in one would outlive transactionLifetimeLimitSeconds (60 s). */
+export const RESET_CHUNK = 1_000;
+
+const TRANSACTION = { writeConcern: { w: 'majority' }, readConcern: { level: 'snapshot' } } as const;
 
 export interface ReadStoreLogger {
   info(obj: object, msg?: string): void;
@@ -85,13 +92,20 @@ export async function openMongoReadStore(options: MongoReadStoreOptions): Promis
   });
   await client.connect();
   const db = options.database ? client.db(options.database) : client.db();
-  const store = new MongoStore(client, db, options);
+  const store = mongoReadStore(client, db, options);
   await db.collection('checkpoints').createIndex({ padded: 1 }).catch(() => {});
   return store;
 }
 
+/** The store on a connected client (the unit tests pass a fake one). */
+export function mongoReadStore(client: MongoClient, db: Db, options: MongoReadStoreOptions): MongoReadStore {
+  return new MongoStore(client, db, options);
+}
+
 class MongoStore implements MongoReadStore {
   private closed = false;
+  /** The tail of this process's fenced transactions (see {@link fenced}). */
+  private transactions: Promise<unknown> = Promise.resolve();
   readonly follower: boolean;
   private readonly pollMs: number;
   private readonly logger: ReadStoreLogger;
@@ -150,15 +164,20 @@ class MongoStore implements MongoReadStore {
   collection<T extends Doc = Doc>(name: string): Collection<T> {
     const coll = this.db.collection<Document>(collectionName(name));
     return {
+      // Answered under the id asked for: one with a lone surrogate is stored (and matched) as
+      // its U+FFFD form, see bsonString; the SQLite store's documents keep it as asked.
       get: async (id) => {
         const found = await coll.findOne({ _id: id as never });
-        return found ? (fromStored(found) as T) : null;
+        return found ? ({ ...fromStored(found), id } as T) : null;
       },
       getMany: async (ids) => {
         if (!ids.length) return [];
         const rows = await coll.find({ _id: { $in: [...new Set(ids)] as never[] } }).toArray();
-        const byId = new Map(rows.map((r) => [String(r._id), fromStored(r) as T]));
-        return ids.map((id) => byId.get(id) ?? null);
+        const byId = new Map(rows.map((r) => [String(r._id), r]));
+        return ids.map((id) => {
+          const found = byId.get(bsonString(id));
+          return found ? ({ ...fromStored(found), id } as T) : null;
+        });
       },
       findOne: async (where) => {
         const found = await coll.findOne(toMongoFilter({ where }), { sort: { _id: 1 } });
@@ -195,54 +214,55 @@ class MongoStore implements MongoReadStore {
       }
     }
     if (this.options.mode === 'follower') return this.awaitWriter(projection, position, changes.length > 0);
-    const session = this.client.startSession();
-    try {
-      await session.withTransaction(
-        async () => {
-          await this.checkLease(session);
-          const checkpoints = this.db.collection<CheckpointDoc>('checkpoints');
-          const current = await checkpoints.findOne({ _id: projection }, { session });
-          if (comparePositions(current?.position ?? null, position) >= 0) return; // a replay
-          const byCollection = new Map<string, AnyBulkWriteOperation<Document>[]>();
-          for (const change of changes) {
-            let ops = byCollection.get(change.collection);
-            if (!ops) byCollection.set(change.collection, (ops = []));
-            ops.push(
-              change.doc
-                ? { replaceOne: { filter: { _id: change.id as never }, replacement: toStored(change.doc), upsert: true } }
-                : { deleteOne: { filter: { _id: change.id as never } } },
-            );
-          }
-          for (const [name, ops] of byCollection) {
-            await this.db.collection(name).bulkWrite(ops, { session, ordered: true });
-          }
-          await checkpoints.updateOne(
-            { _id: projection },
-            { $set: { position, padded: paddedPosition(position), at: new Date() } },
-            { upsert: true, session },
-          );
-        },
-        { writeConcern: { w: 'majority' }, readConcern: { level: 'snapshot' } },
+    await this.fenced(async (session) => {
+      const checkpoints = this.db.collection<CheckpointDoc>('checkpoints');
+      const current = await checkpoints.findOne({ _id: projection }, { session });
+      if (comparePositions(current?.position ?? null, position) >= 0) return; // a replay
+      const byCollection = new Map<string, AnyBulkWriteOperation<Document>[]>();
+      for (const change of changes) {
+        let ops = byCollection.get(change.collection);
+        if (!ops) byCollection.set(change.collection, (ops = []));
+        ops.push(
+          change.doc
+            ? { replaceOne: { filter: { _id: change.id as never }, replacement: toStored(change.doc), upsert: true } }
+            : { deleteOne: { filter: { _id: change.id as never } } },
+        );
+      }
+      for (const [name, ops] of byCollection) {
+        await this.db.collection(name).bulkWrite(ops, { session, ordered: true });
+      }
+      await checkpoints.updateOne(
+        { _id: projection },
+        { $set: { position, padded: paddedPosition(position), at: new Date() } },
+        { upsert: true, session },
       );
-    } finally {
-      await session.endSession();
-    }
+    });
   }
 
+  /**
+   * The checkpoint goes first: a reset cut short (a crash, a lost lease) leaves none, so the
+   * next start resets again. Then the documents, {@link RESET_CHUNK} per transaction (a read
+   * model of millions in one would outlive the transaction limits and crash-loop the worker
+   * at every upgrade), each one fenced: a worker that lost the lease cannot delete what the
+   * new holder writes, as one long deleteMany outside a transaction could.
+   */
   async reset(projection: string, collections: string[]): Promise<void> {
     if (this.options.mode === 'follower') {
       throw new Error('read models are rebuilt by a worker (npm run rebuild with the worker stopped), not by a gateway');
     }
     const names = collections.map(collectionName);
-    const session = this.client.startSession();
-    try {
-      await session.withTransaction(async () => {
-        await this.checkLease(session);
-        for (const name of names) await this.db.collection(name).deleteMany({}, { session });
-        await this.db.collection<CheckpointDoc>('checkpoints').deleteOne({ _id: projection }, { session });
-      });
-    } finally {
-      await session.endSession();
+    await this.fenced(async (session) => {
+      await this.db.collection<CheckpointDoc>('checkpoints').deleteOne({ _id: projection }, { session });
+    });
+    for (const name of names) {
+      const coll = this.db.collection(name);
+      for (;;) {
+        const ids = (await coll.find({}, { projection: { _id: 1 }, limit: RESET_CHUNK }).toArray()).map((d) => d._id);
+        if (ids.length === 0) break;
+        await this.fenced(async (session) => {
+          await coll.deleteMany({ _id: { $in: ids } }, { session });
+        });
+      }
     }
   }
 
@@ -250,6 +270,28 @@ class MongoStore implements MongoReadStore {
     if (this.closed) return;
     this.closed = true;
     await this.client.close();
+  }
+
+  /**
+   * Runs `work` in a transaction that first bumps our lease (fencing), one such transaction at
+   * a time in this process: they all write the lease document, so concurrent ones (the
+   * projection runner, the relay's and the reactors' checkpoints) would abort each other with
+   * WriteConflict, which withTransaction retries at once, without backoff.
+   */
+  private fenced(work: (session: ClientSession) => Promise<void>): Promise<void> {
+    const run = this.transactions.then(async () => {
+      const session = this.client.startSession();
+      try {
+        await session.withTransaction(async () => {
+          await this.checkLease(session);
+          await work(session);
+        }, TRANSACTION);
+      } finally {
+        await session.endSession();
+      }
+    });
+    this.transactions = run.catch(() => {}); // a failed one is its caller's; the next still runs
+    return run;
   }
 
   /** Fencing: bump our lease inside the transaction; no match = we lost it. */

@@ -1,8 +1,10 @@
 /**
  * The read-store contract against MongoDB (writer mode), when MONGO_URL is set
- * (a replica set: transactions; e.g. `mongodb://localhost:27017/contract?replicaSet=rs0`;
- * `npm run test:cluster`), plus the follower mode and the lease fencing. Without MONGO_URL,
- * one test says so and passes: no MongoDB runs on our machines.
+ * (a replica set: transactions; from the host, as docs/DEPLOYMENT.md says,
+ * `mongodb://localhost:27017/contract?directConnection=true`, since the member is named
+ * `mongo` inside the compose network; `npm run test:cluster`), plus the follower mode and
+ * the lease fencing. Without MONGO_URL, one test says so and passes: no MongoDB runs on our
+ * machines.
  */
 import { randomUUID } from 'node:crypto';
 import { LeaseLostError, openMongoReadStore, type MongoReadStore } from '../../infra/mongodb/read-store.js';

@@ -53,6 +53,8 @@ describe('infra/docker-compose.yml', () => {
     expect(services.mongo!.command).toEqual(expect.arrayContaining(['--replSet', 'rs0']));
     expect(services.mongo!.healthcheck!.test.join(' ')).toContain('rs.initiate');
     expect(services.kafka!.environment).toMatchObject({ KAFKA_PROCESS_ROLES: 'broker,controller', KAFKA_NUM_PARTITIONS: '1' });
+    // The relay creates its topic; a gateway's consumer must not create it with broker defaults first.
+    expect(services.kafka!.environment!.KAFKA_AUTO_CREATE_TOPICS_ENABLE).toBe('false');
     for (const name of ['eventstore', 'mongo', 'kafka', 'worker']) expect(services[name]!.healthcheck).toBeDefined();
   });
 

@@ -2,13 +2,17 @@
  * The Kafka EventFeed's offset handling without a broker: a fake consumer that follows
  * kafkajs's documented API (`connect`, `subscribe({ topics, fromBeginning })`,
  * `run({ autoCommit, eachMessage })`, `commitOffsets([{ topic, partition, offset }])`,
- * `disconnect`) and delivers messages the way the kafkajs runner does: one `eachMessage`
- * at a time, awaited.
+ * `seek`, `on(events.GROUP_JOIN | events.CRASH)`, `disconnect`) and delivers messages the
+ * way the kafkajs runner does: one `eachMessage` at a time, awaited. As in kafkajs 2.2.4's
+ * source, `run()` emits GROUP_JOIN once assigned (before any fetch), `subscribe` to a topic
+ * the cluster lacks throws UNKNOWN_TOPIC_OR_PARTITION, and a crash kafkajs gives up on
+ * emits CRASH with `restart: false` after disconnecting.
  */
+import { Kafka, logLevel } from 'kafkajs';
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Pending } from '../../infra/ports/event-feed.js';
-import { createKafkaFeed, OffsetWindow, type FeedConsumer } from '../../infra/kafka/feed.js';
-import { RELAY_PARTITIONS, nextBatchSize, relayTopicSpec } from '../../infra/kafka/relay.js';
+import { createKafkaFeed, FROM_LATEST_MARGIN_MS, OffsetWindow, type FeedAdmin, type FeedConsumer } from '../../infra/kafka/feed.js';
+import { ensureTopic, RELAY_PARTITIONS, RELAY_PRODUCER, nextBatchSize, relayTopicSpec, type RelayAdmin } from '../../infra/kafka/relay.js';
 import { toMessage } from '../../infra/kafka/messages.js';
 
 const TOPIC = 'agent-identity.events';
@@ -32,35 +36,79 @@ type EachMessage = (payload: {
   pause(): () => void;
 }) => Promise<void>;
 
+type TopicPartitionOffset = { topic: string; partition: number; offset: string };
+type Listener = (event: { type: string; payload: unknown }) => void;
+
 class FakeConsumer {
-  commits: { topic: string; partition: number; offset: string }[] = [];
+  readonly events = { CRASH: 'consumer.crash', GROUP_JOIN: 'consumer.group_join' };
+  commits: TopicPartitionOffset[] = [];
+  seeks: TopicPartitionOffset[] = [];
   subscribed: { topics: string[]; fromBeginning?: boolean } | null = null;
   runConfig: { autoCommit?: boolean } | null = null;
   heartbeats = 0;
   disconnected = false;
+  /** Between run() and disconnect(): a live consumer. */
+  running = false;
+  /** What connect() waits for (a slow broker). */
+  connecting: Promise<void> = Promise.resolve();
+  /** How many subscribe() calls fail because the topic does not exist yet. */
+  missingTopic = 0;
+  #listeners = new Map<string, Listener[]>();
   #eachMessage: EachMessage | null = null;
   #running: Promise<void> = Promise.resolve();
 
-  async connect(): Promise<void> {}
+  async connect(): Promise<void> {
+    await this.connecting;
+  }
   async subscribe(s: { topics: string[]; fromBeginning?: boolean }): Promise<void> {
+    if (this.missingTopic > 0) {
+      this.missingTopic -= 1;
+      throw Object.assign(new Error('This server does not host this topic-partition'), { name: 'KafkaJSProtocolError', type: 'UNKNOWN_TOPIC_OR_PARTITION', retriable: true });
+    }
     this.subscribed = s;
   }
   async run(config: { autoCommit?: boolean; eachMessage: EachMessage }): Promise<void> {
     this.runConfig = config;
+    this.running = true;
+    this.join();
     this.#eachMessage = config.eachMessage;
   }
-  async commitOffsets(offsets: { topic: string; partition: number; offset: string }[]): Promise<void> {
+  async commitOffsets(offsets: TopicPartitionOffset[]): Promise<void> {
     this.commits.push(...offsets);
+  }
+  seek(tp: TopicPartitionOffset): void {
+    this.seeks.push(tp);
+  }
+  on(type: string, listener: Listener): () => void {
+    this.#listeners.set(type, [...(this.#listeners.get(type) ?? []), listener]);
+    return () => {};
   }
   async disconnect(): Promise<void> {
     this.disconnected = true;
+    this.running = false;
+  }
+
+  #emit(type: string, payload: unknown): void {
+    for (const listener of this.#listeners.get(type) ?? []) listener({ type, payload });
+  }
+  /** The group (re)assigned these partitions: GROUP_JOIN, before the first fetch. */
+  join(partitions = [0]): void {
+    this.#emit(this.events.GROUP_JOIN, { groupId: 'ais-test', memberAssignment: { [TOPIC]: partitions } });
+  }
+  /** kafkajs' runner crashed; it disconnected the consumer first unless it restarts it. */
+  crash(error: Error, restart: boolean): void {
+    if (!restart) this.running = false;
+    this.#emit(this.events.CRASH, { error, groupId: 'ais-test', restart });
   }
 
   /** Delivers a message as the runner does: after the previous eachMessage resolved. */
   deliver(offset: number, e: RecordedEvent, partition = 0): Promise<void> {
     const m = toMessage(e);
     this.#running = this.#running.then(async () => {
-      while (!this.#eachMessage) await new Promise((r) => setTimeout(r, 1));
+      for (let waited = 0; !this.#eachMessage; waited++) {
+        if (waited > 2_000) throw new Error('the feed never ran the consumer');
+        await new Promise((r) => setTimeout(r, 1));
+      }
       await this.#eachMessage({
         topic: TOPIC,
         partition,
@@ -77,7 +125,35 @@ class FakeConsumer {
   }
 }
 
+/** The admin a `fromLatest` subscription reads offsets with. */
+class FakeAdmin {
+  /** The group's committed offsets ('-1': none, a group never seen). */
+  groupOffsets: Record<number, string> = { 0: '-1' };
+  /** First offset per partition produced at or after the timestamp asked for. */
+  offsetsSince: Record<number, string> = { 0: '42' };
+  timestamps: number[] = [];
+  connected = false;
+
+  async connect(): Promise<void> {
+    this.connected = true;
+  }
+  async disconnect(): Promise<void> {
+    this.connected = false;
+  }
+  async fetchOffsets({ topics }: { groupId: string; topics?: string[] }) {
+    return (topics ?? []).map((topic) => ({ topic, partitions: Object.entries(this.groupOffsets).map(([p, offset]) => ({ partition: Number(p), offset, metadata: null })) }));
+  }
+  async fetchTopicOffsetsByTimestamp(_topic: string, timestamp?: number) {
+    this.timestamps.push(timestamp!);
+    return Object.entries(this.offsetsSince).map(([p, offset]) => ({ partition: Number(p), offset }));
+  }
+}
+
 const settle = () => new Promise((r) => setTimeout(r, 5));
+
+/** 'pending' when the promise has not settled within a few ms, else its outcome. */
+const outcome = (p: Promise<unknown>) =>
+  Promise.race([p.then(() => 'resolved', (e: Error) => `rejected: ${e.message}`), new Promise((r) => setTimeout(() => r('pending'), 20))]);
 
 function deferred(): { promise: Promise<void>; resolve(): void; reject(e: Error): void } {
   let resolve!: () => void;
@@ -98,24 +174,33 @@ function settleLater(setHandler: (h: (e: RecordedEvent) => Promise<void | Pendin
   return jobs;
 }
 
-function setup(options: { after?: string | null; fromLatest?: boolean; filter?: { eventTypes?: string[] } } = {}) {
+function setup(
+  options: { after?: string | null; fromLatest?: boolean; filter?: { eventTypes?: string[] }; prepare?: (c: FakeConsumer, a: FakeAdmin) => void } = {},
+) {
   const consumer = new FakeConsumer();
+  const admin = new FakeAdmin();
+  options.prepare?.(consumer, admin);
   const groups: string[] = [];
+  const logged: string[] = [];
   const feed = createKafkaFeed({
     topic: TOPIC,
     heartbeatMs: 5,
+    topicRetryMs: 1,
     consumer: (group) => {
       groups.push(group);
       return consumer as unknown as FeedConsumer;
     },
+    admin: () => admin as unknown as FeedAdmin,
+    logger: { info: (_o, msg) => void logged.push(msg ?? ''), error: (_o, msg) => void logged.push(msg ?? '') },
   });
   const handled: string[] = [];
   let next: (e: RecordedEvent) => Promise<void | Pending> = async () => {};
+  const subscribedAt = Date.now();
   const sub = feed.subscribe({ after: options.after ?? null, group: 'ais-test', filter: options.filter, fromLatest: options.fromLatest }, async (e) => {
     handled.push(e.position);
     return next(e);
   });
-  return { consumer, groups, sub, handled, setHandler: (h: typeof next) => (next = h) };
+  return { consumer, admin, groups, logged, sub, handled, subscribedAt, setHandler: (h: typeof next) => (next = h) };
 }
 
 describe('Kafka event feed', () => {
@@ -258,6 +343,76 @@ describe('Kafka event feed', () => {
     expect(consumer.lastCommit()).toBe('1');
     expect(consumer.disconnected).toBe(true);
   });
+
+  it('close() while the consumer is still connecting leaves no consumer running', async () => {
+    const connected = deferred();
+    const { consumer, sub } = setup({ prepare: (c) => void (c.connecting = connected.promise) });
+    sub.close();
+    await settle();
+    connected.resolve();
+    await sub.done;
+    await settle();
+    expect(consumer.running).toBe(false);
+    expect(consumer.disconnected).toBe(true);
+  });
+
+  it('ends the subscription when kafkajs gives up on the consumer (CRASH without restart)', async () => {
+    const { consumer, sub } = setup();
+    await consumer.deliver(0, event(1));
+    consumer.crash(new Error('restarting crashed'), true); // kafkajs restarts this one itself
+    await expect(outcome(sub.done)).resolves.toBe('pending');
+    consumer.crash(new Error('not authorized to access group'), false);
+    await expect(outcome(sub.done)).resolves.toBe('rejected: not authorized to access group');
+    expect(consumer.disconnected).toBe(true);
+  });
+
+  it('waits for the relay to create the topic (never auto-created by a consumer), logging it once', async () => {
+    const { consumer, sub, handled, logged } = setup({ prepare: (c) => void (c.missingTopic = 3) });
+    await expect(outcome(sub.done)).resolves.toBe('pending');
+    await consumer.deliver(0, event(1));
+    expect(handled).toEqual(['1']);
+    expect(consumer.subscribed).toEqual({ topics: [TOPIC], fromBeginning: true });
+    expect(logged.filter((m) => /not created yet/.test(m))).toHaveLength(1);
+    sub.close();
+    await sub.done;
+  });
+
+  it('close() while waiting for the topic stops at once, without subscribing', async () => {
+    const { consumer, sub } = setup({ prepare: (c) => void (c.missingTopic = Infinity) });
+    await settle();
+    sub.close();
+    await expect(outcome(sub.done)).resolves.toBe('resolved');
+    expect(consumer.subscribed).toBeNull();
+    expect(consumer.running).toBe(false);
+  });
+
+  it('fromLatest: a new group starts at what was produced shortly before subscribe(), not at its first fetch', async () => {
+    const { consumer, admin, subscribedAt, handled } = setup({ fromLatest: true, after: '7' });
+    await consumer.deliver(42, event(8));
+    expect(admin.timestamps).toHaveLength(1);
+    expect(admin.timestamps[0]).toBeLessThanOrEqual(subscribedAt - FROM_LATEST_MARGIN_MS + 50);
+    expect(admin.timestamps[0]).toBeGreaterThanOrEqual(subscribedAt - FROM_LATEST_MARGIN_MS - 50);
+    expect(admin.connected).toBe(false);
+    expect(consumer.seeks).toEqual([{ topic: TOPIC, partition: 0, offset: '42' }]); // on GROUP_JOIN, before any fetch
+    expect(handled).toEqual(['8']);
+    // A rebalance before the first commit would resolve "latest" again: seek again; after it, the commit holds.
+    consumer.join();
+    expect(consumer.seeks).toHaveLength(2);
+    await settle();
+    expect(consumer.lastCommit()).toBe('43');
+    consumer.join();
+    expect(consumer.seeks).toHaveLength(2);
+  });
+
+  it('fromLatest: a group with committed offsets keeps them; without fromLatest no seek', async () => {
+    const known = setup({ fromLatest: true, prepare: (_c, a) => void (a.groupOffsets = { 0: '17' }) });
+    await known.consumer.deliver(17, event(1));
+    expect(known.consumer.seeks).toEqual([]);
+    const plain = setup();
+    await plain.consumer.deliver(0, event(1));
+    expect(plain.consumer.seeks).toEqual([]);
+    expect(plain.admin.timestamps).toEqual([]);
+  });
 });
 
 describe('OffsetWindow', () => {
@@ -291,11 +446,64 @@ describe('OffsetWindow', () => {
   });
 });
 
+/** An admin on a cluster of `brokers` where the topic exists (with `replicas` per partition) or not. */
+function relayAdmin(brokers: number, existing: { replicas: number; partitions?: number } | null) {
+  const created: unknown[] = [];
+  const admin = {
+    connect: async () => {},
+    disconnect: async () => {},
+    describeCluster: async () => ({ brokers: Array.from({ length: brokers }, (_, i) => ({ nodeId: i, host: `k${i}`, port: 9092 })), controller: 0, clusterId: 'c' }),
+    createTopics: async ({ topics }: { topics: unknown[] }) => (existing ? false : (created.push(...topics), true)),
+    fetchTopicMetadata: async () => ({
+      topics: [{ name: TOPIC, partitions: Array.from({ length: existing?.partitions ?? 1 }, (_, i) => ({ partitionId: i, replicas: Array.from({ length: existing!.replicas }, (_, r) => r) })) }],
+    }),
+    describeConfigs: async () => ({ resources: [{ configEntries: [{ configName: 'max.message.bytes', configValue: String(8 * 1024 * 1024) }] }] }),
+  };
+  const warnings: object[] = [];
+  const logger = { info: () => {}, warn: (o: object) => void warnings.push(o), error: () => {} };
+  return { admin: admin as unknown as RelayAdmin, created, warnings, logger };
+}
+
 describe('the relay topic', () => {
   it('has one partition, so its order is the log order', () => {
     expect(RELAY_PARTITIONS).toBe(1);
-    expect(relayTopicSpec(TOPIC)).toMatchObject({ topic: TOPIC, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: String(8 * 1024 * 1024) }] });
-    expect(() => relayTopicSpec('a b')).toThrow(/invalid Kafka topic/);
+    expect(relayTopicSpec(TOPIC, 1)).toMatchObject({ topic: TOPIC, numPartitions: 1 });
+    expect(relayTopicSpec(TOPIC, 1).configEntries).toContainEqual({ name: 'max.message.bytes', value: String(8 * 1024 * 1024) });
+    expect(() => relayTopicSpec('a b', 1)).toThrow(/invalid Kafka topic/);
+  });
+
+  it('is replicated 3 times (as many as there are brokers below 3), and acks wait for all but one copy', () => {
+    const spec = (brokers: number) => {
+      const s = relayTopicSpec(TOPIC, brokers);
+      return [s.replicationFactor, s.configEntries!.find((c) => c.name === 'min.insync.replicas')?.value];
+    };
+    expect(spec(1)).toEqual([1, '1']);
+    expect(spec(2)).toEqual([2, '1']);
+    expect(spec(3)).toEqual([3, '2']);
+    expect(spec(5)).toEqual([3, '2']);
+  });
+
+  it('is created with the replication the cluster allows; an existing one with fewer replicas is warned about', async () => {
+    const fresh = relayAdmin(3, null);
+    await ensureTopic(fresh.admin, TOPIC, fresh.logger);
+    expect(fresh.created).toEqual([relayTopicSpec(TOPIC, 3)]);
+    expect(fresh.created[0]).toMatchObject({ replicationFactor: 3 });
+
+    const thin = relayAdmin(3, { replicas: 1 });
+    await ensureTopic(thin.admin, TOPIC, thin.logger);
+    expect(thin.warnings).toEqual([expect.objectContaining({ replicationFactor: 1, wanted: 3 })]);
+
+    const fine = relayAdmin(1, { replicas: 1 });
+    await ensureTopic(fine.admin, TOPIC, fine.logger);
+    expect(fine.warnings).toEqual([]);
+  });
+
+  it('is produced to by an idempotent producer whose retries kafkajs does not warn about', () => {
+    const warnings: string[] = [];
+    const kafka = new Kafka({ clientId: 't', brokers: ['localhost:9092'], retry: { retries: 8 }, logLevel: logLevel.WARN, logCreator: () => ({ log }) => void warnings.push(log.message) });
+    kafka.producer(RELAY_PRODUCER); // kafkajs checks the retries here, before any connection
+    expect(RELAY_PRODUCER).toMatchObject({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+    expect(warnings.filter((m) => /Limiting retries/.test(m))).toEqual([]);
   });
 
   it('sends a backlog in batches the broker takes: bounded by count and by bytes, never empty', () => {
