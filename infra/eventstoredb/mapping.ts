@@ -56,6 +56,37 @@ export function decodePosition(position: string): EsdbPosition {
   return { commit: n >> 64n, prepare: n & MASK_64 };
 }
 
+/**
+ * A position a caller hands back (`after`, e.g. an SSE Last-Event-ID) → the server's. No
+ * record has its prepare after its commit (the server gives an event of an append commit =
+ * prepare, and a legacy transaction commits after its prepares), so such a value was never
+ * handed out: it is refused like a malformed one, with the same error.
+ */
+export function decodeRecordPosition(position: string): EsdbPosition {
+  const decoded = decodePosition(position);
+  if (decoded.prepare > decoded.commit) throw new Error(`invalid event position: ${position} (not the position of a record)`);
+  return decoded;
+}
+
+/**
+ * The connection string for a second client with a connection of its own. grpc-js pools
+ * connections by target and channel options, so a client from the same string would share
+ * the first one's HTTP/2 connection (and its limit of concurrent calls); the keepalive
+ * timeout is the one channel option the string sets, and 1 ms more makes the options differ.
+ */
+export function ownConnectionUrl(connectionString: string): string {
+  const url = connectionString.trim();
+  const query = url.includes('?') ? url.slice(url.indexOf('?') + 1) : '';
+  let timeout = 10_000; // the client's default
+  for (const pair of query.split('&')) {
+    const [key = '', value = ''] = pair.split('=');
+    // The client's own key matching: case, '-' and '_' ignored; the last one wins.
+    if (key.trim().toLowerCase().replace(/[_-]/g, '') === 'keepalivetimeout') timeout = parseInt(value, 10);
+  }
+  const distinct = timeout > 0 ? timeout + 1 : 10_001; // -1 (off) or junk: any other value differs
+  return `${url}${url.includes('?') ? '&' : '?'}keepAliveTimeout=${distinct}`;
+}
+
 /** The server-side part of a filter: EventStoreDB accepts ONE filter, on stream names or on types. */
 export type ServerFilter =
   | { on: 'streamName'; regex: string }
@@ -120,12 +151,20 @@ export interface EsdbRecorded {
   position?: EsdbPosition;
 }
 
+/**
+ * The commit position servers before 22.10 put on events of stream reads (2^64-1: "none").
+ * The client always fills `position` (protobuf defaults), so this is the only sign of it.
+ */
+const NO_POSITION = MASK_64;
+
 /** A client event → the port's RecordedEvent; null for events the port never shows (system, non-JSON). */
 export function toRecordedEvent(event: EsdbRecorded | undefined, fallbackPosition?: EsdbPosition): RecordedEvent | null {
   if (!event || event.streamId.startsWith('$') || event.type.startsWith('$')) return null;
   const position = event.position ?? fallbackPosition;
-  if (!position) {
-    throw new Error(`event ${event.id} of ${event.streamId} has no log position (EventStoreDB 22.10 or later is required)`);
+  if (!position || position.commit === NO_POSITION) {
+    throw new Error(
+      `event ${event.id} of ${event.streamId} has no log position (servers before 22.10 give none on stream reads): EventStoreDB 23.10 or later is required`,
+    );
   }
   if (event.isJson === false) return null; // never written by this adapter
   const metadata = event.metadata;
@@ -145,15 +184,39 @@ export function toRecordedEvent(event: EsdbRecorded | undefined, fallbackPositio
 const UNAVAILABLE_TYPES = new Set(['unavailable', 'timeout', 'deadline-exceeded', 'not-leader', 'cancelled']);
 
 /**
+ * An append bigger than the server takes in one write (its MaxAppendSize, 1 MiB by default).
+ * Not transient: the same append fails again. The port has no error for it (the embedded
+ * store has no such limit), hence the stable `code` callers can map (an HTTP 413, say).
+ */
+export class AppendTooLargeError extends Error {
+  readonly code = 'append_too_large' as const;
+  constructor(
+    readonly stream: string,
+    /** The server's limit in bytes, when it said. */
+    readonly maxAppendSize: number | undefined,
+    options?: { cause?: unknown },
+  ) {
+    const limit = maxAppendSize !== undefined ? `${maxAppendSize} bytes` : 'its MaxAppendSize';
+    super(`append to ${stream}: larger than EventStoreDB takes in one append (${limit})`, options);
+    this.name = 'AppendTooLargeError';
+  }
+}
+
+/**
  * A client error → the port's error: WrongExpectedVersion becomes WrongExpectedRevisionError
- * with the actual revision; connection-level failures (unavailable, deadline, not leader)
- * become EventStoreUnavailableError; anything else is returned unchanged.
+ * with the actual revision; an append over the server's size limit AppendTooLargeError;
+ * connection-level failures (unavailable, deadline, not leader) become
+ * EventStoreUnavailableError; anything else is returned unchanged.
  */
 export function translateError(err: unknown, context: { stream?: string; expected?: ExpectedRevision; operation: string }): Error {
   const type = (err as { type?: unknown } | null)?.type;
   if (type === 'wrong-expected-version' && context.stream !== undefined) {
     const actual = fromEsdbActualRevision((err as { actualVersion?: unknown }).actualVersion);
     return new WrongExpectedRevisionError(context.stream, context.expected ?? 'any', actual);
+  }
+  if (type === 'maximum-append-size-exceeded') {
+    const max = (err as { maxAppendSize?: unknown }).maxAppendSize;
+    return new AppendTooLargeError(context.stream ?? '(unknown stream)', Number.isSafeInteger(max) ? (max as number) : undefined, { cause: err });
   }
   if (typeof type === 'string' && UNAVAILABLE_TYPES.has(type)) {
     return new EventStoreUnavailableError(`EventStoreDB ${context.operation} failed (${type}): ${messageOf(err)}`, { cause: err });
