@@ -10,6 +10,7 @@
  */
 import {
   EventStoreUnavailableError,
+  InvalidPositionError,
   WrongExpectedRevisionError,
   type AllFilter,
   type ExpectedRevision,
@@ -51,7 +52,7 @@ export function encodePosition(position: EsdbPosition): string {
 }
 
 export function decodePosition(position: string): EsdbPosition {
-  if (typeof position !== 'string' || !POSITION.test(position)) throw new Error(`invalid event position: ${String(position)}`);
+  if (typeof position !== 'string' || !POSITION.test(position)) throw new InvalidPositionError(String(position));
   const n = BigInt(position);
   return { commit: n >> 64n, prepare: n & MASK_64 };
 }
@@ -64,7 +65,7 @@ export function decodePosition(position: string): EsdbPosition {
  */
 export function decodeRecordPosition(position: string): EsdbPosition {
   const decoded = decodePosition(position);
-  if (decoded.prepare > decoded.commit) throw new Error(`invalid event position: ${position} (not the position of a record)`);
+  if (decoded.prepare > decoded.commit) throw new InvalidPositionError(position, 'not the position of a record');
   return decoded;
 }
 

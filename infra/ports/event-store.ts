@@ -128,6 +128,21 @@ export class EventStoreUnavailableError extends Error {
   }
 }
 
+/**
+ * Thrown for a position this store never handed out (malformed, or, on EventStoreDB, no
+ * record's): one a client gave back (an SSE Last-Event-ID) is then refused, not followed.
+ */
+export class InvalidPositionError extends Error {
+  readonly code = 'invalid_position' as const;
+  constructor(
+    readonly position: string,
+    why = '',
+  ) {
+    super(`invalid event position: ${position}${why ? ` (${why})` : ''}`);
+    this.name = 'InvalidPositionError';
+  }
+}
+
 /** Total order of positions: negative when a < b. `null` sorts before everything. */
 export function comparePositions(a: string | null | undefined, b: string | null | undefined): number {
   if (a == null) return b == null ? 0 : -1;

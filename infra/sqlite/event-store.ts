@@ -24,6 +24,7 @@ import { limitSql, openDatabase, type Database, type Statement } from './driver.
 import {
   comparePositions,
   EventStoreUnavailableError,
+  InvalidPositionError,
   WrongExpectedRevisionError,
   type AllFilter,
   type AppendResult,
@@ -664,7 +665,7 @@ function prefixSuccessor(prefix: string): string | null {
 }
 
 function parsePosition(position: string): number {
-  if (typeof position !== 'string' || !POSITION.test(position)) throw new Error(`invalid event position: ${String(position)}`);
+  if (typeof position !== 'string' || !POSITION.test(position)) throw new InvalidPositionError(String(position));
   return Number(position);
 }
 

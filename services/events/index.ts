@@ -12,7 +12,7 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { comparePositions, InvalidPositionError, type RecordedEvent } from '../../infra/ports/event-store.js';
 import { ApiError, tokenExpired } from '../gateway/errors.js';
 import { SseConnection } from '../gateway/sse.js';
 import { EventHub, MESSAGE_TYPES, type Listener } from './hub.js';
@@ -55,6 +55,11 @@ export function lastEventIdOf(ctx: Context): string | null {
   // Positions are canonical decimals (no leading zeros); "0007" means "after 7".
   return value.replace(/^0+(?=\d)/, '');
 }
+
+const invalidLastEventId = (why: string) => {
+  const message = `Last-Event-ID is not an id received from this stream (${why}).`;
+  return new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
+};
 
 /** The frame of an inbound-message event: `email` or `sms`, all values strings. */
 export function frameOf(e: RecordedEvent): { event: string; data: Record<string, string> } | null {
@@ -105,11 +110,15 @@ export const eventsContext: ContextFactory = (shared) => {
       throw tokenExpired('The session of this token has ended (signed out, or the password changed): sign in again.');
     }
     const after = lastEventIdOf(ctx);
-    // An id beyond the log's last event was never sent: following it would drop every live
-    // event until the log caught up, so it is refused like a malformed one.
-    if (after !== null && comparePositions(after, await events.headPosition()) > 0) {
-      const message = 'Last-Event-ID is not an id received from this stream (it is beyond its last event).';
-      throw new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
+    if (after !== null) {
+      // An id beyond the log's last event was never sent: following it would drop every live
+      // event until the log caught up, so it is refused like a malformed one.
+      if (comparePositions(after, await events.headPosition()) > 0) throw invalidLastEventId('it is beyond its last event');
+      // A store whose positions have a structure (EventStoreDB's commit and prepare) knows
+      // others it never handed out: refused before the stream opens, not cut after its 200.
+      await events.readAll({ after, maxCount: 1 }).catch((err: unknown) => {
+        throw err instanceof InvalidPositionError ? invalidLastEventId('no event has it') : err;
+      });
     }
     if (stopping) throw new ApiError(503, 'service_unavailable', 'The service is shutting down; reconnect shortly.', undefined, { 'Retry-After': '1' });
     if (!hub.live) throw new ApiError(503, 'service_unavailable', 'Live events are interrupted (the event log cannot be followed now); reconnect shortly.', undefined, { 'Retry-After': String(Math.ceil(RETRY_MS / 1000)) });

@@ -161,6 +161,8 @@ export function toApiError(raw: unknown): ApiError {
     return new ApiError(503, 'projection_lag', 'The change was saved but is not readable yet; retry shortly.', undefined, { 'Retry-After': '1' });
   }
   if (e?.code === 'invalid_cursor') return new ApiError(400, 'invalid', 'Invalid cursor.', { cursor: ['Invalid cursor.'] });
+  // EventStoreDB's MaxAppendSize (1 MiB by default): the same write fails again, so not a 503.
+  if (e?.code === 'append_too_large') return new ApiError(413, 'payload_too_large', 'The change is larger than the event store takes in one write.');
   const status = e?.status ?? e?.statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     const code = status === 404 ? 'not_found' : status === 405 ? 'method_not_allowed' : status === 413 ? 'payload_too_large' : 'invalid';

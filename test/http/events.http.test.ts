@@ -13,6 +13,7 @@ import { eventually } from '../support/eventually.js';
 import { newId, nowIso } from '../../services/kernel/ids.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
 import { FRAME_TEXT_MAX } from '../../services/events/index.js';
+import { InvalidPositionError } from '../../infra/ports/event-store.js';
 
 let s: TestServer;
 let owner: { access: string };
@@ -135,6 +136,23 @@ describe('refusals are JSON answered before the stream opens', () => {
       const r = await stream(owner.access, idA, headers, query);
       expect(r.status).toBe(400);
       expect(r.errorBody).toHaveProperty('last_event_id');
+    }
+  });
+
+  it('400 for an id the event store says it never handed out (on EventStoreDB: no record has it), before the stream opens', async () => {
+    const store = s.runtime.events;
+    const readAll = store.readAll;
+    // As the EventStoreDB adapter answers a position whose prepare part is past its commit part.
+    store.readAll = async (options) => {
+      if (options?.after === '1') throw new InvalidPositionError('1', 'not the position of a record');
+      return readAll.call(store, options);
+    };
+    try {
+      const r = await stream(owner.access, idA, { 'last-event-id': '1' });
+      expect([r.status, r.errorBody]).toEqual([400, { last_event_id: ['Last-Event-ID is not an id received from this stream (no event has it).'] }]);
+      expect((await stream(owner.access, idA, { 'last-event-id': '2' })).status).toBe(200);
+    } finally {
+      store.readAll = readAll;
     }
   });
 });
