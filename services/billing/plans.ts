@@ -16,9 +16,18 @@ export const PLANS = {
 export type PlanName = keyof typeof PLANS;
 export const PLAN_NAMES = Object.keys(PLANS) as PlanName[];
 
-/** `active`: paid up; `past_due`: payment failed, paid add-ons paused; `canceled`: ended. */
-export const STATUSES = ['active', 'past_due', 'canceled'] as const;
+/**
+ * `active` (and `trialing`): paid add-ons (phones) may be provisioned; every other status
+ * (`past_due`: a payment failed; `canceled`: ended; ...) keeps what the account has but adds
+ * none. DECISIONS names no statuses: the admin API takes a billing system's usual words
+ * (Stripe's, and the spellings `cancelled`, `inactive`, `suspended`, `expired`), kept as given.
+ */
+export const STATUSES = ['active', 'trialing', 'past_due', 'unpaid', 'incomplete', 'incomplete_expired', 'paused', 'canceled', 'cancelled', 'inactive', 'suspended', 'expired'] as const;
 export type SubscriptionStatus = (typeof STATUSES)[number];
+const ACTIVE_STATUSES: readonly SubscriptionStatus[] = ['active', 'trialing'];
+
+/** Whether the status allows paid add-ons. */
+export const isActive = (status: SubscriptionStatus): boolean => ACTIVE_STATUSES.includes(status);
 
 export interface SubscriptionDoc extends Doc {
   pk: number;
@@ -48,9 +57,9 @@ export async function subscriptionInLog(store: EventStore, pk: number): Promise<
   return { plan: d.plan, status: d.status };
 }
 
-/** Phones the subscription allows now: none unless the status is `active`. */
+/** Phones the subscription allows now: none unless the status is an active one. */
 export function phoneAllowance(sub: { plan: PlanName; status: SubscriptionStatus }): number {
-  return sub.status === 'active' ? PLANS[sub.plan].phoneLimit : 0;
+  return isActive(sub.status) ? PLANS[sub.plan].phoneLimit : 0;
 }
 
 /** The cheapest plan that allows `phones` numbers (what a 402 names as `plan_required`), or null when none does. */

@@ -27,6 +27,7 @@ export function systemRoutes(deps: SystemDeps): HttpModule {
       });
       // Prometheus' conventional path (outside /api/: an operator's, not a client's), scraped
       // with `authorization: { credentials: <METRICS_TOKEN> }`.
+      if (!deps.metricsToken) return; // not there at all without METRICS_TOKEN (every method 404)
       r.get('/metrics', async (ctx) => {
         await metricsToken(ctx);
         const { contentType, text } = await deps.metrics.scrape();

@@ -19,7 +19,7 @@ import { available, hold, movedAway, release, reserve, undo, type Reclaim } from
 import { keyedSerial } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
-import { currentSubscription, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog } from '../billing/plans.js';
+import { currentSubscription, isActive, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog, type SubscriptionStatus } from '../billing/plans.js';
 import {
   IdentityCreated,
   IdentityDeleted,
@@ -219,13 +219,13 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     }), 20);
   }
 
-  function paymentRequired(sub: { plan: string; status: string }, phonesWanted: number): ApiError {
+  function paymentRequired(sub: { plan: string; status: SubscriptionStatus }, phonesWanted: number): ApiError {
     // A plan that would help: none when the current plan has room and only the status is wrong.
     const roomy = (PLANS as Record<string, { phoneLimit: number }>)[sub.plan]?.phoneLimit >= phonesWanted;
     const planRequired = roomy ? null : planRequiredFor(phonesWanted);
     const wanted = phonesWanted === 1 ? 'a phone number' : `${phonesWanted} phone numbers`;
     const detail =
-      sub.status !== 'active'
+      !isActive(sub.status)
         ? `Your subscription is ${sub.status}; phone numbers need an active subscription.`
         : planRequired
           ? `Your plan (${sub.plan}) does not include ${wanted}; upgrade to ${planRequired}.`

@@ -20,9 +20,21 @@ export type AccountsPassword = string;
  */
 export type BillingPlan = 'free' | 'email' | 'developer' | 'team';
 /**
- * Only `active` allows paid add-ons (phone numbers).
+ * Only `active` and `trialing` allow paid add-ons (phone numbers); every other status keeps what the account has and adds none.
  */
-export type BillingStatus = 'active' | 'past_due' | 'canceled';
+export type BillingStatus =
+  | 'active'
+  | 'trialing'
+  | 'past_due'
+  | 'unpaid'
+  | 'incomplete'
+  | 'incomplete_expired'
+  | 'paused'
+  | 'canceled'
+  | 'cancelled'
+  | 'inactive'
+  | 'suspended'
+  | 'expired';
 /**
  * A server-rendered HTML page.
  */

@@ -59,7 +59,7 @@ describe('admin API', () => {
     const u = await s.signUp();
     expect((await admin(999999, { plan: 'team' })).status).toBe(404);
     expect((await admin(u.user.pk, { plan: 'platinum' })).body.plan).toEqual(expect.any(Array));
-    expect((await admin(u.user.pk, { plan: 'team', status: 'paused' })).body.status).toEqual(expect.any(Array));
+    expect((await admin(u.user.pk, { plan: 'team', status: 'bogus' })).body.status).toEqual(expect.any(Array));
   });
 });
 
@@ -72,6 +72,11 @@ describe('admin API disabled', () => {
       expect(put.status).toBe(404);
       expect((await off.api('GET', `/api/admin/users/${u.user.pk}/subscription/`)).status).toBe(404);
       expect((await off.api('POST', '/api/admin/anything/')).status).toBe(404);
+      // Every method of the admin paths: none tells that they exist (a 405 or an OPTIONS 200 did).
+      for (const method of ['POST', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD']) {
+        const res = await fetch(`${off.url}/api/admin/users/${u.user.pk}/subscription/`, { method });
+        expect([method, res.status, res.headers.get('allow')]).toEqual([method, 404, null]);
+      }
     } finally {
       await off.close();
     }
@@ -174,6 +179,18 @@ describe('phone provisioning', () => {
     expect(res.body.code).toBe('payment_required');
     expect(res.body.detail).toMatch(/past_due/);
     expect(res.body).not.toHaveProperty('plan_required'); // the plan it is on already: the status is what to fix
+  });
+
+  it('statuses in a billing system\'s usual words are taken as given: trialing provisions like active; cancelled, unpaid, inactive... add no phone', async () => {
+    const u = await s.signUp();
+    expect((await admin(u.user.pk, { plan: 'developer', status: 'trialing' })).body).toMatchObject({ status: 'trialing', phones_available: 3 });
+    expect((await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'on trial', provision_phone: true } })).status).toBe(201);
+    for (const status of ['cancelled', 'canceled', 'unpaid', 'inactive', 'suspended', 'expired', 'paused', 'incomplete', 'incomplete_expired']) {
+      expect((await admin(u.user.pk, { plan: 'developer', status })).body).toMatchObject({ status, phones_used: 1, phones_available: 0 });
+      expect((await s.api('GET', '/api/subscription/', { token: u.access })).body.status).toBe(status);
+      const res = await s.api('POST', '/api/identities/', { token: u.access, body: { name: `${status} one`, provision_phone: true } });
+      expect([status, res.status, res.body.detail]).toEqual([status, 402, `Your subscription is ${status}; phone numbers need an active subscription.`]);
+    }
   });
 
   it('deleting an identity releases its phone slot; PATCH provision_phone then works', async () => {

@@ -61,6 +61,10 @@ describe('GET /metrics', () => {
     try {
       const res = await fetch(`${plain.url}/metrics`, { headers: { authorization: 'Bearer anything' } });
       expect(res.status).toBe(404);
+      for (const method of ['POST', 'OPTIONS', 'HEAD']) {
+        const other = await fetch(`${plain.url}/metrics`, { method });
+        expect([method, other.status, other.headers.get('allow')]).toEqual([method, 404, null]);
+      }
     } finally {
       await plain.close();
     }
