@@ -92,6 +92,16 @@ export function identityRoutes(deps: { identities: Identities; auth: () => Authe
       r.put('/api/identities/:uuid/', update(v.put));
       r.patch('/api/identities/:uuid/', update(v.patch));
 
+      // Gives the number up (PATCH `provision_phone: false` does not: a client sending its
+      // defaults would lose a number for good).
+      r.delete('/api/identities/:uuid/phone/', async (ctx) => {
+        const p = await deps.auth().principal(ctx);
+        const doc = await visible(ctx, p);
+        if (p.kind === 'identity_key') throw forbidden('An identity key cannot release phone numbers; use a management key or a user token.');
+        await identities.releasePhone(doc.id);
+        noContent(ctx);
+      });
+
       r.delete('/api/identities/:uuid/', async (ctx) => {
         const p = await deps.auth().principal(ctx);
         const doc = await visible(ctx, p);

@@ -229,7 +229,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
         ? `Your subscription is ${sub.status}; phone numbers need an active subscription.`
         : planRequired
           ? `Your plan (${sub.plan}) does not include ${wanted}; upgrade to ${planRequired}.`
-          : `No plan includes ${wanted} (the largest, team, has ${PLANS.team.phoneLimit}); release a number first.`;
+          : `No plan includes ${wanted} (the largest, team, has ${PLANS.team.phoneLimit}); release a number first (DELETE /api/identities/{uuid}/phone/).`;
     // plan_required only names a plan that would help (none beyond the largest).
     return new ApiError(402, 'payment_required', detail, undefined, undefined, planRequired ? { plan_required: planRequired } : undefined);
   }
@@ -417,6 +417,24 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     }
   }
 
+  /**
+   * Gives up the identity's phone number (its SMS history stays): the number goes back to the
+   * provider and its slot to the plan. 404 when it has none. Owner checks are the caller's.
+   */
+  function releasePhone(id: string): Promise<IdentityDoc> {
+    return serial(id, async () => {
+      const { result: state, append } = await execute(store, identityStream(id), identityEvolver, (s) => {
+        if (!s.exists || s.deleted) throw notFound('Identity not found.');
+        if (!s.phone) throw notFound('This identity has no phone number.');
+        return { events: [event(PhoneReleased, { identityId: id, phone: s.phone.phone, provider: s.provider ?? phones.name, at: nowIso() } satisfies PhoneReleasedData)], result: s };
+      });
+      if (append) await progress.waitFor(append.position);
+      await phones.release(id, state.phone!).catch((err) => logger.warn({ err, identityId: id }, 'phone release failed; the number stays reserved'));
+      await freeSlot(state.ownerPk, id);
+      return (await identities.get(id))!;
+    });
+  }
+
   const get = (id: string) => identities.get(id);
 
   function list(ownerPk: number, page: { limit: number; cursor: string | null }): Promise<Page<IdentityDoc>> {
@@ -428,7 +446,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     return doc ? { id: doc.id, ownerPk: doc.ownerPk } : null;
   }
 
-  return { create, update, remove, get, list, findIdentity, collection: identities as Collection<IdentityDoc> };
+  return { create, update, releasePhone, remove, get, list, findIdentity, collection: identities as Collection<IdentityDoc> };
 }
 
 export type Identities = ReturnType<typeof createIdentities>;

@@ -626,6 +626,8 @@ export class AisClient {
     get: (uuid: string): Promise<Identity> => this.request('GET', `/api/identities/${enc(uuid)}/`, { identity: false }),
     update: (uuid: string, body: IdentityUpdate): Promise<Identity> =>
       this.request('PATCH', `/api/identities/${enc(uuid)}/`, { body, identity: false }),
+    /** Gives up the identity's phone number (its SMS history stays); 404 when it has none. */
+    releasePhone: (uuid: string): Promise<null> => this.request('DELETE', `/api/identities/${enc(uuid)}/phone/`, { identity: false }),
     delete: (uuid: string): Promise<null> => this.request('DELETE', `/api/identities/${enc(uuid)}/`, { identity: false }),
   };
 

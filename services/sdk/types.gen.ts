@@ -835,6 +835,7 @@ export interface Operations {
   'GET /api/identities/{uuid}/': { request: undefined; response: IdentitiesIdentity; status: 200 };
   'PUT /api/identities/{uuid}/': { request: IdentitiesIdentityPut; response: IdentitiesIdentity; status: 200 };
   'PATCH /api/identities/{uuid}/': { request: IdentitiesIdentityPatch; response: IdentitiesIdentity; status: 200 };
+  'DELETE /api/identities/{uuid}/phone/': { request: undefined; response: null; status: 204 };
   'DELETE /api/identities/{uuid}/': { request: undefined; response: null; status: 204 };
   'GET /api/auth/keys/identity/': { request: undefined; response: KeysIdentityKey[]; status: 200 };
   'POST /api/auth/keys/identity/': { request: KeysIdentityKeyCreate; response: KeysIdentityKeyCreated; status: 201 };

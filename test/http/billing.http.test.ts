@@ -206,6 +206,29 @@ describe('phone provisioning', () => {
     expect(patched.body.phone).toMatch(/^\+1\d{10}$/);
     expect(patched.body.name).toBe('later');
   });
+
+  it('DELETE /api/identities/{uuid}/phone/ releases the number (204): the slot goes back to the plan, SMS to it are refused, the identity keeps its history and may take a phone again', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    const caller = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'releaser', provision_phone: true } })).body;
+    const sms = (body: string) => s.api('POST', '/api/webhooks/sms/', { form: { From: '+15550001111', To: caller.phone, Body: body, MessageSid: `SM${Date.now()}${body.length}` } });
+    expect((await sms('before')).status).toBe(200);
+    // PATCH provision_phone false is no release (a client sending its defaults would lose the number).
+    expect((await s.api('PATCH', `/api/identities/${caller.uuid}/`, { token: u.access, body: { provision_phone: false } })).body.phone).toBe(caller.phone);
+    const key = (await s.api('POST', '/api/auth/keys/identity/', { token: u.access, body: { label: 'agent', identity_uuid: caller.uuid } })).body.key;
+    expect((await s.api('DELETE', `/api/identities/${caller.uuid}/phone/`, { token: key })).status).toBe(403); // account management
+    expect((await s.api('DELETE', `/api/identities/${caller.uuid}/phone/`, { token: u.access })).status).toBe(204);
+    expect((await s.api('GET', `/api/identities/${caller.uuid}/`, { token: u.access })).body.phone).toBeNull();
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body).toMatchObject({ phones_used: 0, phones_available: 3 });
+    expect((await s.api('GET', '/api/phone/', { token: u.access, identity: caller.uuid })).body).toEqual([]);
+    expect((await sms('after')).status).toBe(404);
+    expect((await s.api('GET', '/api/messages/', { token: u.access, identity: caller.uuid })).body.map((m: { body: string }) => m.body)).toEqual(['before']);
+    const again = await s.api('DELETE', `/api/identities/${caller.uuid}/phone/`, { token: u.access });
+    expect([again.status, again.body.detail]).toEqual([404, 'This identity has no phone number.']);
+    const other = await s.signUp();
+    expect((await s.api('DELETE', `/api/identities/${caller.uuid}/phone/`, { token: other.access })).status).toBe(403);
+    expect((await s.api('PATCH', `/api/identities/${caller.uuid}/`, { token: u.access, body: { provision_phone: true } })).body.phone).toMatch(/^\+1\d{10}$/);
+  });
 });
 
 describe('admin token guessing', () => {
