@@ -12,7 +12,8 @@ import { Kafka, logLevel } from 'kafkajs';
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Pending } from '../../infra/ports/event-feed.js';
 import { createKafkaFeed, FROM_LATEST_MARGIN_MS, OffsetWindow, type FeedAdmin, type FeedConsumer } from '../../infra/kafka/feed.js';
-import { ensureTopic, RELAY_PARTITIONS, RELAY_PRODUCER, nextBatchSize, relayTopicSpec, type RelayAdmin } from '../../infra/kafka/relay.js';
+import { ensureTopic, RELAY_PARTITIONS, RELAY_PRODUCER, nextBatchSize, relayTopicSpec, startKafkaRelay, type RelayAdmin } from '../../infra/kafka/relay.js';
+import { createMemoryEventStore } from '../support/memory-event-store.js';
 import { toMessage } from '../../infra/kafka/messages.js';
 
 const TOPIC = 'agent-identity.events';
@@ -513,5 +514,42 @@ describe('the relay topic', () => {
     expect(nextBatchSize([2000 * kib, 1], 500, 900 * kib)).toBe(1); // one large event goes alone
     expect(nextBatchSize([1, 2000 * kib], 500, 900 * kib)).toBe(1);
     expect(nextBatchSize([], 500, 900 * kib)).toBe(0);
+  });
+});
+
+describe('the relay stopping', () => {
+  it('waits for its last sends no longer than stopFlushMs when Kafka does not take them (retried without end), and keeps its checkpoint at what Kafka acknowledged', async () => {
+    const events = createMemoryEventStore();
+    let checkpoint: string | null = null;
+    let disconnected = false;
+    let sends = 0;
+    const producer = {
+      connect: async () => {},
+      // Kafka away: kafkajs retries the send until the producer is disconnected.
+      send: () => {
+        sends += 1;
+        return new Promise<never>((_, reject) => {
+          const poll = setInterval(() => disconnected && (clearInterval(poll), reject(new Error('The producer is disconnected'))), 5);
+        });
+      },
+      disconnect: async () => void (disconnected = true),
+    };
+    const warnings: object[] = [];
+    const errors: object[] = [];
+    const relay = await startKafkaRelay({
+      brokers: ['kafka:9092'],
+      topic: TOPIC,
+      events,
+      checkpoints: { get: async () => checkpoint, set: async (p) => void (checkpoint = p) },
+      kafka: { admin: () => relayAdmin(1, { replicas: 1 }).admin, producer: () => producer as never },
+      logger: { info: () => {}, warn: (o) => void warnings.push(o), error: (o) => void errors.push(o) },
+      stopFlushMs: 50,
+    });
+    await events.append('outbox-1', [{ id: '0190a1b2-0000-7000-8000-000000000001', type: 'EmailQueued', data: {} }]);
+    for (let i = 0; i < 100 && sends === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(sends).toBe(1);
+    await relay.stop(); // returns (it waited for good before)
+    expect([disconnected, checkpoint, warnings.length, errors]).toEqual([true, null, 1, []]);
+    await expect(relay.done).resolves.toBeUndefined(); // a stop, not a failure
   });
 });
