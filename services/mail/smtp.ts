@@ -280,6 +280,9 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
             // A 5xx refuses the message for good; a 4xx (and any failure of ours) has it sent again.
             metrics.smtpMessage(code && code >= 500 ? 'rejected' : 'failed');
             if (code) return callback(smtpError(code, (err as Error).message));
+            // Over what the event store takes in one write (EventStoreDB's MaxAppendSize): the
+            // same message fails the same way, so a permanent refusal, not days of retries.
+            if ((err as { code?: string }).code === 'append_too_large') return callback(smtpError(552, '5.3.4 Message too large to store'));
             if (isStorageFault(err)) {
               // RFC 5321 §4.2.3: 452 "insufficient system storage"; the sender retries later.
               log.warn({ err: (err as Error).message }, 'inbound message refused: storage full');

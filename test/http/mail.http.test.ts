@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import nodemailer from 'nodemailer';
+import { AppendTooLargeError } from '../../infra/eventstoredb/event-store.js';
 import { SMTPServer } from 'smtp-server';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { startTestServer, type TestServer } from '../support/server.js';
@@ -471,6 +472,20 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const msgs = await api('GET', '/api/email-messages/', alice.uuid);
     expect(msgs.body.find((m: { subject: string }) => m.subject === 'too big')).toBeUndefined();
   }, 60_000);
+
+  test('a message the event store refuses as too large for one write (EventStoreDB\'s MaxAppendSize) is a permanent 552, not a 451', async () => {
+    const store = server.runtime.events;
+    const append = store.append;
+    store.append = async (stream, events, options) => {
+      if (events.some((e) => e.type === 'EmailReceived')) throw new AppendTooLargeError(stream, 1_048_576);
+      return append.call(store, stream, events, options);
+    };
+    try {
+      await expect(outsideSender().sendMail({ from: 'carol@example.com', to: alice.inbox, subject: `too large to store ${suffix}`, text: 'x' })).rejects.toMatchObject({ responseCode: 552 });
+    } finally {
+      store.append = append;
+    }
+  });
 
   test('a message the parser refuses (a 1.2 MB header) is a permanent 552, not a 451 the sender retries for days', async () => {
     const raw = `From: carol@example.com\r\nTo: ${alice.inbox}\r\nSubject: ${'a'.repeat(1_200_000)}\r\n\r\nbody\r\n`;
