@@ -125,6 +125,13 @@ test('setup: sign up through the API, `login --username` (AIS_PASSWORD), plan up
   const updated = await ais(['identities', 'update', 'later', '--phone', '--name', 'later-renamed', '--json']);
   expect([updated.code, updated.json?.name, updated.json?.phone]).toEqual([0, 'later-renamed', expect.stringMatching(/^\+\d+$/)]);
   expect((await ais(['identities', 'update', 'later-renamed'])).code).toBe(2); // nothing to change
+  // Its number given up: back to the plan (3 on developer: courier's, and room for two).
+  const released = await ais(['identities', 'update', 'later-renamed', '--release-phone', '--json']);
+  expect([released.code, released.json?.name, released.json?.phone]).toEqual([0, 'later-renamed', null]);
+  expect((await api('GET', '/api/subscription/', { token: reg.body.access })).body).toMatchObject({ phones_used: 1 });
+  const none = await ais(['identities', 'update', 'later-renamed', '--release-phone', '--json']);
+  expect([none.code, none.error?.message]).toEqual([20, 'This identity has no phone number.']);
+  expect((await ais(['identities', 'update', 'later-renamed', '--phone', '--release-phone'])).code).toBe(2);
 });
 
 describe('email', () => {

@@ -31,14 +31,19 @@ export const identitiesCommands: Record<string, Command> = {
     },
   },
   'identities update': {
-    usage: 'ais identities update <uuid|name> [--name NEW] [--phone]',
-    summary: 'Rename an identity, or give it a phone number (--phone; a paid plan).',
-    options: { name: { type: 'string' }, phone: { type: 'boolean' } },
+    usage: 'ais identities update <uuid|name> [--name NEW] [--phone | --release-phone]',
+    summary: 'Rename an identity, give it a phone number (--phone; a paid plan) or give its number up (--release-phone).',
+    options: { name: { type: 'string' }, phone: { type: 'boolean' }, 'release-phone': { type: 'boolean' } },
     async run(ctx, p, v) {
-      if (!p[0] || (v.name === undefined && !v.phone)) throw usage(this.usage);
+      if (!p[0] || (v.name === undefined && !v.phone && !v['release-phone']) || (v.phone && v['release-phone'])) throw usage(this.usage);
       const c = client(ctx);
       const { uuid: id } = await resolveIdentity(c, p[0], ctx.config.identity);
-      const i = await c.identities.update(id, { ...(v.name !== undefined ? { name: v.name } : {}), ...(v.phone ? { provision_phone: true } : {}) });
+      // The number first: a rename refused after it would leave the release done anyway.
+      if (v['release-phone']) await c.identities.releasePhone(id);
+      const i =
+        v.name !== undefined || v.phone
+          ? await c.identities.update(id, { ...(v.name !== undefined ? { name: v.name } : {}), ...(v.phone ? { provision_phone: true } : {}) })
+          : await c.identities.get(id);
       show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']));
     },
   },
