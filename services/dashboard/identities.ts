@@ -164,7 +164,14 @@ ${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="u
 ${pager('sms', convs, 'Older conversations')}
 </section>
 ${str(i.phone)
-  ? ''
+  ? html`<section aria-labelledby="phone-h"><h2 id="phone-h">Phone number</h2>
+<form method="post" action="/identities/${id}/phone/release" class="card danger">
+  ${hidden(ctx, s)}
+  <p>${str(i.phone)} receives this identity's SMS. Releasing it gives the number back (it may go to someone else) and frees its place in the plan; the SMS received so far stay readable here.</p>
+  <label class="check"><input type="checkbox" name="confirm" value="yes" required${describedBy(errors, 'release')}> Release ${str(i.phone)}</label>
+  ${fieldErrors(errors, 'release')}
+  <button type="submit" class="danger">Release the number</button>
+</form></section>`
   : noPhone
     ? html`<section aria-labelledby="phone-h"><h2 id="phone-h">Phone number</h2>
 <p class="note" id="phone-note">This identity has no phone number. ${noPhone}</p></section>`
@@ -241,7 +248,7 @@ ${str(i.phone)
     if (!s) return;
     const id = uuidParam(ctx);
     if (!id) return identityMissing(ctx, s);
-    const done = ctx.query.created ? 'Identity created.' : ctx.query.renamed ? 'Identity renamed.' : ctx.query.phone ? 'Phone number added.' : null;
+    const done = ctx.query.created ? 'Identity created.' : ctx.query.renamed ? 'Identity renamed.' : ctx.query.phone ? 'Phone number added.' : ctx.query.released ? 'Phone number released.' : null;
     await identityPage(ctx, s, id, done ? { kind: 'ok', text: done } : null);
   });
   r.post('/identities/:id/rename', async (ctx) => {
@@ -261,6 +268,16 @@ ${str(i.phone)
     const { s, id } = post;
     const a = await api(ctx, s, 'PATCH', `/api/identities/${id}/`, { body: { provision_phone: true } });
     if (a.status === 200) return seeOther(ctx, `/identities/${id}?phone=1`);
+    await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
+  });
+  r.post('/identities/:id/phone/release', async (ctx) => {
+    const post = await identityForm(ctx);
+    if (!post) return;
+    const { s, id, f } = post;
+    if (f.confirm !== 'yes') return identityPage(ctx, s, id, { kind: 'error', text: 'The number was not released.' }, { release: ['Tick the box to confirm.'] });
+    const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/phone/`);
+    // Post/redirect/get; a number released already (another tab) is the same outcome.
+    if (a.status === 204 || a.status === 404) return seeOther(ctx, `/identities/${id}?released=1`);
     await identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
   });
   r.post('/identities/:id/delete', async (ctx) => {

@@ -40,7 +40,7 @@ function postsTo(p: Page, pathname: string | RegExp): number[] {
 const nextPost = (p: Page) => p.waitForResponse((r) => r.request().method() === 'POST').then((r) => r.status());
 
 beforeAll(async () => {
-  s = await startTestServer({});
+  s = await startTestServer({ ADMIN_TOKEN: 'admin' });
   me = await s.signUp();
   ({ browser, context, page } = await signedInBrowser(s.url, { username: me.user.username, password: me.password }));
 });
@@ -283,5 +283,25 @@ describe('dashboard forms and page answers', () => {
     await submit(page, 'Revoke management key tidy url');
     expect(await page.textContent('h1')).toBe('Revoke management key tidy url?');
     expect(page.url()).toBe(`${s.url}/keys/management/${minted.body.uuid}/revoke`);
+  });
+
+  it('releases an identity\'s phone number from its page once confirmed (post/redirect/get); the page then offers a new one', async () => {
+    expect((await s.api('PUT', `/api/admin/users/${me.user.pk}/subscription/`, { headers: { authorization: 'Bearer admin' }, body: { plan: 'developer', status: 'active' } })).status).toBe(200);
+    const ident = await s.createIdentity(me.access, 'Phone holder', { provision_phone: true });
+    await page.goto(`${s.url}/identities/${ident.uuid}`);
+    // Unconfirmed (the browser's own check taken away): refused, the number kept.
+    await page.locator('input[name="confirm"][value="yes"]').evaluate((box) => box.removeAttribute('required'));
+    expect(await Promise.all([nextPost(page), submit(page, 'Release the number')]).then(([status]) => status)).toBe(400);
+    expect(await page.textContent('main')).toContain('Tick the box to confirm.');
+    expect((await s.api('GET', `/api/identities/${ident.uuid}/`, { token: me.access })).body.phone).toBe(ident.phone);
+
+    await page.getByLabel(`Release ${ident.phone}`).check();
+    const posts = postsTo(page, `/identities/${ident.uuid}/phone/release`);
+    await submit(page, 'Release the number');
+    expect(posts).toEqual([303]);
+    expect(page.url()).toBe(`${s.url}/identities/${ident.uuid}?released=1`);
+    expect(await page.textContent('.flash.ok')).toContain('Phone number released.');
+    expect((await s.api('GET', `/api/identities/${ident.uuid}/`, { token: me.access })).body.phone).toBeNull();
+    expect(await page.getByRole('button', { name: 'Get a phone number' }).count()).toBe(1);
   });
 });
