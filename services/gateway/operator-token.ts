@@ -29,7 +29,8 @@ export function operatorTokenGuard(deps: {
   const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong ${name} tokens. Try again in ${retryAfter} seconds.`);
   return async (ctx) => {
     if (!secret) throw notFound();
-    const m = /^Bearer\s+(.+)$/i.exec(ctx.get('authorization'));
+    // `Token` as the rest of the API reads it (DRF's scheme): the same as Bearer.
+    const m = /^(?:Bearer|Token)\s+(.+)$/i.exec(ctx.get('authorization'));
     if (!m) throw notAuthenticated();
     const budgets = [{ key: `${name}:ip:${throttleAddress(ctx.ip)}`, limit: WRONG_TOKENS_PER_IP, windowS: WINDOW_S }];
     await wrongTokens.attempt(budgets, refuse, async (fail) => {

@@ -53,6 +53,9 @@ describe('admin API', () => {
     const wrong = await admin(u.user.pk, { plan: 'team' }, 'wrong');
     expect([wrong.status, wrong.body.code]).toEqual([401, 'token_not_valid']);
     expect((await admin(u.user.pk, { plan: 'team' }, u.access)).status).toBe(403);
+    // The `Token` scheme, as the rest of the API reads it, is Bearer here too.
+    const token = await s.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { body: { plan: 'team' }, headers: { authorization: `Token ${ADMIN}` } });
+    expect([token.status, token.body.plan]).toEqual([200, 'team']);
   });
 
   it('404 for an unknown user; 400 for an unknown plan or status', async () => {
