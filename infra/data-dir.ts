@@ -3,12 +3,27 @@
  * would not fail: it would create what is missing (a new key ring) and serve, with every
  * token, session and signed link of the old keys silently ended, or attachments gone.
  */
-import { existsSync } from 'node:fs';
+import { accessSync, constants, existsSync } from 'node:fs';
 import path from 'node:path';
 import { openDatabase } from './sqlite/driver.js';
 
 /** Written first into a backup's directory by services/backup.ts, removed once the copy is whole. */
 export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';
+
+/**
+ * Throws (with `path` and the system's `code`) when `dir` cannot be written: said plainly at
+ * start, instead of SQLite's "unable to open database file" or, on a DATA_DIR that holds
+ * data, "attempt to write a readonly database" at its first write.
+ */
+export function requireWritable(dir: string): void {
+  try {
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'EACCES';
+    const why = code === 'EROFS' ? 'it is on a read-only file system' : 'this user may not write it';
+    throw Object.assign(new Error(`${path.resolve(dir)} cannot be written: ${why} (${code})`), { path: dir, code });
+  }
+}
 
 /** Throws (with `path`: the directory) when a service must not start on `dir`. */
 export function refusePartialDataDir(dir: string, embedded: boolean): void {

@@ -16,7 +16,7 @@ import type { EventStore } from './ports/event-store.js';
 import { eventStoreFeed, type EventFeed } from './ports/event-feed.js';
 import type { ReadStore } from './ports/read-store.js';
 import { loadKeyRing, recordIssuer, type KeyRing } from './keyring.js';
-import { refusePartialDataDir } from './data-dir.js';
+import { refusePartialDataDir, requireWritable } from './data-dir.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
 import { openSqliteReadStore } from './sqlite/read-store.js';
 import type { RateLimiter } from './ports/rate-limiter.js';
@@ -270,6 +270,7 @@ function readModelGauges(metrics: Metrics, events: EventStore, runner: Projectio
 export async function startRuntime(config: Config, options: StartOptions = {}): Promise<Runtime> {
   const logger = options.logger ?? pino({ level: config.logLevel, redact: ['req.headers.authorization', 'req.headers.cookie', '*.password', '*.key', '*.token'] });
   createDirectory(config.dataDir);
+  requireWritable(config.dataDir);
   refusePartialDataDir(config.dataDir, config.store !== 'cluster');
   // Cluster processes share DATA_DIR (key ring, blobs) by design; the embedded store is one process's.
   const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);

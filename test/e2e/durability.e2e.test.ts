@@ -3,13 +3,13 @@
  * exits 0; bad configuration stops the start with one line naming the variable; a rebuild
  * of the read models from the log equals the live ones.
  */
-import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import nodemailer from 'nodemailer';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import pino from 'pino';
 import { freePort, spawnService, ROOT } from '../support/spawn.js';
 import { loadConfig } from '../../infra/config.js';
@@ -440,6 +440,35 @@ describe('durability', () => {
       blocker.close();
     }
   }, 180_000); // sixteen starts of the service, one after the other: seconds each on a busy machine
+
+  it('a DATA_DIR on a read-only file system fails the start saying so (SQLite said "unable to open database file", or "attempt to write a readonly database" with data in it)', async () => {
+    // A read-only bind mount of a DATA_DIR with data (root may write anywhere else).
+    const svc = await spawnService({ DATA_DIR: path.join(dataDir, 'data') });
+    svc.child.kill('SIGTERM');
+    expect(await svc.exited).toBe(0);
+    const mount = path.join(os.tmpdir(), `ais-ro-${process.pid}`);
+    mkdirSync(mount, { recursive: true });
+    const run = (cmd: string) => spawnSync('sh', ['-c', cmd], { encoding: 'utf8' });
+    if (run(`mount --bind ${dataDir} ${mount} && mount -o remount,ro,bind ${mount}`).status !== 0) {
+      run(`umount ${mount}`);
+      console.log('SKIPPED: read-only DATA_DIR (this machine lets no test mount a file system)');
+      return;
+    }
+    try {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+        cwd: ROOT,
+        env: { ...process.env, DATA_DIR: path.join(mount, 'data'), PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent' },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let err = '';
+      child.stderr.on('data', (d) => (err += d));
+      expect(await new Promise((resolve) => child.on('exit', resolve))).toBe(1);
+      expect(err.trim()).toBe(`failed to start: DATA_DIR: ${path.join(mount, 'data')} cannot be written: it is on a read-only file system (EROFS)`);
+    } finally {
+      run(`umount ${mount}`);
+      rmSync(mount, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('a write the disk cannot hold is a temporary refusal (503 with Retry-After, SMTP 4xx), and the service goes on with what fits', async () => {
     // Files of at most 2 MiB (`ulimit -f`): the 3 MiB blobs below are cut short and fail
