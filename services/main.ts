@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 import { loadConfig, ConfigError, type Config } from '../infra/config.js';
-import { startRuntime, type Runtime } from '../infra/runtime.js';
+import type { Runtime } from '../infra/runtime.js';
 
 // Everything under DATA_DIR is the service's own: the event log, read models and keys are not
 // for other local users (files 0600, directories 0700); the mailer opens up outbox/ itself.
@@ -44,7 +44,8 @@ function culprit(err: NodeJS.ErrnoException & { port?: number; address?: string;
 }
 
 // Installed before the start, which can take minutes (catching up a large log, waiting for a
-// cluster's servers): a signal meanwhile stops it at once, as asked. Nothing is lost: every
+// cluster's servers), and before the service's code is loaded (seconds: imported below, not
+// statically, which would load it before this runs): a signal meanwhile stops it at once. Nothing is lost: every
 // acknowledgement (HTTP or SMTP) follows a durable append, and the kernel drops the DATA_DIR
 // lock with the process.
 let runtime: Runtime | null = null;
@@ -72,6 +73,7 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   });
 }
 
+const { startRuntime } = await import('../infra/runtime.js');
 runtime = await startRuntime(config).catch((err: NodeJS.ErrnoException) => {
   const variable = culprit(err, config);
   const hint = err.code === 'EADDRINUSE' ? ' (in use)' : err.code === 'ENOTFOUND' ? ' (no such host)' : '';

@@ -15,13 +15,11 @@
  * fails: its supervisor (compose `restart: unless-stopped`) restarts it, and it resumes from
  * the checkpoints. SIGTERM/SIGINT: stop, flush, release the lease, exit 0.
  */
-import { MongoClient } from 'mongodb';
+import type { MongoClient } from 'mongodb';
 import pino from 'pino';
 import { loadConfig, ConfigError, type Config } from '../infra/config.js';
-import { startRuntime, type Runtime } from '../infra/runtime.js';
-import { mongoDatabaseName, PROJECTIONS_LEASE, useWorkerRole, clusterRelay } from '../infra/cluster.js';
-import { acquireLease, type HeldLease } from '../infra/mongodb/lease.js';
-import { newLeaseOwner } from '../infra/mongodb/read-store.js';
+import type { Runtime } from '../infra/runtime.js';
+import type { HeldLease } from '../infra/mongodb/lease.js';
 
 // Everything under DATA_DIR is the service's own: the event log, read models and keys are not
 // for other local users (files 0600, directories 0700); the mailer opens up outbox/ itself.
@@ -46,10 +44,9 @@ const cluster = config.cluster;
 config = { ...config, smtpPort: 0 };
 const logger = pino({ level: config.logLevel, base: { role: 'worker' } });
 
-const mongo = new MongoClient(cluster.mongoUrl, { writeConcern: { w: 'majority' } });
-const owner = newLeaseOwner('worker');
-// Set as the start gets them: a signal can come at any step (a standby waits for the lease
-// as long as the active worker lives), and stops what there is so far.
+// Set as the start gets them: a signal can come at any step (loading the code takes seconds;
+// a standby waits for the lease as long as the active worker lives), and stops what there is.
+let mongo: MongoClient | null = null;
 let lease: HeldLease | null = null;
 let runtime: Runtime | null = null;
 let stopping = false;
@@ -65,7 +62,7 @@ async function shutdown(code: number): Promise<never> {
     }
     // Released at once, so a standby takes over without waiting for the ttl.
     await lease?.release();
-    await mongo.close().catch(() => {});
+    await mongo?.close().catch(() => {});
     if (code === 0) logger.info(runtime ? 'stopped: flushed' : 'stopped before running');
   }
   process.exit(code);
@@ -77,6 +74,17 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     void shutdown(0);
   });
 }
+
+// Loaded once the signals are handled (imported statically, they would load before).
+const [{ MongoClient: Mongo }, { startRuntime }, { mongoDatabaseName, PROJECTIONS_LEASE, useWorkerRole, clusterRelay }, { acquireLease }, { newLeaseOwner }] = await Promise.all([
+  import('mongodb'),
+  import('../infra/runtime.js'),
+  import('../infra/cluster.js'),
+  import('../infra/mongodb/lease.js'),
+  import('../infra/mongodb/read-store.js'),
+]);
+mongo = new Mongo(cluster.mongoUrl, { writeConcern: { w: 'majority' } });
+const owner = newLeaseOwner('worker');
 
 /** Once stopping, the start goes no further: shutdown() exits. */
 const stopped = () => new Promise<never>(() => {});
