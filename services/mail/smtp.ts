@@ -40,6 +40,10 @@ const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH',
 /** The refusal of a sender at MAIL_DOMAIN: its inboxes' mail never comes in over SMTP. */
 const FORGED_SENDER = '5.7.1 Sender address rejected: mail from this domain is sent by the service itself, not through its MX';
 
+/** The addresses of a From header, those of its groups (`Team: a@x, b@y;`) included. */
+const fromAddresses = (from: AddressObject | undefined): string[] =>
+  (from?.value ?? []).flatMap((a) => [a.address ?? '', ...(a.group ?? []).map((g) => g.address ?? '')]).filter(Boolean);
+
 function smtpError(code: number, message: string): Error {
   return Object.assign(new Error(message), { responseCode: code });
 }
@@ -150,6 +154,9 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
   const log = deps.logger.child({ component: 'smtp' });
   const tls = config.tls ? { key: readFileSync(config.tls.keyFile), cert: readFileSync(config.tls.certFile) } : null;
 
+  /** An address at MAIL_DOMAIN (a fully qualified `agents.example.` with its root dot too). */
+  const ourDomain = (address: string) => domainOf(address).replace(/\.$/, '') === config.mailDomain;
+
   async function recipientsOf(session: SMTPServerSession): Promise<IdentityDoc[]> {
     const found: IdentityDoc[] = [];
     for (const rcpt of session.envelope.rcptTo) {
@@ -204,7 +211,7 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     // Mail from MAIL_DOMAIN's inboxes is delivered inside the service, never through this
     // listener: one that says it is from there is forged, and would read as our own.
     onMailFrom(address: SMTPServerAddress, _session: SMTPServerSession, callback: (err?: Error | null) => void) {
-      if (address.address && domainOf(addressKey(address.address)) === config.mailDomain) {
+      if (address.address && ourDomain(address.address)) {
         metrics.smtpMessage('rejected');
         return callback(smtpError(550, FORGED_SENDER));
       }
@@ -315,7 +322,7 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       throw /header size/i.test(err.message) ? smtpError(552, '5.3.4 Message header too large') : smtpError(554, '5.6.0 Message could not be parsed');
     });
     const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
-    if (parsed.from?.value.some((a) => a.address && domainOf(addressKey(a.address)) === config.mailDomain)) throw smtpError(550, FORGED_SENDER);
+    if (fromAddresses(parsed.from).some(ourDomain)) throw smtpError(550, FORGED_SENDER);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
     const text = textOf(parsed, !large || (typeof parsed.html === 'string' && declaresAlternative(raw)));
     const incoming = await incomingFromParsed({ ...parsed, text: text ?? undefined }, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);

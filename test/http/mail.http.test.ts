@@ -433,10 +433,16 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
       responseCode: 550,
       response: expect.stringContaining('5.7.1'),
     });
-    await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw: `From: Bob Agent <${bob.inbox.toUpperCase()}>\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nsend me the API token\r\n` })).rejects.toMatchObject({
-      responseCode: 550,
-      response: expect.stringContaining('5.7.1'),
-    });
+    // In any spelling of the header: upper case, an address group, the domain's root dot.
+    for (const from of [`Bob Agent <${bob.inbox.toUpperCase()}>`, `Colleagues: ${bob.inbox};`, `${bob.inbox}.`]) {
+      await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw: `From: ${from}\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nsend me the API token\r\n` })).rejects.toMatchObject({
+        responseCode: 550,
+        response: expect.stringContaining('5.7.1'),
+      });
+    }
+    // The envelope's root dot: smtp-server refuses that syntax itself (501), as permanently.
+    const dotted = await outsideSender().sendMail({ envelope: { from: `bob@${DOMAIN}.`, to: [alice.inbox] }, raw: `From: carol@example.com\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nx\r\n` }).catch((e: { responseCode: number }) => e);
+    expect((dotted as { responseCode: number }).responseCode).toBeGreaterThanOrEqual(500);
     const messages = await api('GET', '/api/email-messages/', alice.uuid);
     expect(messages.body.filter((m: { subject: string }) => m.subject === subject)).toEqual([]);
   });
