@@ -3,6 +3,7 @@
  */
 import type Router from '@koa/router';
 import type { Context } from 'koa';
+import { ApiError } from '../gateway/errors.js';
 import { validator } from '../gateway/validate.js';
 import { normalUsername } from '../accounts/service.js';
 import { html } from '../gateway/html.js';
@@ -18,7 +19,7 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
   const { accounts, web, send, hidden, session, form, loginPage, signIn } = kit;
 
   /** `next`: the sign-in's return path (safe), carried through registration (e.g. back to `/device?user_code=…`). */
-  function registerPage(ctx: Context, values: Record<string, string> = {}, errors: Errors | null = null, next: string | null = null) {
+  function registerPage(ctx: Context, values: Record<string, string> = {}, errors: Errors | null = null, next: string | null = null, status = errors ? 400 : 200) {
     send(
       ctx,
       'Create an account',
@@ -40,8 +41,8 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
   <button type="submit">Create account</button>
 </form>`,
       null,
-      errors ? { kind: 'error', text: 'Please correct the errors below.' } : null,
-      errors ? 400 : 200,
+      errors ? { kind: 'error', text: status === 429 ? 'The account was not created.' : 'Please correct the errors below.' } : null,
+      status,
       '/register',
     );
   }
@@ -76,6 +77,11 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
       const user = await accounts.register({ username: b.username, email: b.email, password: b.password1, ip: ctx.ip });
       await signIn(ctx, user);
     } catch (err) {
+      // Too many sign-ups from this address: a 429 with its Retry-After, as the API's.
+      if (err instanceof ApiError && err.status === 429) {
+        for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
+        return registerPage(ctx, values, fieldsOf(err), next, 429);
+      }
       return registerPage(ctx, values, fieldsOf(err), next);
     }
     seeOther(ctx, next ?? '/');

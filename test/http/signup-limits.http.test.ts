@@ -133,6 +133,15 @@ describe('SIGNUP_LIMIT_PER_HOUR', () => {
       const wait = Number(refused.headers.get('retry-after'));
       expect(wait).toBeGreaterThan(3500);
       expect(wait).toBeLessThanOrEqual(3600);
+      // The dashboard's sign-up form counts the same, and answers as the API does: 429 with Retry-After.
+      const page = await fetch(`${t.url}/register`, { headers: from('10.0.0.7') });
+      const cookie = page.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+      const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
+      const name = uniq();
+      const form = new URLSearchParams({ csrf, username: name, email: `${name}@example.com`, password1: 'a fine password', password2: 'a fine password' });
+      const web = await fetch(`${t.url}/register`, { method: 'POST', headers: { ...from('10.0.0.7'), cookie, 'content-type': 'application/x-www-form-urlencoded' }, body: form, redirect: 'manual' });
+      expect([web.status, Number(web.headers.get('retry-after')) > 3500]).toEqual([429, true]);
+      expect(await web.text()).toMatch(/Too many sign-ups from this address\. Try again in \d+ seconds\./);
 
       expect((await signUpAs(t, uniq(), undefined, from('10.0.0.8'))).status).toBe(201);
       // IPv6 counts by its /64, as every throttle by address.
