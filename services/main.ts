@@ -45,9 +45,9 @@ function culprit(err: NodeJS.ErrnoException & { port?: number; address?: string;
 
 // Installed before the start, which can take minutes (catching up a large log, waiting for a
 // cluster's servers), and before the service's code is loaded (seconds: imported below, not
-// statically, which would load it before this runs): a signal meanwhile stops it at once. Nothing is lost: every
-// acknowledgement (HTTP or SMTP) follows a durable append, and the kernel drops the DATA_DIR
-// lock with the process.
+// statically, which would load it before this runs): a signal meanwhile stops it at once.
+// Nothing is lost: every acknowledgement (HTTP or SMTP) follows a durable append, and the
+// kernel drops the DATA_DIR lock with the process.
 let runtime: Runtime | null = null;
 let stopping = false;
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
