@@ -10,18 +10,23 @@ import { openDatabase } from './sqlite/driver.js';
 /** Written first into a backup's directory by services/backup.ts, removed once the copy is whole. */
 export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';
 
+/** The directories the service writes under DATA_DIR (besides its databases). */
+const WRITTEN_DIRS = ['keys', 'blobs', 'outbox'];
+
 /**
- * Throws (with `path` and the system's `code`) when `dir` cannot be written: said plainly at
- * start, instead of SQLite's "unable to open database file" or, on a DATA_DIR that holds
- * data, "attempt to write a readonly database" at its first write.
+ * Throws (with `path` and the system's `code`) when `dir`, or a directory the service writes
+ * in it, cannot be written: said plainly at start, instead of SQLite's "unable to open
+ * database file" or "attempt to write a readonly database", or a first mail refused later.
  */
 export function requireWritable(dir: string): void {
-  try {
-    accessSync(dir, constants.W_OK);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? 'EACCES';
-    const why = code === 'EROFS' ? 'it is on a read-only file system' : 'this user may not write it';
-    throw Object.assign(new Error(`${path.resolve(dir)} cannot be written: ${why} (${code})`), { path: dir, code });
+  for (const d of [dir, ...WRITTEN_DIRS.map((name) => path.join(dir, name)).filter((d) => existsSync(d))]) {
+    try {
+      accessSync(d, constants.W_OK);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? 'EACCES';
+      const why = code === 'EROFS' ? 'it is on a read-only file system' : 'this user may not write it';
+      throw Object.assign(new Error(`${path.resolve(d)} cannot be written: ${why} (${code})`), { path: d, code });
+    }
   }
 }
 

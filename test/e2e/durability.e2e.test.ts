@@ -464,6 +464,23 @@ describe('durability', () => {
       child.stderr.on('data', (d) => (err += d));
       expect(await new Promise((resolve) => child.on('exit', resolve))).toBe(1);
       expect(err.trim()).toBe(`failed to start: DATA_DIR: ${path.join(mount, 'data')} cannot be written: it is on a read-only file system (EROFS)`);
+      // Only a directory it writes in read-only (the blobs: mail would be refused from the first).
+      run(`umount ${mount}`);
+      const blobs = path.join(dataDir, 'data', 'blobs');
+      expect(run(`mount --bind ${blobs} ${blobs} && mount -o remount,ro,bind ${blobs}`).status).toBe(0);
+      try {
+        const again = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+          cwd: ROOT,
+          env: { ...process.env, DATA_DIR: path.join(dataDir, 'data'), PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent' },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
+        let said = '';
+        again.stderr.on('data', (d) => (said += d));
+        expect(await new Promise((resolve) => again.on('exit', resolve))).toBe(1);
+        expect(said.trim()).toBe(`failed to start: DATA_DIR: ${blobs} cannot be written: it is on a read-only file system (EROFS)`);
+      } finally {
+        run(`umount ${blobs}`);
+      }
     } finally {
       run(`umount ${mount}`);
       rmSync(mount, { recursive: true, force: true });
