@@ -10,8 +10,8 @@ import { openDatabase } from './sqlite/driver.js';
 /** Written first into a backup's directory by services/backup.ts, removed once the copy is whole. */
 export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';
 
-/** The directories the service writes under DATA_DIR (besides its databases). */
-const WRITTEN_DIRS = ['keys', 'blobs', 'outbox'];
+/** The directories the service writes under DATA_DIR (besides its databases): its own, 0700. */
+export const SERVICE_DIRS = ['keys', 'blobs', 'outbox'];
 
 /**
  * Throws (with `path` and the system's `code`) when `dir`, or a directory the service writes
@@ -19,7 +19,7 @@ const WRITTEN_DIRS = ['keys', 'blobs', 'outbox'];
  * database file" or "attempt to write a readonly database", or a first mail refused later.
  */
 export function requireWritable(dir: string): void {
-  for (const d of [dir, ...WRITTEN_DIRS.map((name) => path.join(dir, name)).filter((d) => existsSync(d))]) {
+  for (const d of [dir, ...SERVICE_DIRS.map((name) => path.join(dir, name)).filter((d) => existsSync(d))]) {
     try {
       accessSync(d, constants.W_OK);
     } catch (err) {

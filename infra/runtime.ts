@@ -16,7 +16,7 @@ import type { EventStore } from './ports/event-store.js';
 import { eventStoreFeed, type EventFeed } from './ports/event-feed.js';
 import type { ReadStore } from './ports/read-store.js';
 import { loadKeyRing, recordIssuer, type KeyRing } from './keyring.js';
-import { refusePartialDataDir, requireWritable } from './data-dir.js';
+import { refusePartialDataDir, requireWritable, SERVICE_DIRS } from './data-dir.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
 import { openSqliteReadStore } from './sqlite/read-store.js';
 import type { RateLimiter } from './ports/rate-limiter.js';
@@ -163,7 +163,7 @@ function createDirectory(dir: string): void {
 function tightenDataDir(dir: string, logger: Logger): void {
   const tightened: string[] = [];
   for (const name of readdirSync(dir)) {
-    const wanted = /\.sqlite(-wal|-shm|-journal)?$/.test(name) || name === 'service.lock' ? 0o600 : name === 'blobs' || name === 'keys' || name === 'outbox' ? 0o700 : null;
+    const wanted = /\.sqlite(-wal|-shm|-journal)?$/.test(name) || name === 'service.lock' ? 0o600 : SERVICE_DIRS.includes(name) ? 0o700 : null;
     if (wanted === null) continue;
     const file = path.join(dir, name);
     try {

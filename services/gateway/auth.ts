@@ -88,16 +88,21 @@ function checkCookieWrite(ctx: Context, publicOrigin: string | null): void {
   }
 }
 
+/** An Authorization header's scheme (lower-cased; `Token`, DRF's, read as `bearer`) and credential. */
+export function authorizationOf(header: string): { scheme: string; value: string } {
+  const space = header.indexOf(' ');
+  const scheme = (space < 0 ? header : header.slice(0, space)).toLowerCase();
+  return { scheme: scheme === 'token' ? 'bearer' : scheme, value: space < 0 ? '' : header.slice(space + 1).trim() };
+}
+
 export function createAuthenticator(resolvers: CredentialResolvers, opts: { publicUrl?: string } = {}) {
   const publicOrigin = opts.publicUrl ? new URL(opts.publicUrl).origin : null;
   const gate = createIdentityGate();
   async function resolve(ctx: Context): Promise<Principal | null> {
     const header = ctx.get('authorization');
     if (header) {
-      const space = header.indexOf(' ');
-      const scheme = (space < 0 ? header : header.slice(0, space)).toLowerCase();
-      const value = space < 0 ? '' : header.slice(space + 1).trim();
-      if (scheme === 'bearer' || scheme === 'token') {
+      const { scheme, value } = authorizationOf(header);
+      if (scheme === 'bearer') {
         if (!value) throw notAuthenticated('Invalid Authorization header. No credentials provided.'); // no credential: DECISIONS' not_authenticated
         if (value.startsWith(KEY_PREFIXES.management) || value.startsWith(KEY_PREFIXES.identity)) {
           const key = await resolvers.findKey(value);

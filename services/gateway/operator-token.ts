@@ -11,6 +11,7 @@ import { failureBudgets } from '../kernel/failure-budgets.js';
 import { throttleAddress } from '../kernel/client-address.js';
 import { sameSecret } from '../kernel/secrets.js';
 import { forbidden, notAuthenticated, notFound, throttled, tokenNotValid } from './errors.js';
+import { authorizationOf } from './auth.js';
 
 /** Wrong tokens tolerated per client address per window before 429. */
 const WRONG_TOKENS_PER_IP = 20;
@@ -29,12 +30,12 @@ export function operatorTokenGuard(deps: {
   const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong ${name} tokens. Try again in ${retryAfter} seconds.`);
   return async (ctx) => {
     if (!secret) throw notFound();
-    // `Token` as the rest of the API reads it (DRF's scheme): the same as Bearer.
-    const m = /^(?:Bearer|Token)\s+(.+)$/i.exec(ctx.get('authorization'));
-    if (!m) throw notAuthenticated();
+    // Read as every credential of the API is (`Token` is Bearer).
+    const { scheme, value: token } = authorizationOf(ctx.get('authorization'));
+    if (scheme !== 'bearer' || !token) throw notAuthenticated();
     const budgets = [{ key: `${name}:ip:${throttleAddress(ctx.ip)}`, limit: WRONG_TOKENS_PER_IP, windowS: WINDOW_S }];
     await wrongTokens.attempt(budgets, refuse, async (fail) => {
-      if (sameSecret(m[1].trim(), secret)) return;
+      if (sameSecret(token, secret)) return;
       if (await deps.isAccountCredential?.(ctx)) throw forbidden(`This credential is not the ${name} token.`);
       await fail();
       throw tokenNotValid(`Invalid ${name} token.`);

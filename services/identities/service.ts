@@ -399,6 +399,12 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     }
   }
 
+  /** After its PhoneReleased: the number to the provider (a failure leaves it reserved, logged), the slot to the plan. */
+  async function givePhoneBack(id: string, ownerPk: number, phone: NonNullable<IdentityState['phone']>): Promise<void> {
+    await phones.release(id, phone).catch((err) => logger.warn({ err, identityId: id }, 'phone release failed; the number stays reserved'));
+    await freeSlot(ownerPk, id);
+  }
+
   /** Deletes: the read model drops it at once (keys fenced to it stop working), the phone is released. */
   async function remove(id: string): Promise<void> {
     const { result: state, append } = await execute(store, identityStream(id), identityEvolver, (s) => {
@@ -412,8 +418,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     if (append) await progress.waitFor(append.position);
     await release(store, NAME_KIND, nameKeyOf(state.ownerPk, state.name), identityStream(id));
     if (state.phone) {
-      await phones.release(id, state.phone).catch((err) => logger.warn({ err, identityId: id }, 'phone release failed; the number stays reserved'));
-      await freeSlot(state.ownerPk, id);
+      await givePhoneBack(id, state.ownerPk, state.phone);
     }
   }
 
@@ -429,8 +434,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
         return { events: [event(PhoneReleased, { identityId: id, phone: s.phone.phone, provider: s.provider ?? phones.name, at: nowIso() } satisfies PhoneReleasedData)], result: s };
       });
       if (append) await progress.waitFor(append.position);
-      await phones.release(id, state.phone!).catch((err) => logger.warn({ err, identityId: id }, 'phone release failed; the number stays reserved'));
-      await freeSlot(state.ownerPk, id);
+      await givePhoneBack(id, state.ownerPk, state.phone!);
       return (await identities.get(id))!;
     });
   }

@@ -29,6 +29,18 @@ async function accountWithIdentity(url: string, username: string, identity: Reco
 
 describe('durability', () => {
   let dataDir: string;
+  /** Runs `npm start`'s entry on `dataDir` (a free port, no SMTP, `env` over that) to its exit: a start that is to fail. */
+  async function startToExit(env: Record<string, string> = {}): Promise<{ code: number | null; err: string }> {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, DATA_DIR: dataDir, PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent', ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    return { code, err };
+  }
   beforeEach(() => (dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-crash-'))));
   afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
 
@@ -132,15 +144,9 @@ describe('durability', () => {
   it('one service per DATA_DIR: a second start on it fails naming DATA_DIR; after a kill -9 the next start takes it over', async () => {
     // (The lock is the kernel's: released when the process dies, even before a parent reaps it.)
     const first = await spawnService({ DATA_DIR: dataDir });
-    const second = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, DATA_DIR: dataDir, PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent' },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let err = '';
-    second.stderr.on('data', (d) => (err += d));
-    expect(await new Promise((resolve) => second.on('exit', resolve))).toBe(1);
-    expect(err.trim()).toMatch(/^failed to start: DATA_DIR: \/\S+ is in use by another process; stop it first$/);
+    const second = await startToExit();
+    expect(second.code).toBe(1);
+    expect(second.err.trim()).toMatch(/^failed to start: DATA_DIR: \/\S+ is in use by another process; stop it first$/);
     first.child.kill('SIGKILL');
     await first.exited;
     const again = await spawnService({ DATA_DIR: dataDir }); // the stale lock is taken over
@@ -151,16 +157,7 @@ describe('durability', () => {
 
   it('an older version\'s lock (a pid in plain text) is taken over only when that process is gone', async () => {
     const port = String(await freePort()); // npm start takes no PORT=0
-    const start = () => {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
-        cwd: ROOT,
-        env: { ...process.env, DATA_DIR: dataDir, PORT: port, SMTP_PORT: '0', LOG_LEVEL: 'silent' },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
-      let err = '';
-      child.stderr.on('data', (d) => (err += d));
-      return new Promise<{ code: unknown; err: string }>((resolve) => child.on('exit', (code) => resolve({ code, err })));
-    };
+    const start = () => startToExit({ PORT: port });
     writeFileSync(path.join(dataDir, 'service.lock'), `${process.pid}\n`); // a live process: this test
     const refused = await start();
     expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^failed to start: DATA_DIR: \/\S+ is in use by another process \(pid \d+, an older version\)/)]);
@@ -401,14 +398,7 @@ describe('durability', () => {
     const file = path.join(dataDir, 'a-file');
     writeFileSync(file, 'not a directory');
     const startWith = async (env: Record<string, string>) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
-        cwd: ROOT,
-        env: { ...process.env, DATA_DIR: dataDir, PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent', ...env },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
-      let err = '';
-      child.stderr.on('data', (d) => (err += d));
-      const code = await new Promise((resolve) => child.on('exit', resolve));
+      const { code, err } = await startToExit(env);
       return { code, lines: err.trim().split('\n') };
     };
     try {
@@ -455,29 +445,13 @@ describe('durability', () => {
       return;
     }
     try {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
-        cwd: ROOT,
-        env: { ...process.env, DATA_DIR: path.join(mount, 'data'), PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent' },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
-      let err = '';
-      child.stderr.on('data', (d) => (err += d));
-      expect(await new Promise((resolve) => child.on('exit', resolve))).toBe(1);
-      expect(err.trim()).toBe(`failed to start: DATA_DIR: ${path.join(mount, 'data')} cannot be written: it is on a read-only file system (EROFS)`);
+      expect(await startToExit({ DATA_DIR: path.join(mount, 'data') })).toEqual({ code: 1, err: `failed to start: DATA_DIR: ${path.join(mount, 'data')} cannot be written: it is on a read-only file system (EROFS)\n` });
       // Only a directory it writes in read-only (the blobs: mail would be refused from the first).
       run(`umount ${mount}`);
       const blobs = path.join(dataDir, 'data', 'blobs');
       expect(run(`mount --bind ${blobs} ${blobs} && mount -o remount,ro,bind ${blobs}`).status).toBe(0);
       try {
-        const again = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
-          cwd: ROOT,
-          env: { ...process.env, DATA_DIR: path.join(dataDir, 'data'), PORT: String(await freePort()), SMTP_PORT: '0', LOG_LEVEL: 'silent' },
-          stdio: ['ignore', 'ignore', 'pipe'],
-        });
-        let said = '';
-        again.stderr.on('data', (d) => (said += d));
-        expect(await new Promise((resolve) => again.on('exit', resolve))).toBe(1);
-        expect(said.trim()).toBe(`failed to start: DATA_DIR: ${blobs} cannot be written: it is on a read-only file system (EROFS)`);
+        expect(await startToExit({ DATA_DIR: path.join(dataDir, 'data') })).toEqual({ code: 1, err: `failed to start: DATA_DIR: ${blobs} cannot be written: it is on a read-only file system (EROFS)\n` });
       } finally {
         run(`umount ${blobs}`);
       }
