@@ -6,10 +6,16 @@
 import type { RecordedEvent } from '../infra/ports/event-store.js';
 import type { CollectionSpec, Doc } from '../infra/ports/read-store.js';
 
+/**
+ * One document's change for one event. The runner evolves an event's updates once each, in
+ * the order `apply` returned them: a later update may use what an earlier one of the same
+ * event saw (a thread counts the messages whose `read` this event changed), which keeps a
+ * count exact without a list of ids in the document.
+ */
 export interface DocUpdate {
   collection: string;
   id: string;
-  /** Pure: the new document, or null to delete it. Returning `doc` unchanged is a no-op. */
+  /** The new document, or null to delete it. Returning `doc` unchanged is a no-op. Depends only on `doc` and the event (and on earlier updates of the same event, see above). */
   evolve: (doc: Doc | null) => Doc | null;
 }
 

@@ -4,6 +4,9 @@
  * an outbound copy for the sender and an inbound copy for each recipient identity).
  * Thread documents remember the position of the last event applied, so replaying an event
  * changes nothing; message and attachment updates are idempotent by construction.
+ * A thread counts its unread messages by the messages' own `read` changes in the same event
+ * (see DocUpdate): no list of ids in the thread, which grew with every unread mail (a thread
+ * of a sender that nobody reads: each new mail rewrote the whole list).
  */
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
@@ -42,9 +45,9 @@ export interface ThreadDoc extends Doc {
   subject: string;
   subjectKey: string;
   participantsKey: string;
+  /** The first {@link PARTICIPANTS_KEPT} addresses seen in the thread. */
   participants: string[];
   messageCount: number;
-  unreadIds: string[];
   unreadCount: number;
   unread: boolean;
   preview: string;
@@ -108,15 +111,49 @@ export interface AttachmentDoc extends Doc {
   createdAt: string;
 }
 
+/** A thread's document keeps this many participants (a mailing list's thread would grow without end). */
+export const PARTICIPANTS_KEPT = 100;
+
 function addresses(list: EmailAddress[]): string[] {
   return list.map((a) => a.address.toLowerCase());
 }
 
-/** The update of a thread for one new message (inbound unread, outbound read). */
-function threadUpdate(
-  e: RecordedEvent,
-  m: { identityId: string; inbox: string; threadId: string; messageId: string; subject: string; from: EmailAddress; to: EmailAddress[]; cc: EmailAddress[]; preview: string; at: string; unread: boolean; returns?: string },
-): DocUpdate {
+/**
+ * A new message's document, then its thread's update (in this order: the thread counts the
+ * message as unread only when this event made it, see DocUpdate).
+ */
+function messageAndThread(e: RecordedEvent, message: MessageDoc, m: ThreadInput): DocUpdate[] {
+  let made = false;
+  return [
+    {
+      collection: EMAIL_MESSAGES,
+      id: message.id,
+      evolve: (doc) => {
+        if (doc) return doc;
+        made = true;
+        return message;
+      },
+    },
+    threadUpdate(e, m, () => made && !message.read),
+  ];
+}
+
+interface ThreadInput {
+  identityId: string;
+  inbox: string;
+  threadId: string;
+  messageId: string;
+  subject: string;
+  from: EmailAddress;
+  to: EmailAddress[];
+  cc: EmailAddress[];
+  preview: string;
+  at: string;
+  returns?: string;
+}
+
+/** The update of a thread for one new message; `unread()`: whether it adds an unread one. */
+function threadUpdate(e: RecordedEvent, m: ThreadInput, unread: () => boolean): DocUpdate {
   const everyone = [m.from.address.toLowerCase(), ...addresses(m.to), ...addresses(m.cc)];
   return {
     collection: EMAIL_THREADS,
@@ -127,9 +164,8 @@ function threadUpdate(
       // Events arrive in log order and older positions were skipped above: this message is
       // the thread's newest, whatever the clocks said (a clock set back must not demote it).
       const participants = [...(t?.participants ?? [])];
-      for (const a of everyone) if (a && !participants.includes(a)) participants.push(a);
-      const unreadIds = [...(t?.unreadIds ?? [])];
-      if (m.unread && !unreadIds.includes(m.messageId)) unreadIds.push(m.messageId);
+      for (const a of everyone) if (a && participants.length < PARTICIPANTS_KEPT && !participants.includes(a)) participants.push(a);
+      const unreadCount = (t?.unreadCount ?? 0) + (unread() ? 1 : 0);
       return {
         id: m.threadId,
         identityId: m.identityId,
@@ -139,9 +175,8 @@ function threadUpdate(
         participantsKey: m.returns && t ? t.participantsKey : participantsKey(everyone, m.inbox),
         participants,
         messageCount: (t?.messageCount ?? 0) + 1,
-        unreadIds,
-        unreadCount: unreadIds.length,
-        unread: unreadIds.length > 0,
+        unreadCount,
+        unread: unreadCount > 0,
         preview: m.preview,
         lastFrom: m.from,
         lastMessageId: m.messageId,
@@ -235,8 +270,7 @@ function received(e: RecordedEvent): DocUpdate[] {
     seq: logOrder(e),
   };
   return [
-    { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
-    threadUpdate(e, { ...d, unread: true }),
+    ...messageAndThread(e, message, d),
     ...d.attachments.map(
       (a): DocUpdate => ({
         collection: EMAIL_ATTACHMENTS,
@@ -295,37 +329,41 @@ function queued(e: RecordedEvent): DocUpdate[] {
     createdAt: d.at,
     seq: logOrder(e),
   };
-  return [
-    { collection: EMAIL_MESSAGES, id: d.messageId, evolve: (doc) => doc ?? message },
-    threadUpdate(e, { ...d, inbox: d.from.address, unread: false }),
-  ];
+  return messageAndThread(e, message, { ...d, inbox: d.from.address });
 }
 
-/** `list` less the ids in `drop` (a set: a long thread's marking is thousands of each). */
-function without(list: string[], drop: string[]): string[] {
-  const dropped = new Set(drop);
-  return list.filter((id) => !dropped.has(id));
-}
-
+/**
+ * A marking: each inbound message not yet in that state changes, then each thread's unread
+ * count moves by the messages of this event that changed in it (two readers marking the
+ * same message count it once).
+ */
 function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
   const d = e.data as EmailMarkedData;
-  const byThread = new Map<string, string[]>();
-  for (const m of d.messages) {
-    const ids = byThread.get(m.threadId);
-    if (ids) ids.push(m.messageId);
-    else byThread.set(m.threadId, [m.messageId]);
-  }
+  const changedIn = new Map<string, number>(); // thread id → messages this event changed in it
+  const threadIds = new Set(d.messages.map((m) => m.threadId));
   return [
-    ...d.messages.map((m) => patchMessage(m.messageId, (doc) => (doc.read === read || doc.direction !== 'inbound' ? null : { read }))),
-    ...[...byThread].map(
-      ([threadId, ids]): DocUpdate => ({
+    ...d.messages.map(
+      (m): DocUpdate => ({
+        collection: EMAIL_MESSAGES,
+        id: m.messageId,
+        evolve: (doc) => {
+          const message = doc as MessageDoc | null;
+          if (!message || message.read === read || message.direction !== 'inbound') return doc;
+          changedIn.set(m.threadId, (changedIn.get(m.threadId) ?? 0) + 1);
+          return { ...message, read };
+        },
+      }),
+    ),
+    ...[...threadIds].map(
+      (threadId): DocUpdate => ({
         collection: EMAIL_THREADS,
         id: threadId,
         evolve: (doc) => {
           const t = doc as ThreadDoc | null;
-          if (!t || comparePositions(e.position, t.pos) <= 0) return doc;
-          const unreadIds = read ? without(t.unreadIds, ids) : [...t.unreadIds, ...without(ids, t.unreadIds)];
-          return { ...t, unreadIds, unreadCount: unreadIds.length, unread: unreadIds.length > 0, pos: e.position };
+          const changed = changedIn.get(threadId) ?? 0;
+          if (!t || !changed || comparePositions(e.position, t.pos) <= 0) return doc;
+          const unreadCount = Math.max(0, t.unreadCount + (read ? -changed : changed));
+          return { ...t, unreadCount, unread: unreadCount > 0, pos: e.position };
         },
       }),
     ),
@@ -334,7 +372,8 @@ function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
 
 export const mailProjection: Projection = {
   // v2: lists order by log position (`seq`, `lastSeq`) instead of the wall-clock times.
-  name: 'mail:v2',
+  // v3: threads count unread messages instead of listing their ids; participants bounded.
+  name: 'mail:v3',
   collections: [
     {
       name: EMAIL_THREADS,
@@ -346,7 +385,7 @@ export const mailProjection: Projection = {
     },
     {
       name: EMAIL_MESSAGES,
-      indexes: [['identityId', 'seq'], ['identityId', 'read', 'seq'], ['threadId', 'seq'], ['identityId', 'internetMessageId']],
+      indexes: [['identityId', 'seq'], ['identityId', 'read', 'seq'], ['threadId', 'seq'], ['threadId', 'read', 'seq'], ['identityId', 'internetMessageId']],
     },
     { name: EMAIL_ATTACHMENTS, indexes: [['identityId']] },
   ],

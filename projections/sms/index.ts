@@ -1,8 +1,10 @@
 /**
  * Read models of the SMS context:
  * - `sms_messages`: one document per received message.
- * - `sms_conversations`: one per (identity, peer number); keeps the ids of its unread
- *   messages, so a read marking is exact even when two readers mark the same messages.
+ * - `sms_conversations`: one per (identity, peer number); counts its unread messages by
+ *   the messages' own `read` changes in the same event (see DocUpdate), so a read marking
+ *   is exact even when two readers mark the same messages, and the document does not grow
+ *   with its unread messages.
  * - `sms_phones`: the numbers of each identity (one document per identity).
  */
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
@@ -46,7 +48,6 @@ export interface SmsConversationDoc extends Doc {
   ourNumber: string;
   preview: string;
   messageCount: number;
-  unreadIds: string[];
   unreadCount: number;
   unread: boolean;
   lastMessageAt: string;
@@ -62,7 +63,8 @@ export interface SmsPhonesDoc extends Doc {
 }
 
 export const smsProjection: Projection = {
-  name: 'sms',
+  // v2: conversations count their unread messages instead of listing their ids.
+  name: 'sms:v2',
   collections: [
     { name: SMS_MESSAGES, indexes: [['identityId', 'seq'], ['identityId', 'conversationId', 'seq'], ['identityId', 'read', 'seq']] },
     { name: SMS_CONVERSATIONS, indexes: [['identityId', 'lastSeq'], ['identityId', 'unread', 'lastSeq']] },
@@ -73,13 +75,15 @@ export const smsProjection: Projection = {
     switch (e.type) {
       case SmsReceived: {
         const d = e.data as SmsReceivedData;
+        let made = false; // by this event: the conversation counts it unread
         return [
           {
             collection: SMS_MESSAGES,
             id: d.messageId,
-            evolve: (doc) =>
-              doc ??
-              ({
+            evolve: (doc) => {
+              if (doc) return doc;
+              made = true;
+              return {
                 id: d.messageId,
                 identityId: d.identityId,
                 conversationId: d.conversationId,
@@ -93,7 +97,8 @@ export const smsProjection: Projection = {
                 read: false,
                 receivedAt: d.at,
                 seq: logOrder(e),
-              } satisfies SmsMessageDoc),
+              } satisfies SmsMessageDoc;
+            },
           },
           {
             collection: SMS_CONVERSATIONS,
@@ -101,7 +106,7 @@ export const smsProjection: Projection = {
             evolve: (doc) => {
               const c = doc as SmsConversationDoc | null;
               if (c && comparePositions(e.position, c.position) <= 0) return doc;
-              const unreadIds = [...(c?.unreadIds ?? []), d.messageId];
+              const unreadCount = (c?.unreadCount ?? 0) + (made ? 1 : 0);
               return {
                 id: d.conversationId,
                 identityId: d.identityId,
@@ -109,9 +114,8 @@ export const smsProjection: Projection = {
                 ourNumber: d.to,
                 preview: d.preview,
                 messageCount: (c?.messageCount ?? 0) + 1,
-                unreadIds,
-                unreadCount: unreadIds.length,
-                unread: true,
+                unreadCount,
+                unread: unreadCount > 0,
                 lastMessageAt: d.at,
                 lastSeq: logOrder(e),
                 createdAt: c?.createdAt ?? d.at,
@@ -123,25 +127,29 @@ export const smsProjection: Projection = {
       }
       case SmsRead: {
         const d = e.data as SmsReadData;
-        const ids = new Set<string>(d.messageIds);
+        let changed = 0; // messages this event marked: the conversation's count moves by them
         return [
+          ...[...new Set<string>(d.messageIds)].map(
+            (id): DocUpdate => ({
+              collection: SMS_MESSAGES,
+              id,
+              evolve: (doc) => {
+                if (!doc || doc.read || doc.conversationId !== d.conversationId) return doc;
+                changed += 1;
+                return { ...doc, read: true };
+              },
+            }),
+          ),
           {
             collection: SMS_CONVERSATIONS,
             id: d.conversationId,
             evolve: (doc) => {
               const c = doc as SmsConversationDoc | null;
-              if (!c || comparePositions(e.position, c.position) <= 0) return doc;
-              const unreadIds = c.unreadIds.filter((id) => !ids.has(id));
-              return { ...c, unreadIds, unreadCount: unreadIds.length, unread: unreadIds.length > 0, position: e.position };
+              if (!c || !changed || comparePositions(e.position, c.position) <= 0) return doc;
+              const unreadCount = Math.max(0, c.unreadCount - changed);
+              return { ...c, unreadCount, unread: unreadCount > 0, position: e.position };
             },
           },
-          ...[...ids].map(
-            (id): DocUpdate => ({
-              collection: SMS_MESSAGES,
-              id,
-              evolve: (doc) => (doc && !doc.read ? { ...doc, read: true } : doc),
-            }),
-          ),
         ];
       }
       case IdentityCreated: {

@@ -221,6 +221,18 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     return newest.slice(0, THREAD_MESSAGES).reverse();
   }
 
+  /** All of a thread's unread messages (the newest first), however many. */
+  async function unreadMessages(threadId: string): Promise<MessageDoc[]> {
+    const unread: MessageDoc[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = await messages().find({ where: { threadId, read: false }, orderBy: { field: 'seq', direction: 'desc' }, limit: 200, cursor });
+      unread.push(...page.items);
+      cursor = page.next;
+    } while (cursor);
+    return unread;
+  }
+
   async function reply(ctx: Context, all: boolean): Promise<void> {
     const identityId = await identityOf(ctx);
     const original = await ownMessage(identityId, ctx.params.id);
@@ -276,9 +288,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         if (!thread || thread.identityId !== identityId) throw notFound('Thread not found.');
         let list = await threadMessages(thread.id);
         // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events"), those older than the answer holds too.
-        const shown = new Set(list.map((m) => m.id));
-        const older = await Promise.all(thread.unreadIds.filter((m) => !shown.has(m)).map((m) => messages().get(m)));
-        const unread = [...list.filter((m) => !m.read), ...older.filter((m): m is MessageDoc => m !== null && !m.read)];
+        const unread = thread.unreadCount > 0 ? await unreadMessages(thread.id) : [];
         if (unread.length && (await markOnOpen(ctx, () => mail.markRead(identityId, unread, true)))) {
           thread = (await threads().get(thread.id)) ?? thread;
           list = await threadMessages(thread.id);

@@ -136,7 +136,7 @@ export const smsContext: ContextFactory = (shared) => {
       // Opening marks read what it shows: older unread messages past the latest
       // CONVERSATION_MESSAGES stay unread (GET /api/messages/?conversation_id= pages to them).
       const shown = new Set(page.items.map((m) => m.id));
-      const unreadShown = c.unreadIds.filter((m) => shown.has(m));
+      const unreadShown = page.items.filter((m) => !m.read).map((m) => m.id);
       const marked = unreadShown.length > 0 && (await markOnOpen(ctx, () => markRead(identityId, c.id, unreadShown)));
       if (marked) c = await conversationOf(identityId, c.id);
       const read = (m: SmsMessageDoc) => (marked && shown.has(m.id) ? { ...m, read: true } : m);

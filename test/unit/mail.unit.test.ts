@@ -9,7 +9,7 @@ import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
 import { createMailer } from '../../infra/mail/mailer.js';
 import { TemporaryMailError } from '../../infra/ports/mailer.js';
 import { attemptsWithin, RETRY_FOR_MS } from '../../services/mail/delivery.js';
-import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
+import { mailProjection, EMAIL_THREADS, EMAIL_MESSAGES, PARTICIPANTS_KEPT, type ThreadDoc, type MessageDoc } from '../../projections/mail/index.js';
 import { decideThread, mayDependOn, THREAD_FALLBACK_WINDOW_MS, type ThreadLookup } from '../../services/mail/threading.js';
 import { addressKey, htmlToText, messageIds, normaliseSubject, parseAddressList, participantsKey, previewOf, replySubject, safeFilename, trimReferences } from '../../services/mail/text.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
@@ -282,8 +282,40 @@ describe('mail projection', () => {
     expect(thread).toMatchObject({ messageCount: 2, unreadCount: 2, unread: true, preview: 'preview m2', lastMessageAt: '2026-01-01T00:01:00.000Z' });
     applyAll(docs, recorded('EmailMarkedRead', { identityId: 'id1', messages: [{ messageId: 'm1', threadId: 't1' }], at: 'x' }, 'mailbox-id1'));
     thread = docs.get(`${EMAIL_THREADS}/t1`) as ThreadDoc;
-    expect(thread).toMatchObject({ unreadCount: 1, unreadIds: ['m2'] });
+    expect(thread).toMatchObject({ unreadCount: 1, unread: true });
     expect((docs.get(`${EMAIL_MESSAGES}/m1`) as MessageDoc).read).toBe(true);
+  });
+
+  test('two readers marking the same message count it once; marking it unread again counts it again', () => {
+    const docs = new Map<string, Doc>();
+    const mark = (type: string, ids: string[]) =>
+      recorded(type, { identityId: 'id1', messages: ids.map((messageId) => ({ messageId, threadId: 't2' })), at: 'x' }, 'mailbox-id1');
+    applyAll(docs, recorded('EmailReceived', received('a1', 't2', '2026-01-01T00:00:00.000Z'), 'mailbox-id1'));
+    applyAll(docs, recorded('EmailReceived', received('a2', 't2', '2026-01-01T00:01:00.000Z'), 'mailbox-id1'));
+    applyAll(docs, mark('EmailMarkedRead', ['a1']));
+    applyAll(docs, mark('EmailMarkedRead', ['a1'])); // the second reader
+    applyAll(docs, recorded('EmailReceived', received('a3', 't2', '2026-01-01T00:02:00.000Z'), 'mailbox-id1'));
+    expect(docs.get(`${EMAIL_THREADS}/t2`)).toMatchObject({ messageCount: 3, unreadCount: 2, unread: true });
+    applyAll(docs, mark('EmailMarkedRead', ['a1', 'a2', 'a3', 'unknown']));
+    expect(docs.get(`${EMAIL_THREADS}/t2`)).toMatchObject({ unreadCount: 0, unread: false });
+    applyAll(docs, mark('EmailMarkedUnread', ['a2', 'a2']));
+    expect(docs.get(`${EMAIL_THREADS}/t2`)).toMatchObject({ unreadCount: 1, unread: true });
+  });
+
+  test("a thread's document does not grow with its unread mail, and keeps a bounded list of participants", () => {
+    const docs = new Map<string, Doc>();
+    const size = () => JSON.stringify(docs.get(`${EMAIL_THREADS}/t3`)).length;
+    const from = (i: number) => ({ address: `sender${i}@x.com`, name: '' });
+    let sizeOnceFull = 0;
+    for (let i = 0; i <= PARTICIPANTS_KEPT * 2; i++) {
+      applyAll(docs, recorded('EmailReceived', { ...received(`b${1000 + i}`, 't3', '2026-01-01T00:00:00.000Z'), from: from(i) }, 'mailbox-id1'));
+      if (i === PARTICIPANTS_KEPT) sizeOnceFull = size();
+    }
+    const thread = docs.get(`${EMAIL_THREADS}/t3`) as ThreadDoc;
+    expect(thread).toMatchObject({ messageCount: PARTICIPANTS_KEPT * 2 + 1, unreadCount: PARTICIPANTS_KEPT * 2 + 1 });
+    expect(thread.participants).toHaveLength(PARTICIPANTS_KEPT);
+    expect(thread.participants.slice(0, 2)).toEqual(['sender0@x.com', 'me@agents.localhost']);
+    expect(size()).toBe(sizeOnceFull); // a hundred more unread mails, from a hundred more senders
   });
 
   test('should be idempotent if run twice: the same event applied again changes nothing', () => {
