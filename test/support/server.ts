@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { loadConfig } from '../../infra/config.js';
-import { startRuntime, type Runtime } from '../../infra/runtime.js';
+import { startRuntime, type Runtime, type StartOptions } from '../../infra/runtime.js';
 
 export interface TestServer {
   url: string;
@@ -74,7 +74,7 @@ export function apiClient(base: () => string): (method: string, path: string, op
 
 let counter = 0;
 
-export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
+export async function startTestServer(env: Record<string, string> = {}, options: Pick<StartOptions, 'extraContexts'> = {}): Promise<TestServer> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-test-'));
   let runtime: Runtime;
   try {
@@ -86,7 +86,7 @@ export async function startTestServer(env: Record<string, string> = {}): Promise
       PASSWORD_HASH_MEMORY_KIB: '19456',
       ...env,
     });
-    runtime = await startRuntime(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) });
+    runtime = await startRuntime(config, { logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }), ...options });
   } catch (err) {
     rmSync(dataDir, { recursive: true, force: true }); // a test of a refused configuration leaves nothing behind
     throw err;
