@@ -11,7 +11,7 @@ import { html, Safe } from '../gateway/html.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
 import { addr, NO_SUBJECT } from './mail.js';
 import { api, apiAll, apiErrors, errorText, NO_IDENTITY, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
-import { seeOther } from '../gateway/web-session.js';
+import { createSealer, seeOther } from '../gateway/web-session.js';
 import { maxLengthOf } from '../gateway/validate.js';
 
 /**
@@ -23,8 +23,14 @@ const UNREAD = html`<span class="sr-only"> (unread)</span>`;
 /** The longest identity name the API takes (schemas/identities.json, Name): the create and rename fields take as much. */
 const NAME_MAX = maxLengthOf('identities.json#Name');
 
+/** How long the home page's "Identity … deleted." shows again on a reload. */
+const DELETED_NOTICE_TTL_S = 600;
+
 export function identityRoutes(r: Router, kit: PageKit): void {
   const { platform, send, hidden, requireSession, form } = kit;
+  // The deleted identity's name travels sealed, for the session that deleted it: a link
+  // written by someone else (`/?deleted=Pay the invoice…`) shows nothing.
+  const deletedSealer = createSealer(kit.hmacKey, 'web-deleted-identity');
 
   async function homePage(ctx: Context, s: DashboardSession, flash: Flash = null, errors: Errors | null = null, values: Record<string, string> = {}, status = errors ? 400 : 200) {
     const [ids, sub] = await Promise.all([apiAll(ctx, s, '/api/identities/?limit=200'), api(ctx, s, 'GET', '/api/subscription/')]);
@@ -209,8 +215,9 @@ ${str(i.phone)
     const s = await requireSession(ctx);
     if (!s) return;
     // Where a deletion lands (post/redirect/get): the deleted identity's name.
-    const deleted = str(ctx.query.deleted).slice(0, NAME_MAX);
-    await homePage(ctx, s, deleted ? { kind: 'ok', text: html`Identity “${deleted}” deleted.` } : null);
+    const deleted = deletedSealer.open<{ sid?: unknown; name?: unknown }>(str(ctx.query.deleted));
+    const name = deleted?.sid === s.sessionId ? str(deleted.name).slice(0, NAME_MAX) : '';
+    await homePage(ctx, s, name ? { kind: 'ok', text: html`Identity “${name}” deleted.` } : null);
   });
 
   r.post('/identities', async (ctx) => {
@@ -292,7 +299,7 @@ ${str(i.phone)
     const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
     if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
     // Post/redirect/get, as create and rename: reloading the home page posts nothing.
-    seeOther(ctx, `/?deleted=${encodeURIComponent(str(current.body.name))}`);
+    seeOther(ctx, `/?deleted=${deletedSealer.seal({ sid: s.sessionId, name: str(current.body.name) }, DELETED_NOTICE_TTL_S)}`);
   });
 }
 

@@ -98,13 +98,20 @@ describe('dashboard forms and page answers', () => {
     await submit(page, 'Delete identity');
     expect(posts).toEqual([303]);
     expect(new URL(page.url()).pathname).toBe('/');
-    expect(new URL(page.url()).searchParams.get('deleted')).toBe('Short lived');
     expect(await page.getByRole('status').textContent()).toBe('Identity “Short lived” deleted.');
     const again = await page.reload();
     expect(again!.status()).toBe(200);
     expect(posts).toEqual([303]); // nothing posted again
     expect(await page.getByRole('status').textContent()).toBe('Identity “Short lived” deleted.');
     expect((await s.api('GET', `/api/identities/${ident.uuid}/`, { token: me.access })).status).toBe(404);
+    // The name is sealed in the address: one written by someone else shows no notice.
+    const sealed = new URL(page.url()).searchParams.get('deleted')!;
+    expect(sealed).not.toContain('Short');
+    for (const forged of ['Short lived', 'Pay the overdue invoice at evil.example', `${sealed.slice(0, -2)}AA`]) {
+      await page.goto(`${s.url}/?deleted=${encodeURIComponent(forged)}`);
+      expect(await page.textContent('h1')).toBeTruthy();
+      expect(await page.locator('.flash').count()).toBe(0);
+    }
   });
 
   it('keeps the label (and the identity chosen) of a key that was not created, its error next to the field', async () => {
