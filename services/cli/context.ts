@@ -14,6 +14,8 @@ export interface Ctx {
   identityFlag?: string;
   /** Where the identity of this run comes from (shown by `whoami`); absent: none chosen. */
   identityFrom?: 'flag' | 'env' | 'default' | 'key';
+  /** Set when the config's default identity is not this run's: its credential is of another account (or service) than the stored login's. */
+  othersDefault?: boolean;
   outTTY: boolean;
   /** Never prompt (--no-input or AIS_NO_INPUT=1): a missing secret is a usage error. */
   noInput: boolean;
@@ -47,8 +49,18 @@ export function sameService(a: string, b: string): boolean {
   return normal(a) === normal(b);
 }
 
-/** Whether the login stored here was made at the service this run addresses (one stored without an address: any). */
-export const storedLoginHere = (ctx: Pick<Ctx, 'config' | 'baseUrl'>): boolean => sameService(ctx.config.base_url ?? ctx.baseUrl, ctx.baseUrl);
+/** The service a run addresses when nothing names one. */
+export const DEFAULT_BASE_URL = 'http://localhost:8000';
+
+/**
+ * The service the login stored here was made at. A config written without base_url (by hand:
+ * `ais login` always writes one) is taken for the default service, the one such a config
+ * addresses: taken for any, its credentials went wherever a run was pointed.
+ */
+export const storedService = (config: CliConfig): string => config.base_url ?? DEFAULT_BASE_URL;
+
+/** Whether the login stored here was made at the service this run addresses. */
+export const storedLoginHere = (ctx: Pick<Ctx, 'config' | 'baseUrl'>): boolean => sameService(storedService(ctx.config), ctx.baseUrl);
 
 export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
   const envKey = ctx.env.AIS_API_KEY;
@@ -58,9 +70,10 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
   // (AIS_API_KEY, AIS_TOKEN) goes where this run goes.
   const stored = envKey || envToken ? undefined : ctx.config;
   if (stored && (stored.access || stored.management_key) && !storedLoginHere(ctx)) {
+    const where = stored.base_url ? `is for ${stored.base_url}` : `names no service (no base_url in the config), so it is taken for the default one, ${DEFAULT_BASE_URL}`;
     throw new CliError(
       'not_authenticated',
-      `Not logged in at ${ctx.baseUrl}: the login stored here is for ${stored.base_url}, and its credentials go only there. Run \`ais login --base-url ${ctx.baseUrl}\` (it replaces that login), or set AIS_API_KEY.`,
+      `Not logged in at ${ctx.baseUrl}: the login stored here ${where}, and its credentials go only there. Run \`ais login --base-url ${ctx.baseUrl}\` (it replaces that login), or set AIS_API_KEY.`,
     );
   }
   const token = envToken ?? stored?.access;
@@ -130,12 +143,17 @@ export async function actsAsStoredLogin(ctx: Ctx, c: AisClient): Promise<boolean
 
 /** Whether this run is of the account the config names (its login, or the one signed out), at its service. */
 async function actsForStoredAccount(ctx: Ctx, c: AisClient): Promise<boolean> {
+  return (await ofStoredAccount(ctx, c)) === true;
+}
+
+/** {@link actsForStoredAccount}, or undefined when the service did not say (whoami failed). */
+async function ofStoredAccount(ctx: Ctx, c: AisClient): Promise<boolean | undefined> {
   const stored = ctx.config;
   if (!storedLoginHere(ctx)) return false;
   if (!ctx.env.AIS_API_KEY && !ctx.env.AIS_TOKEN) return true;
   if (stored.user?.pk === undefined) return false;
   const me = await c.whoami().catch(() => null);
-  return me?.user.pk === stored.user.pk;
+  return me ? me.user.pk === stored.user.pk : undefined;
 }
 
 /**
@@ -150,11 +168,28 @@ export async function maySetDefaultIdentity(ctx: Ctx, c: AisClient): Promise<boo
   return actsForStoredAccount(ctx, c);
 }
 
+/** The default identity this run uses: the config's, unless it is another account's ({@link Ctx.othersDefault}). */
+export const defaultIdentity = (ctx: Pick<Ctx, 'config' | 'othersDefault'>): string | undefined => (ctx.othersDefault ? undefined : ctx.config.identity);
+
 export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
-  const id = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? ctx.config.identity;
+  const id = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? defaultIdentity(ctx);
   // The exit code of the API's own identity_required (docs/CLI.md): the same condition.
-  if (!id && !fenced) throw new CliError('identity_required', 'No identity selected: run `ais identities use <uuid|name>` or pass --identity.', EXIT.api_error);
+  if (!id && !fenced) {
+    // `identities use` would be refused for such a run (other_account): --identity it is.
+    const message = ctx.othersDefault
+      ? `No identity selected: ${otherThanStoredLogin(ctx)}, and the default identity here belongs to that login. Pass --identity <uuid|name> (or set AIS_IDENTITY).`
+      : 'No identity selected: run `ais identities use <uuid|name>` or pass --identity.';
+    throw new CliError('identity_required', message, EXIT.api_error);
+  }
   return id;
+}
+
+/** `AIS_API_KEY is of another account than the login stored here (scout at http://…)`: why the stored login's default is not this run's. */
+export function otherThanStoredLogin(ctx: Pick<Ctx, 'config' | 'baseUrl' | 'env'>): string {
+  const credential = ctx.env.AIS_API_KEY ? 'AIS_API_KEY' : 'AIS_TOKEN';
+  const other = storedLoginHere(ctx) ? 'another account' : 'another service';
+  const login = [ctx.config.user?.username, ctx.config.base_url].filter(Boolean).join(' at ');
+  return `${credential} is of ${other} than the login stored here${login ? ` (${login})` : ''}`;
 }
 
 /**
@@ -267,7 +302,8 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
     }
     return;
   }
-  if (!ref || isUuid(ref)) return;
+  if (!ref) return othersDefault(ctx);
+  if (isUuid(ref)) return;
   let c: AisClient;
   try {
     c = client(ctx);
@@ -280,4 +316,27 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
     // No such name: commands that need no identity go on; the others get the 404 as usual.
     if (!(err instanceof CliError && err.code === 'identity_not_found')) throw err;
   }
+}
+
+/**
+ * The default identity is the stored login's: a run with an AIS_API_KEY / AIS_TOKEN of another
+ * account (or at another service) does not use it, as it may not set it. Sent with such a
+ * credential, it failed as the API's 403 or 404, which named the wrong cause. Asked of the
+ * service (whoami) only when a default is there to be used; a whoami that fails decides
+ * nothing (the command's own request then says what is wrong with the credential).
+ */
+async function othersDefault(ctx: Ctx): Promise<void> {
+  const stored = ctx.config;
+  if (!stored.identity || (!ctx.env.AIS_API_KEY && !ctx.env.AIS_TOKEN)) return;
+  // With no login stored here (nor one signed out), the default is one a key run kept for such runs.
+  if (!stored.access && !stored.management_key && !stored.user) return;
+  let c: AisClient;
+  try {
+    c = client(ctx);
+  } catch {
+    return;
+  }
+  if ((await ofStoredAccount(ctx, c)) !== false) return;
+  ctx.othersDefault = true;
+  if (ctx.identityFrom === 'default') ctx.identityFrom = undefined;
 }

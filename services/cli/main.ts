@@ -8,7 +8,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, type AisClient } from '../sdk/client.js';
 import { commands } from './commands/index.js';
 import { loadConfig } from './config.js';
-import { client, DEFAULT_TIMEOUT_S, resolveIdentityName, translate, type Command, type Ctx } from './context.js';
+import { client, DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, resolveIdentityName, translate, type Command, type Ctx } from './context.js';
 import { CliError, EXIT } from './errors.js';
 
 // Still exported here, where tests import them from.
@@ -91,7 +91,7 @@ function help(prefix?: string): string {
  */
 function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored: string | undefined): string {
   // An empty AIS_BASE_URL is unset (as an empty AIS_IDENTITY is).
-  const [from, raw] = flag !== undefined ? ['--base-url', flag] : env.AIS_BASE_URL ? ['AIS_BASE_URL', env.AIS_BASE_URL] : stored !== undefined ? ['base_url in the config', stored] : ['', 'http://localhost:8000'];
+  const [from, raw] = flag !== undefined ? ['--base-url', flag] : env.AIS_BASE_URL ? ['AIS_BASE_URL', env.AIS_BASE_URL] : stored !== undefined ? ['base_url in the config', stored] : ['', DEFAULT_BASE_URL];
   let url: URL | undefined;
   try {
     url = new URL(raw);

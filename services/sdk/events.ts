@@ -7,7 +7,9 @@
  * with `Last-Event-ID` set to the last id it saw, waiting the server's `retry:` value grown
  * by exponential backoff with jitter while connects keep failing. The server replays every
  * later event (DECISIONS "SSE": no gap, no duplicate). An expired access token is refreshed
- * through the client; other 4xx answers end the stream with the ApiRequestError.
+ * through the client (a refresh that cannot reach the service is retried like a connect; one
+ * the service refuses ends the stream as token_expired); other 4xx answers end the stream
+ * with the ApiRequestError.
  */
 import type { AisClient } from './client.js';
 import { ApiRequestError, sleep } from './client.js';
@@ -161,9 +163,12 @@ export class EventStream implements AsyncIterable<ServerEvent> {
         if (res.status === 401) {
           const body = (await res.json().catch(() => ({}))) as { code?: string; detail?: string };
           if (body.code === 'token_expired' && this.client.tokens.refresh && !refreshed) {
-            refreshed = true;
             signal?.removeEventListener('abort', stop);
+            // Marked only once done: a refresh that could not reach the service (a NetworkError,
+            // or its 5xx) is waited out below like any failed connect, and tried again on the
+            // next 401. Only a refresh the service refuses is the session's end (token_expired).
             await this.client.refresh();
+            refreshed = true;
             continue;
           }
           throw new ApiRequestError(401, body.code, body.detail ?? 'Unauthorized', undefined, body);

@@ -110,16 +110,18 @@ test('logout with the service out of reach says the session was not ended there,
   const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-offline-'));
   mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o700 });
   const file = path.join(home, 'agent-identity/config.json');
-  writeFileSync(file, JSON.stringify({ access: 'a.b.c', refresh: 'r.s.t', identity: 'keep-me' }), { mode: 0o600 });
+  // A login of that service (one stored without base_url is the default service's: it would be ended there).
+  writeFileSync(file, JSON.stringify({ base_url: 'http://127.0.0.1:9', access: 'a.b.c', refresh: 'r.s.t', identity: 'keep-me' }), { mode: 0o600 });
   const run = await runCli(['logout', '--json'], { url: 'http://127.0.0.1:9', home });
   expect([run.code, run.json]).toEqual([0, { logged_out: true, session_ended: false }]);
   expect(run.stderr).toMatch(/could not be reached/);
-  expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ identity: 'keep-me' });
+  expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ base_url: 'http://127.0.0.1:9', identity: 'keep-me' });
   // A service answering 5xx did not end the session either.
   const failing = http.createServer((_req, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"detail":"boom","code":"server_error"}'));
   await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
-  writeFileSync(file, JSON.stringify({ access: 'a.b.c', refresh: 'r.s.t' }), { mode: 0o600 });
-  const broken = await runCli(['logout', '--json'], { url: `http://127.0.0.1:${(failing.address() as { port: number }).port}`, home });
+  const failingUrl = `http://127.0.0.1:${(failing.address() as { port: number }).port}`;
+  writeFileSync(file, JSON.stringify({ base_url: failingUrl, access: 'a.b.c', refresh: 'r.s.t' }), { mode: 0o600 });
+  const broken = await runCli(['logout', '--json'], { url: failingUrl, home });
   failing.close();
   expect([broken.code, broken.json?.session_ended]).toEqual([0, false]);
   rmSync(home, { recursive: true, force: true });

@@ -470,6 +470,43 @@ describe('event stream', () => {
     expect(n).toBe(2);
   });
 
+  test('a refresh that cannot reach the service (cut, no answer in time) is retried with the reconnect backoff, not taken for an ended session', async () => {
+    let refreshes = 0;
+    handler = (req, _b, res) => {
+      if (req.url === '/api/auth/token/refresh/') {
+        if (++refreshes === 1) return res.destroy(); // the connection cut
+        if (refreshes === 2) {
+          const late = setTimeout(() => json(res, 200, { access: 'a2', refresh: 'r2' }), 1500); // no answer within timeoutMs
+          return res.on('close', () => clearTimeout(late));
+        }
+        return json(res, 200, { access: 'a2', refresh: 'r2' });
+      }
+      if (req.headers.authorization !== 'Bearer a2') return json(res, 401, { detail: 'expired', code: 'token_expired' });
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('retry: 10\n\nid: 1\nevent: email\ndata: {"thread_id":"t1"}\n\n');
+    };
+    const ac = new AbortController();
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', identity: 'i1', timeoutMs: 100 });
+    const reconnects: string[] = [];
+    const threads: string[] = [];
+    for await (const e of c.events({ signal: ac.signal, maxBackoffMs: 50, onStatus: (s) => s.state === 'reconnecting' && reconnects.push((s.error as Error).name) })) {
+      threads.push((e.data as { thread_id: string }).thread_id);
+      break;
+    }
+    ac.abort();
+    expect([threads, refreshes, reconnects]).toEqual([['t1'], 3, ['NetworkError', 'NetworkError']]);
+    expect(c.tokens).toEqual({ access: 'a2', refresh: 'r2' });
+  });
+
+  test('a refresh the service refuses ends the stream as token_expired, tried once', async () => {
+    handler = (req, _b, res) =>
+      req.url === '/api/auth/token/refresh/' ? json(res, 401, { detail: 'Token is invalid or expired', code: 'token_not_valid' }) : json(res, 401, { detail: 'expired', code: 'token_expired' });
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', identity: 'i1' });
+    const stream = c.events({ maxBackoffMs: 50 });
+    await expect(stream.forEach(() => undefined)).rejects.toMatchObject({ status: 401, code: 'token_expired' });
+    expect(seen.map((s) => s.url)).toEqual(['/api/events/stream/', '/api/auth/token/refresh/']);
+  });
+
   test('a connection that goes silent (no keepalive) is replaced, resuming after the last id', async () => {
     let n = 0;
     handler = (req, _b, res) => {

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import QRCode from 'qrcode';
 import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization } from '../../sdk/client.js';
 import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.js';
-import { client, identityLabel, requestTimeoutMs, sameService, type Command, type Ctx } from '../context.js';
+import { client, defaultIdentity, identityLabel, otherThanStoredLogin, requestTimeoutMs, sameService, storedService, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
 import { formatDuration, kv, show, table } from '../output.js';
 import { usage } from '../errors.js';
@@ -21,7 +21,7 @@ import { usage } from '../errors.js';
  */
 async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: NonNullable<CliConfig['user']>; management_key?: string }): Promise<Record<string, boolean>> {
   const stored = loadConfig(ctx.env);
-  const previousUrl = stored.base_url ?? ctx.baseUrl;
+  const previousUrl = storedService(stored);
   const same = stored.user?.pk === t.user.pk && sameService(previousUrl, ctx.baseUrl);
   ctx.config = await updateConfig(ctx.env, (now) => {
     const { pending_setup, device_secret } = now;
@@ -96,7 +96,7 @@ async function endOwnSession(baseUrl: string, access: string, refresh: string | 
  */
 async function endSessions(ctx: Ctx, all: boolean): Promise<void> {
   // At the service the login was made at (a --base-url of this run is not where its tokens go).
-  const c = client({ ...ctx, baseUrl: ctx.config.base_url ?? ctx.baseUrl, env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
+  const c = client({ ...ctx, baseUrl: storedService(ctx.config), env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
   if (all) {
     // The refresh token goes in the body: the server skips an expired access token (logout is
     // anonymous-friendly) and would end nothing, while answering 200.
@@ -166,7 +166,7 @@ export const authCommands: Record<string, Command> = {
       const key = v['keep-key'] ? undefined : ctx.config.management_key;
       let refused = '';
       const revoked = key
-        ? await revokeOwnKey(ctx.config.base_url ?? ctx.baseUrl, key, requestTimeoutMs(ctx.env)).then(
+        ? await revokeOwnKey(storedService(ctx.config), key, requestTimeoutMs(ctx.env)).then(
             () => true,
             (err: unknown) => {
               if (err instanceof ApiRequestError && err.status === 401) return true;
@@ -214,7 +214,7 @@ export const authCommands: Record<string, Command> = {
       if (ctx.json) return show(ctx, out, () => '');
       // The identity commands use, as requireIdentity picks it: --identity, AIS_IDENTITY, the
       // key's own, the default; else the one a token is bound to (the server's choice).
-      const chosen = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? ctx.config.identity;
+      const chosen = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? defaultIdentity(ctx);
       const used = chosen || w.identity || null;
       const label = async (ref: string) =>
         c.identities.get(ref).then(
@@ -230,7 +230,9 @@ export const authCommands: Record<string, Command> = {
         ...(w.key ? { key: `${w.key.label} ${w.key.masked_key} (${w.key.uuid})` } : {}),
         identity: used ? `${await label(used)}  [used by identity commands: ${why}]` : 'none selected: identity commands need --identity <uuid|name>, AIS_IDENTITY, or a default (`ais identities use <uuid|name>`)',
       };
-      if (ctx.config.identity && ctx.config.identity !== used) lines.default_identity = `${await label(ctx.config.identity)}  [not used in this run]`;
+      // Another account's default is no identity of this credential's account: not looked up.
+      if (ctx.othersDefault) lines.default_identity = `${ctx.config.identity}  [not used in this run: ${otherThanStoredLogin(ctx)}]`;
+      else if (ctx.config.identity && ctx.config.identity !== used) lines.default_identity = `${await label(ctx.config.identity)}  [not used in this run]`;
       if (w.identity && w.identity !== used) lines.credential_identity = `${await label(w.identity)}  [the credential's own]`;
       show(ctx, out, () => kv(lines));
     },

@@ -1,6 +1,6 @@
 // `ais identities list|create|update|delete|use`.
 import type { Identity } from '../../sdk/client.js';
-import { client, identityLabel, maySetDefaultIdentity, resolveIdentity, storedLoginHere, type Command, type Ctx } from '../context.js';
+import { client, identityLabel, maySetDefaultIdentity, otherThanStoredLogin, resolveIdentity, type Command, type Ctx } from '../context.js';
 import { updateConfig } from '../config.js';
 import { CliError, usage } from '../errors.js';
 import { kv, show, table } from '../output.js';
@@ -80,7 +80,5 @@ export const identitiesCommands: Record<string, Command> = {
 /** Why an identity is not made the default here: the default is the stored login's. */
 function notTheStoredLogins(ctx: Ctx, identity: Identity): string {
   const credential = ctx.env.AIS_API_KEY ? 'AIS_API_KEY' : 'AIS_TOKEN';
-  const other = storedLoginHere(ctx) ? 'another account' : 'another service';
-  const login = [ctx.config.user?.username, ctx.config.base_url].filter(Boolean).join(' at ');
-  return `${credential} is of ${other} than the login stored here${login ? ` (${login})` : ''}, and the default identity belongs to that login: ${identityLabel(identity)} is not made the default. Pass --identity ${identity.uuid} (or set AIS_IDENTITY) in the runs that use ${credential}.`;
+  return `${otherThanStoredLogin(ctx)}, and the default identity belongs to that login: ${identityLabel(identity)} is not made the default. Pass --identity ${identity.uuid} (or set AIS_IDENTITY) in the runs that use ${credential}.`;
 }

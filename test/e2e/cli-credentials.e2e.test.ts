@@ -1,0 +1,134 @@
+/**
+ * Which stored state a run of `ais` may use, run as subprocesses against a real spawned
+ * service: the default identity is the stored login's (a run with another account's
+ * AIS_API_KEY / AIS_TOKEN does not send it), and a login stored without base_url is the
+ * default service's (its credentials are not sent to whatever service a run addresses).
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { jest } from '@jest/globals';
+import { runCli } from '../support/cli.js';
+import { spawnService, type ServiceProcess } from '../support/spawn.js';
+
+jest.setTimeout(120_000);
+
+let svc: ServiceProcess;
+let dataDir: string;
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-clicred-data-'));
+  svc = await spawnService({ DATA_DIR: dataDir, LOG_LEVEL: 'warn', PASSWORD_HASH_MEMORY_KIB: '19456' });
+});
+
+afterAll(async () => {
+  svc?.child.kill('SIGTERM');
+  await svc?.exited;
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+async function api(method: string, p: string, body?: unknown, token?: string) {
+  const res = await fetch(svc.url + p, {
+    method,
+    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+/** A new account: its management key, an access token, its user (as whoami names it) and one identity. */
+async function newAccount(prefix: string) {
+  const u = `${prefix}${Date.now() % 1e6}${Math.floor(Math.random() * 1000)}`;
+  const reg = (await api('POST', '/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' })).body;
+  const key = (await api('POST', '/api/auth/keys/management/', { label: 'cli' }, reg.access)).body.key as string;
+  const user = (await api('GET', '/api/health/whoami/', undefined, key)).body.user as { pk: number; username: string; email: string };
+  const identity = (await api('POST', '/api/identities/', { name: `${prefix}-bot` }, key)).body as { uuid: string; name: string };
+  return { key, access: reg.access as string, user, identity };
+}
+
+/** A config home holding `config`. */
+function home(config: Record<string, unknown>): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ais-clicred-'));
+  mkdirSync(path.join(dir, 'agent-identity'), { recursive: true, mode: 0o700 });
+  writeFileSync(path.join(dir, 'agent-identity/config.json'), JSON.stringify(config), { mode: 0o600 });
+  return dir;
+}
+
+/** Another service, as far as the CLI can tell: it records the Authorization header of every request. */
+async function otherService(): Promise<{ url: string; heard: string[]; close: () => void }> {
+  const heard: string[] = [];
+  const server = http.createServer((req, res) => {
+    heard.push(req.headers.authorization ?? '');
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ kind: 'management_key', user: { pk: 1, username: 'elsewhere', email: 'e@example.com' } }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, heard, close: () => server.close() };
+}
+
+test("the default identity is the stored login's: a run with another account's AIS_API_KEY or AIS_TOKEN does not use it, and says to pass --identity", async () => {
+  const a = await newAccount('deflt');
+  const b = await newAccount('other');
+  const dir = home({ base_url: svc.url, management_key: a.key, user: a.user, identity: a.identity.uuid });
+  const run = (args: string[], env: Record<string, string> = {}) => runCli(args, { url: svc.url, home: dir, env });
+  try {
+    const expected = (credential: string) =>
+      `No identity selected: ${credential} is of another account than the login stored here (${a.user.username} at ${svc.url}), and the default identity here belongs to that login. Pass --identity <uuid|name> (or set AIS_IDENTITY).`;
+    // B's key and B's token: the condition of no identity selected, not A's identity sent with B's credential (a 404 read as "no longer exists").
+    for (const [credential, env] of [
+      ['AIS_API_KEY', { AIS_API_KEY: b.key }],
+      ['AIS_TOKEN', { AIS_TOKEN: b.access }],
+    ] as const) {
+      const r = await run(['inbox', 'list', '--json'], env);
+      expect([credential, r.code, r.error?.code, r.error?.message]).toEqual([credential, 20, 'identity_required', expected(credential)]);
+    }
+    const human = await run(['keys', 'create', 'runner'], { AIS_API_KEY: b.key });
+    expect([human.code, human.stderr.trim()]).toEqual([20, `error: ${expected('AIS_API_KEY')}`]);
+    // whoami says which identity B's run uses (none), and that the default is not used.
+    const who = await run(['whoami'], { AIS_API_KEY: b.key });
+    expect(who.stdout).toMatch(/^identity: none selected: /m);
+    expect(who.stdout).toContain(`default_identity: ${a.identity.uuid}  [not used in this run: AIS_API_KEY is of another account than the login stored here (${a.user.username} at ${svc.url})]`);
+    // Named, B's own identity works.
+    expect((await run(['inbox', 'list', '--json', '--identity', b.identity.name], { AIS_API_KEY: b.key })).code).toBe(0);
+    // A's own runs use the default: the stored login, and another key of A's account.
+    const keyA2 = (await api('POST', '/api/auth/keys/management/', { label: 'second' }, a.key)).body.key as string;
+    expect((await run(['inbox', 'list', '--json'])).code).toBe(0);
+    const own = await run(['whoami'], { AIS_API_KEY: keyA2 });
+    expect(own.stdout).toContain(`identity: ${a.identity.name} (${a.identity.uuid})  [used by identity commands: the default, set by \`ais identities use\`]`);
+    expect((await run(['inbox', 'list', '--json'], { AIS_API_KEY: keyA2 })).code).toBe(0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a login stored without base_url is the default service\'s: its credentials are not sent to another, and the message says why', async () => {
+  const a = await newAccount('nourl');
+  const other = await otherService();
+  const dirs: string[] = [];
+  try {
+    const notHere = (url: string) =>
+      `Not logged in at ${url}: the login stored here names no service (no base_url in the config), so it is taken for the default one, http://localhost:8000, and its credentials go only there. Run \`ais login --base-url ${url}\` (it replaces that login), or set AIS_API_KEY.`;
+    for (const stored of [{ management_key: a.key, user: a.user, identity: a.identity.uuid }, { access: 'a.b.c', refresh: 'r.s.t' }]) {
+      const dir = home(stored);
+      dirs.push(dir);
+      const elsewhere = await runCli(['whoami', '--json'], { url: other.url, home: dir });
+      expect([elsewhere.code, elsewhere.error?.code, elsewhere.error?.message]).toEqual([10, 'not_authenticated', notHere(other.url)]);
+      // Not at the service it was written beside either: nothing says it was made there.
+      const real = await runCli(['identities', 'list'], { url: svc.url, home: dir });
+      expect([real.code, real.stderr.trim()]).toEqual([10, `error: ${notHere(svc.url)}`]);
+    }
+    // logout ends the session and revokes the key at the default service only, never at the one this run addresses.
+    dirs.push(home({ access: 'a.b.c', refresh: 'r.s.t', management_key: 'svc_mgmt_kept' }));
+    const logout = await runCli(['logout', '--json'], { url: other.url, home: dirs[2], env: { AIS_TIMEOUT: '5' } });
+    expect(logout.json?.logged_out).toBe(true);
+    expect(other.heard).toEqual([]); // nothing at all was sent there
+    // A key given for the run goes where the run goes.
+    const given = await runCli(['whoami', '--json'], { url: other.url, home: dirs[0], env: { AIS_API_KEY: 'svc_mgmt_given' } });
+    expect([given.code, other.heard]).toEqual([0, ['Bearer svc_mgmt_given']]);
+  } finally {
+    other.close();
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
+});
