@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ApiError, notFound } from './errors.js';
 import { IndexedRouter } from './router.js';
+import { drainRefusedBody } from './body.js';
 import { isStorageFault } from '../kernel/faults.js';
 import { WrongExpectedRevisionError, EventStoreUnavailableError } from '../../infra/ports/event-store.js';
 import type { Metrics } from '../kernel/metrics.js';
@@ -103,6 +104,9 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
       // A write held its identity (services/gateway/identity-gate.ts): its answer is decided.
       (ctx.state.releaseIdentity as (() => void) | undefined)?.();
     }
+    // A refusal that closes the connection (a body over its limit) while the body still comes:
+    // its bounded rest is read first, so the client gets the answer rather than a reset.
+    if (ctx.status >= 400 && /^close$/i.test(String(ctx.response.get('Connection') ?? ''))) await drainRefusedBody(ctx.req);
     // By the router's pattern, never the path (ids would make a label per resource).
     const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     deps.metrics?.httpRequest(ctx.method, typeof route === 'string' ? route : 'unmatched', ctx.status, (performance.now() - started) / 1000);

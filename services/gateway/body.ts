@@ -66,7 +66,8 @@ function hasLoneSurrogate(value: object): boolean {
 /**
  * Refused before the whole body was read: the rest of it is still on the connection, so the
  * connection is closed after the answer (a client reusing it would have its next request
- * read from the middle of this body, or reset).
+ * read from the middle of this body, or reset). The gateway reads a bounded rest first
+ * ({@link drainRefusedBody}).
  */
 const tooLarge = () => new ApiError(413, 'payload_too_large', 'Request body exceeds the 1 MiB limit.', undefined, { Connection: 'close' });
 
@@ -193,5 +194,49 @@ function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
     bb.on('error', () => reject(new ApiError(400, 'parse_error', 'Malformed multipart body.')));
     bb.on('close', () => resolve(fields));
     ctx.req.pipe(bb);
+  });
+}
+
+/** A refused body's rest is read (and dropped) up to this size... */
+export const DRAIN_MAX_BYTES = 32 * 1024 * 1024;
+/** ...and for this long, before the refusal is answered. */
+const DRAIN_MAX_MS = 10_000;
+
+/**
+ * Reads and drops what is left of a request's body, at most {@link DRAIN_MAX_BYTES} (a body
+ * declared larger is not waited for) and {@link DRAIN_MAX_MS}. For an answer that closes the
+ * connection before the body was read (413): closed with the client still sending, the
+ * socket is reset, and most clients (fetch among them) then report the reset, never the
+ * answer. Read to its end first, the body leaves nothing unread, and the close is clean.
+ */
+export function drainRefusedBody(req: Context['req']): Promise<void> {
+  const declared = Number(req.headers['content-length']);
+  if (req.complete || req.destroyed || declared > DRAIN_MAX_BYTES) return Promise.resolve();
+  return new Promise((resolve) => {
+    let left = DRAIN_MAX_BYTES;
+    const done = () => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      req.off('end', done);
+      req.off('close', done);
+      req.off('error', done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      left -= chunk.length;
+      if (left < 0) {
+        req.pause();
+        done();
+      }
+    };
+    const timer = setTimeout(() => {
+      req.pause();
+      done();
+    }, DRAIN_MAX_MS);
+    req.on('data', onData);
+    req.once('end', done);
+    req.once('close', done);
+    req.once('error', done);
+    req.resume();
   });
 }

@@ -382,20 +382,32 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         let held = 0;
         try {
           const chunks: Buffer[] = [];
-          try {
-            // Read no further than the presigned size, taking the body budget as bytes arrive.
-            for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
-              if (held + chunk.length > presigned.size) throw sizeMismatch(undefined, presigned.size);
+          // Read no further than the presigned size, taking the body budget as bytes arrive.
+          // By events, not `for await`: leaving that loop early destroys the request and its
+          // socket, and the client, still sending, got a reset instead of the refusal (the
+          // gateway reads a refused body's rest before answering: app.ts).
+          await new Promise<void>((resolve, reject) => {
+            const req = ctx.req;
+            const finish = (error?: ApiError) => {
+              req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
+              if (error) {
+                req.pause();
+                reject(error);
+              } else resolve();
+            };
+            const onData = (chunk: Buffer) => {
+              if (held + chunk.length > presigned.size) return finish(sizeMismatch(undefined, presigned.size));
               if (!deps.budget.take(chunk.length, holder)) {
-                throw new ApiError(503, 'service_unavailable', 'Too many uploads are in progress; try again shortly.', undefined, { 'Retry-After': '5', Connection: 'close' });
+                return finish(new ApiError(503, 'service_unavailable', 'Too many uploads are in progress; try again shortly.', undefined, { 'Retry-After': '5', Connection: 'close' }));
               }
               held += chunk.length;
               chunks.push(chunk);
-            }
-          } catch (err) {
-            if (err instanceof ApiError) throw err;
-            throw new ApiError(400, 'parse_error', 'Could not read the upload body.');
-          }
+            };
+            const onEnd = () => finish();
+            const onError = () => finish(new ApiError(400, 'parse_error', 'Could not read the upload body.'));
+            const onClose = () => (req.complete ? finish() : onError());
+            req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
+          });
           if (held !== presigned.size) throw sizeMismatch(held, presigned.size);
           await mail.completeUpload(id, presigned.identityId, Buffer.concat(chunks), revision);
           ctx.body = { uuid: id, filename: presigned.filename, content_type: presigned.contentType, size: held, status: 'uploaded' };

@@ -10,6 +10,7 @@
 import net from 'node:net';
 import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { runClient } from '../support/client-process.js';
 
 let s: TestServer;
 let token: string;
@@ -225,6 +226,38 @@ it('a body over 1 MiB sent without Content-Length is a 413 that closes its conne
   expect(text).toMatch(/^HTTP\/1\.1 413 /);
   expect(text).toMatch(/\r\nconnection: close\r\n/i);
   expect((await s.api('GET', '/api/health/')).status).toBe(200);
+});
+
+it('a body over 1 MiB still being sent gets its 413, not a reset: JSON, form and multipart, with and without Content-Length', async () => {
+  // The client is a process of its own (runClient says why).
+  const client = `
+    const url = process.argv[1];
+    const big = 'y'.repeat(5 * 1024 * 1024);
+    const form = new FormData();
+    form.set('username', 'x');
+    form.set('password', 'y'.repeat(1024 * 1024 + 10));
+    const chunked = () => new ReadableStream({ start(c) { for (let i = 0; i < 48; i++) c.enqueue(new TextEncoder().encode('z'.repeat(64 * 1024))); c.close(); } });
+    const bodies = {
+      'JSON, 5 MiB': () => ({ headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'x', password: big }) }),
+      'form, 5 MiB': () => ({ headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'username=x&password=' + big }),
+      'multipart, 1 MiB + 10': () => ({ body: form }),
+      'chunked JSON, 3 MiB': () => ({ headers: { 'content-type': 'application/json' }, body: chunked(), duplex: 'half' }),
+    };
+    const seen = {};
+    for (const [what, init] of Object.entries(bodies)) {
+      for (let i = 0; i < 4; i++) {
+        const answer = await fetch(url, { method: 'POST', ...init() }).then(
+          async (res) => res.status + ' ' + (await res.json()).code,
+          (err) => String(err.cause?.code ?? err.message),
+        );
+        (seen[what] ??= []).push(answer);
+      }
+    }
+    console.log(JSON.stringify(seen));
+  `;
+  const seen = await runClient<Record<string, string[]>>(client, `${s.url}/api/auth/login/`);
+  const all413 = Array(4).fill('413 payload_too_large');
+  expect(seen).toEqual({ 'JSON, 5 MiB': all413, 'form, 5 MiB': all413, 'multipart, 1 MiB + 10': all413, 'chunked JSON, 3 MiB': all413 });
 });
 
 it('form bodies: percent-escapes that are not UTF-8 are a 400 (never stored as U+FFFD); valid ones read as URLSearchParams reads them, a repeated name as a list', async () => {

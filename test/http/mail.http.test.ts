@@ -10,6 +10,7 @@ import { SMTPServer } from 'smtp-server';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
+import { runClient } from '../support/client-process.js';
 import type { MailParts } from '../../services/mail/index.js';
 import { eventually } from '../support/eventually.js';
 
@@ -790,6 +791,22 @@ describe('attachments (presign → PUT → compose)', () => {
     expect((await put(p.upload_url, bytes, 'application/pdf', { 'content-encoding': 'gzip' })).status).toBe(415);
     expect((await put(p.upload_url, bytes)).status).toBe(200);
     expect((await put(p.upload_url, bytes)).status).toBe(409);
+    // Refusals while the body still comes reach a client of its own (runClient says why), not a
+    // reset: more bytes than presigned, sent without a length; a length over the 25 MiB limit.
+    const small = await presign(alice.uuid, 1000);
+    const refusals = await runClient<string[]>(
+      `
+      const answer = (res) => res.json().then((b) => res.status + ' ' + b.code);
+      const failed = (err) => String(err.cause?.code ?? err.message);
+      const more = new ReadableStream({ start(c) { for (let i = 0; i < 64; i++) c.enqueue(new Uint8Array(64 * 1024)); c.close(); } });
+      const init = (body) => ({ method: 'PUT', headers: { 'content-type': 'application/pdf' }, body, duplex: 'half' });
+      console.log(JSON.stringify([
+        await fetch(process.argv[1], init(more)).then(answer, failed),
+        await fetch(process.argv[1], init(new Uint8Array(26 * 1024 * 1024))).then(answer, failed),
+      ]));`,
+      small.upload_url,
+    );
+    expect(refusals).toEqual(['400 size_mismatch', '413 payload_too_large']);
     const tooBig = await api('POST', '/api/email-attachments/presign/', alice.uuid, { filename: 'x', content_type: 'text/plain', size: 26 * 1024 * 1024 });
     expect(tooBig.status).toBe(400);
     expect(tooBig.body.size).toBeDefined();
