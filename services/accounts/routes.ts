@@ -62,6 +62,16 @@ export function withAccountNames(raw: unknown): unknown {
 }
 
 /**
+ * A blank `email` at login is no email, as in dj-rest-auth's LoginSerializer (`allow_blank`):
+ * its clients send `email: ""` beside the username. Elsewhere an email is required, blank or not.
+ */
+function withoutBlankEmail(raw: unknown): unknown {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  const { email } = raw as { email?: unknown };
+  return typeof email === 'string' && email.trim() === '' ? bodyWith(raw, { email: undefined }) : raw;
+}
+
+/**
  * A session as the API shows it (schemas/accounts.json#Session). `current`: the session of
  * the request's credential (a token's or cookie's own; for a device sign-up's management key,
  * the session handed out with it).
@@ -98,7 +108,7 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
 
       r.post('/api/auth/login/', async (ctx) => {
         const raw = await body(ctx);
-        const b = v.login(withAccountNames(raw));
+        const b = v.login(withAccountNames(withoutBlankEmail(raw)));
         // Looked up as typed too (findByLogin): an account named before usernames were normalised.
         const byUsername = (typeof (raw as { username?: unknown }).username === 'string' ? (raw as { username: string }).username : b.username)?.trim();
         const login = byUsername || b.email?.trim();

@@ -134,6 +134,9 @@ export interface AccountsRegister {
 }
 export interface AccountsLogin {
   username?: string;
+  /**
+   * The account's email, instead of or beside username. Blank (only spaces, or empty) is taken as absent, as dj-rest-auth's login does.
+   */
   email?: string;
   password: string;
 }

@@ -160,6 +160,15 @@ describe('login (POST /api/auth/login/)', () => {
     expect(byName.body.user.pk).toBe(u.user.pk);
     const byEmail = await s.api('POST', '/api/auth/login/', { body: { email: u.user.email, password: u.password } });
     expect(byEmail.status).toBe(200);
+    // A blank email beside the username is no email (dj-rest-auth's clients send one), in JSON and in a form.
+    const blankEmail = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, email: '', password: u.password } });
+    expect([blankEmail.status, blankEmail.body.user?.pk]).toEqual([200, u.user.pk]);
+    const form = await fetch(`${s.url}/api/auth/login/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ username: u.user.username, email: ' ', password: u.password }),
+    });
+    expect(form.status).toBe(200);
   });
 
   it('a username spelling another account\'s email cannot capture its logins, and cannot be taken', async () => {
@@ -251,6 +260,10 @@ describe('login (POST /api/auth/login/)', () => {
     const res = await s.api('POST', '/api/auth/login/', { body: { password: 'x' } });
     expect(res.status).toBe(400);
     expect(res.body.non_field_errors).toHaveLength(1);
+    const blank = await s.api('POST', '/api/auth/login/', { body: { username: '', email: '', password: 'x' } });
+    expect([blank.status, blank.body.non_field_errors]).toEqual([400, ['Must include "username" or "email" and "password".']]);
+    const notAnEmail = await s.api('POST', '/api/auth/login/', { body: { email: 'not an email', password: 'x' } });
+    expect([notAnEmail.status, notAnEmail.body]).toEqual([400, { email: ['Enter a valid email address.'] }]);
   });
 
   it('slows brute force per account: 429 with Retry-After after 10 failures', async () => {
