@@ -45,6 +45,9 @@ export function createTokenService(opts: TokenServiceOptions) {
     const now = Math.floor(Date.now() / 1000);
     const token = await new SignJWT({
       token_type: type,
+      // `sub` is the pk as text (RFC 7519: a string); `user_id` is the pk itself, as
+      // djangorestframework-simplejwt names it, for clients that read the number.
+      user_id: claims.userPk,
       sid: claims.sessionId,
       ...(claims.identity ? { identity: claims.identity } : {}),
     })

@@ -326,6 +326,7 @@ describe('tokens', () => {
     const { payload, protectedHeader } = await jwtVerify(u.access, createLocalJWKSet(jwks.body));
     expect(protectedHeader.alg).toBe('EdDSA');
     expect(payload.sub).toBe(String(u.user.pk));
+    expect(payload.user_id).toBe(u.user.pk);
     expect((payload.exp as number) - (payload.iat as number)).toBe(3600);
   });
 
