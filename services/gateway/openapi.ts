@@ -17,8 +17,12 @@ export interface OperationSpec {
   status?: number;
   response?: string;
   array?: boolean;
-  /** `none` for anonymous endpoints; `account`: any credential but an identity key; default: any credential. */
-  auth?: 'none' | 'any' | 'account' | 'jwt' | 'admin' | 'identity';
+  /**
+   * `none` for anonymous endpoints; `account`: any credential but an identity key; `jwt`: a
+   * JWT alone; `human`: a person's sign-in (JWT, session cookie, HTTP basic), no API key;
+   * default: any credential.
+   */
+  auth?: 'none' | 'any' | 'account' | 'jwt' | 'human' | 'admin' | 'identity';
   /** Extra documented statuses. */
   errors?: number[];
   /** A status whose body is not the common error shape: the def it may take instead. */
@@ -154,17 +158,20 @@ export function buildOpenApi(): Record<string, unknown> {
           content: { 'application/json': { schema: own ? { anyOf: [{ $ref: refOf(own, file) }, common] } : common } },
         };
       }
-      const userCredentials = [{ managementKeyAuth: [] }, { jwtAuth: [] }, { cookieAuth: [] }, { basicAuth: [] }];
+      const signIns = [{ jwtAuth: [] }, { cookieAuth: [] }, { basicAuth: [] }];
+      const userCredentials = [{ managementKeyAuth: [] }, ...signIns];
       const security =
         op.auth === 'none'
           ? []
           : op.auth === 'jwt'
             ? [{ jwtAuth: [] }]
-            : op.auth === 'admin'
-              ? [{ adminToken: [] }]
-              : op.auth === 'account'
-                ? userCredentials
-                : [{ identityKeyAuth: [] }, ...userCredentials];
+            : op.auth === 'human'
+              ? signIns
+              : op.auth === 'admin'
+                ? [{ adminToken: [] }]
+                : op.auth === 'account'
+                  ? userCredentials
+                  : [{ identityKeyAuth: [] }, ...userCredentials];
       (paths[op.path] ??= {})[op.method] = {
         summary: op.summary,
         ...(op.description ? { description: op.description } : {}),
