@@ -7,7 +7,7 @@ import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import { chmod, mkdir, readdir, stat, unlink } from 'node:fs/promises';
 import { fsyncPath, writeFileDurably } from '../durable-file.js';
 import path from 'node:path';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
 import { startOf } from '../../services/kernel/text.js';
 import { TemporaryMailError, type Mailer, type OutboundAddress, type OutboundMail, type SendResult } from '../ports/mailer.js';
@@ -132,6 +132,7 @@ function toNodemailer(mail: OutboundMail, domain: string) {
     text: mail.text,
     html: mail.html,
     messageId: mail.messageId ?? `<${randomUUID()}@${domain}>`,
+    date: mail.date ? new Date(mail.date) : undefined,
     inReplyTo: mail.inReplyTo,
     references: mail.references,
     headers: mail.headers,
@@ -217,7 +218,11 @@ export function createMailer(options: MailerOptions): Mailer {
       }
     }
     const raw = (await fileTransport.sendMail(message)).message as Buffer;
-    const name = `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomUUID()}.eml`;
+    // In time order; a message with its own id and date always gets the same name (handed
+    // over again after a crash, it replaces its file instead of making a second one).
+    const stable = mail.messageId && mail.date;
+    const stamp = (stable ? new Date(mail.date!) : new Date()).toISOString().replace(/[:.]/g, '-');
+    const name = `${stamp}-${stable ? createHash('sha256').update(mail.messageId!).digest('hex').slice(0, 32) : randomUUID()}.eml`;
     const file = path.join(options.outboxDir, name);
     try {
       await fileDurably(options.outboxDir, file, raw);

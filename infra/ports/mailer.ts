@@ -21,6 +21,12 @@ export interface OutboundMail {
   text?: string;
   html?: string;
   messageId?: string;
+  /**
+   * When the message was composed (ISO 8601): its Date header (RFC 5322 §3.6.1), the same on
+   * every attempt. With `messageId`, it also names the message's outbox file, so a message
+   * handed over again (a crash before its outcome was recorded) replaces its own file.
+   */
+  date?: string;
   inReplyTo?: string;
   references?: string[];
   headers?: Record<string, string>;

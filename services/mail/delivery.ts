@@ -173,6 +173,7 @@ export function createDeliveryReactor(platform: Platform, deps: { mail: MailServ
           html: bodies.html ?? undefined,
           text: bodies.text ?? undefined,
           messageId: q.internetMessageId,
+          date: q.at,
           inReplyTo: q.inReplyTo ?? undefined,
           references: q.references.length ? q.references : undefined,
           attachments,

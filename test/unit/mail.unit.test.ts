@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { simpleParser } from 'mailparser';
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
 import { createFsBlobStore } from '../../infra/blobs/fs-blob-store.js';
@@ -372,6 +373,28 @@ describe('outbox', () => {
       expect([fs.existsSync(abandoned), fs.existsSync(inProgress), fs.existsSync(delivered)]).toEqual([false, true, true]);
       await mailer.close();
     } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('outbox files', () => {
+  test('a message handed over again (a crash before its outcome was recorded) replaces its own file; its Date is when it was composed', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-outbox-'));
+    const mailer = createMailer({ relayUrl: null, outboxDir: dir, domain: 'agents.localhost' });
+    try {
+      const mail = { from: 'a@agents.localhost', to: ['b@example.com'], subject: 'Once', text: 'hello', messageId: '<m1@agents.localhost>', date: '2026-11-29T10:00:00.000Z' };
+      const first = await mailer.send(mail);
+      const again = await mailer.send(mail);
+      expect(again.location).toBe(first.location);
+      await mailer.send({ ...mail, messageId: '<m2@agents.localhost>' });
+      const files = fs.readdirSync(dir).filter((f) => f.endsWith('.eml')).sort();
+      expect(files).toHaveLength(2);
+      expect(files[0]).toMatch(/^2026-11-29T10-00-00-000Z-[0-9a-f]{32}\.eml$/);
+      const parsed = await simpleParser(fs.readFileSync(first.location!));
+      expect([parsed.messageId, parsed.date?.toISOString()]).toEqual(['<m1@agents.localhost>', mail.date]);
+    } finally {
+      await mailer.close();
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
