@@ -115,7 +115,10 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     if (ctx.status >= 500 || log.isLevelEnabled('debug')) {
       const line = { method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 };
       const child = log.child({ req_id: id });
-      if (ctx.status >= 500) child.error({ ...line, err: failure }, 'request failed');
+      // A 5xx the code chose (an ApiError: overloaded, shutting down, read models behind) is a
+      // refusal to note, not a failure; anything else thrown, or a 500, is.
+      if (ctx.status >= 500 && failure instanceof ApiError && ctx.status !== 500) child.warn({ ...line, code: failure.code, detail: failure.detail }, 'request refused');
+      else if (ctx.status >= 500) child.error({ ...line, err: failure }, 'request failed');
       else child.debug(line, 'request');
     }
   });

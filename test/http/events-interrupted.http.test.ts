@@ -6,6 +6,8 @@
  * The failure is injected into the process's event store: the SSE hub's first subscription
  * (made at start) fails on demand, as one to a server that went away does.
  */
+import { Writable } from 'node:stream';
+import pino from 'pino';
 import type { EventStore, Subscription } from '../../infra/ports/event-store.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { openSse, type SseReader } from '../support/sse-client.js';
@@ -15,9 +17,18 @@ import { newId, nowIso } from '../../services/kernel/ids.js';
 let s: TestServer;
 let failHubSubscription: ((error: Error) => void) | null = null;
 const readers: SseReader[] = [];
+/** What the service logged, one object per line. */
+const logged: { level: number; msg: string; status?: number; code?: string }[] = [];
 
 beforeAll(async () => {
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) logged.push(JSON.parse(line));
+      done();
+    },
+  });
   s = await startTestServer({ SSE_KEEPALIVE_MS: '1000' }, {
+    logger: pino({ level: 'info' }, sink),
     extraContexts: [
       ({ platform }) => {
         // Made after the events context, before anything starts: the hub holds this same store.
@@ -73,6 +84,9 @@ test('a failed subscription ends the open streams, refuses new ones with 503, an
   expect(refused.status).toBe(503);
   expect(refused.errorBody).toMatchObject({ code: 'service_unavailable', detail: expect.stringMatching(/interrupted/) });
   expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+  // A refusal the service chose, noted as such (a warning), not logged as a failed request.
+  const about503 = logged.filter((l) => l.status === 503);
+  expect(about503.map((l) => [l.level, l.msg, l.code])).toEqual([[40, 'request refused', 'service_unavailable']]);
   const missed = await sms(identity.uuid, 'while it was down');
 
   // The hub starts its subscription again after a pause (1 s the first time).

@@ -74,7 +74,7 @@ export function apiClient(base: () => string): (method: string, path: string, op
 
 let counter = 0;
 
-export async function startTestServer(env: Record<string, string> = {}, options: Pick<StartOptions, 'extraContexts'> = {}): Promise<TestServer> {
+export async function startTestServer(env: Record<string, string> = {}, options: Pick<StartOptions, 'extraContexts' | 'logger'> = {}): Promise<TestServer> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-test-'));
   let runtime: Runtime;
   try {
