@@ -283,8 +283,9 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const id = newId();
     const owner = identityStream(id);
     const started = Date.now();
-    // Refusals in this order: the input (400), what is taken (409), the plan (402). The plan's
-    // slot is claimed before the inbox, whose reservation is never given back.
+    // Refusals in this order: the input (400), what is taken (409), the account's limit (403),
+    // the plan (402). The plan's slot is claimed before the inbox, whose reservation is never
+    // given back.
     const asked = askedAddress(input.emailIdentifier);
     const nameKey = nameKeyOf(ownerPk, name);
     if (!(await reserve(store, NAME_KIND, nameKey, owner, false, names))) throw nameTaken();
@@ -294,10 +295,11 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const inFlight = creating.get(ownerPk) ?? new Set<string>();
     creating.set(ownerPk, inFlight.add(id));
     try {
-      // The account's limit, like its plan, is said after what is taken.
+      // The account's limit, like its plan, is said after what is taken: the address asked for
+      // is looked at first (reserved only below: its reservation is never given back).
+      if (asked !== null && !(await available(store, INBOX_KIND, asked, owner, inboxes))) throw inboxTaken();
       await checkIdentityLimit(ownerPk, id);
       if (input.provisionPhone) {
-        if (asked !== null && !(await available(store, INBOX_KIND, asked, owner, inboxes))) throw inboxTaken();
         await precheckPhone(ownerPk);
         slot = await claimSlot(ownerPk, id);
       }

@@ -445,6 +445,9 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
     // A bad input and a taken name are said first (400, 409), as for the plan.
     expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: '' } })).status).toBe(400);
     expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: list.body[0].name } })).status).toBe(409);
+    const takenAddress = list.body[0].inbox.split('@')[0];
+    const addressFirst = await limited.api('POST', '/api/identities/', { token: access, body: { name: 'New name', email_identifier: takenAddress } });
+    expect([addressFirst.status, addressFirst.body.code]).toEqual([409, 'conflict']);
     // Another account has its own limit.
     expect((await limited.api('POST', '/api/identities/', { token: otherAccount, body: { name: refusedName } })).status).toBe(201);
     expect((await limited.api('DELETE', `/api/identities/${list.body[0].uuid}/`, { token: access })).status).toBe(204);
