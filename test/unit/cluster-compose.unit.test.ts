@@ -63,7 +63,8 @@ describe('infra/docker-compose.yml', () => {
       const s = services[name]!;
       expect(s.build).toEqual({ context: '..', dockerfile: 'infra/Dockerfile' });
       expect(s.volumes).toContain('shared-data:/data'); // one key ring and blob store for all
-      const env = { ...s.environment, PUBLIC_URL: 'http://localhost:8000', MAIL_DOMAIN: 'agents.localhost', ADMIN_TOKEN: '', SMTP_RELAY_URL: '', LOG_LEVEL: 'info' };
+      // As Compose gives them with nothing set on the host: `${NAME:-default}` is its default.
+      const env = Object.fromEntries(Object.entries(s.environment ?? {}).map(([k, v]) => [k, String(v).replace(/\$\{\w+:-([^}]*)\}/g, '$1')]));
       const config = loadConfig(env, '/');
       expect(config.store).toBe('cluster');
       expect(config.cluster).toEqual({
