@@ -86,6 +86,8 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
     throw new CliError('not_authenticated', 'Not logged in: run `ais login` (or set AIS_API_KEY).');
   }
   const identity = opts.identity ? requireIdentity(ctx, !!identityKey) : undefined;
+  // The login this client was made with: the config is read again at each refresh, and may hold another by then.
+  const sameLogin = (c: CliConfig) => !!stored && sameService(storedService(c), storedService(stored)) && c.user?.pk === stored.user?.pk;
   return createClient({
     baseUrl: ctx.baseUrl,
     token,
@@ -97,17 +99,22 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
     timeoutMs: requestTimeoutMs(ctx.env),
     onTokens: (t) => {
       if (!stored) return;
-      ctx.config = { ...loadConfig(ctx.env), access: t.access, refresh: t.refresh };
+      const now = loadConfig(ctx.env);
+      // Replaced meanwhile by another login (`ais login` in another terminal): not ours to write.
+      if (!sameLogin(now)) return;
+      ctx.config = { ...now, access: t.access, refresh: t.refresh };
       saveConfig(ctx.config, ctx.env);
     },
-    // Other ais processes share this config: refresh one at a time, adopting what they stored.
+    // Other ais processes share this config: refresh one at a time, adopting what they stored
+    // for this same login (a login made meanwhile at another service, or of another account,
+    // is not this process's: its tokens are never sent here).
     sharedTokens: !stored
       ? undefined
       : {
           lock: (work) => withConfigLock(ctx.env, work),
           stored: () => {
             const c = loadConfig(ctx.env);
-            return c.access && c.refresh ? { access: c.access, refresh: c.refresh } : null;
+            return sameLogin(c) && c.access && c.refresh ? { access: c.access, refresh: c.refresh } : null;
           },
         },
   });

@@ -4,7 +4,7 @@
  * AIS_API_KEY / AIS_TOKEN does not send it), and a login stored without base_url is the
  * default service's (its credentials are not sent to whatever service a run addresses).
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type net from 'node:net';
 import os from 'node:os';
@@ -130,5 +130,61 @@ test('a login stored without base_url is the default service\'s: its credentials
   } finally {
     other.close();
     for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a running process keeps to its own login: one stored meanwhile for another service or account is never sent where the process talks", async () => {
+  const jwt = (name: string, exp: number) => ['e30', Buffer.from(JSON.stringify({ name, exp })).toString('base64url'), 'sig'].join('.');
+  const identity = '11111111-1111-4111-8111-111111111111';
+  // Service A: the watch's first stream ends, and every next one needs a refresh, which A refuses.
+  const heard: string[] = [];
+  let streams = 0;
+  const serviceA = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      heard.push(`${req.headers.authorization ?? ''} ${body}`);
+      const json = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+      if (req.url!.startsWith('/api/identities/')) return json(200, { uuid: identity, name: 'bot', inbox: 'bot@x', phone: null });
+      if (req.url!.startsWith('/api/events/stream/')) {
+        if (streams++ > 0) return json(401, { code: 'token_expired', detail: 'Token is expired' });
+        res.writeHead(200, { 'content-type': 'text/event-stream' }).write('retry: 100\n\n');
+        return void setTimeout(() => res.end(), 1500);
+      }
+      if (req.url!.startsWith('/api/auth/token/refresh/')) return json(401, { code: 'token_not_valid', detail: 'Token is invalid' });
+      json(404, { detail: 'Not found.' });
+    });
+  });
+  await new Promise<void>((resolve) => serviceA.listen(0, '127.0.0.1', resolve));
+  const urlA = `http://127.0.0.1:${(serviceA.address() as net.AddressInfo).port}`;
+  const a = { base_url: urlA, access: jwt('A_ACCESS', Date.now() / 1000 + 3600), refresh: 'A_REFRESH', user: { pk: 1, username: 'alice', email: 'a@x' }, identity };
+  const replacements = [
+    { base_url: 'https://service-b.example', access: jwt('B_ACCESS', Date.now() / 1000 + 3600), refresh: 'B_REFRESH', user: { pk: 7, username: 'bob', email: 'b@x' } },
+    { ...a, access: jwt('C_ACCESS', Date.now() / 1000 + 3600), refresh: 'C_REFRESH', user: { pk: 8, username: 'carol', email: 'c@x' } },
+  ];
+  try {
+    for (const replacement of replacements) {
+      heard.length = 0;
+      streams = 0;
+      const dir = home(a);
+      try {
+        // Another terminal's `ais login` replaces the stored login while the watch runs.
+        let watching!: () => void;
+        const started = new Promise<void>((resolve) => (watching = resolve));
+        const watch = runCli(['inbox', 'watch'], { url: urlA, home: dir, env: { AIS_TIMEOUT: '5' }, onStderr: (e) => /watching email/.test(e) && watching() });
+        await Promise.race([started, watch]); // its stream is open: the login it runs with is A's
+        writeFileSync(path.join(dir, 'agent-identity/config.json'), JSON.stringify(replacement), { mode: 0o600 });
+        const ended = await watch;
+        expect([replacement.user.username, ended.code]).toEqual([replacement.user.username, 11]); // token_expired: its own session at A has ended
+        expect(heard.filter((h) => h.includes(replacement.access) || h.includes(replacement.refresh))).toEqual([]);
+        expect(heard.some((h) => h.includes('A_REFRESH'))).toBe(true); // its own refresh, refused
+        // The other login stays as it was stored.
+        expect(JSON.parse(readFileSync(path.join(dir, 'agent-identity/config.json'), 'utf8'))).toMatchObject({ refresh: replacement.refresh, user: replacement.user });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+  } finally {
+    serviceA.close();
   }
 });
