@@ -178,7 +178,9 @@ async function fileDurably(outboxDir: string, file: string, raw: Buffer): Promis
   // an account).
   await mkdir(outboxDir, { recursive: true, mode: 0o700 });
   await chmod(outboxDir, 0o700);
-  await writeFileDurably(`${file}.tmp`, raw, file);
+  // A temporary name of its own (the final one is the message's, the same on every attempt:
+  // a second attempt, or one after a kill that left its temporary file, must not meet it).
+  await writeFileDurably(`${file.slice(0, -'.eml'.length)}.${randomUUID()}.eml.tmp`, raw, file);
   await fsyncPath(outboxDir);
 }
 

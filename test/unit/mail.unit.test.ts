@@ -385,9 +385,12 @@ describe('outbox files', () => {
     try {
       const mail = { from: 'a@agents.localhost', to: ['b@example.com'], subject: 'Once', text: 'hello', messageId: '<m1@agents.localhost>', date: '2026-11-29T10:00:00.000Z' };
       const first = await mailer.send(mail);
-      const again = await mailer.send(mail);
-      expect(again.location).toBe(first.location);
+      // A kill while filing it left a temporary file, and two attempts run at once: each has its own.
+      fs.writeFileSync(`${first.location!.slice(0, -4)}.eml.tmp`, 'half a mess');
+      const [again, concurrent] = await Promise.all([mailer.send(mail), mailer.send(mail)]);
+      expect([again.location, concurrent.location]).toEqual([first.location, first.location]);
       await mailer.send({ ...mail, messageId: '<m2@agents.localhost>' });
+      expect(fs.readdirSync(dir).filter((f) => f.endsWith('.eml.tmp'))).toHaveLength(1); // the killed one's, removed at the next start when old
       const files = fs.readdirSync(dir).filter((f) => f.endsWith('.eml')).sort();
       expect(files).toHaveLength(2);
       expect(files[0]).toMatch(/^2026-11-29T10-00-00-000Z-[0-9a-f]{32}\.eml$/);
