@@ -78,6 +78,7 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     // DECISIONS: a path without its trailing slash is the same resource (no redirect).
     if (api && !ctx.path.endsWith('/')) ctx.path = `${ctx.path}/`;
     let failure: unknown;
+    let refusal: ApiError | undefined;
     try {
       await next();
       // Unanswered: 404 for unknown paths; 405 (with Allow, set by allowedMethods) for a known
@@ -99,14 +100,12 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
       }
     } catch (raw) {
       failure = raw;
-      answerError(ctx, raw);
+      refusal = toApiError(raw);
+      answerError(ctx, refusal);
     } finally {
       // A write held its identity (services/gateway/identity-gate.ts): its answer is decided.
       (ctx.state.releaseIdentity as (() => void) | undefined)?.();
     }
-    // A refusal that closes the connection (a body over its limit) while the body still comes:
-    // its bounded rest is read first, so the client gets the answer rather than a reset.
-    if (ctx.status >= 400 && /^close$/i.test(String(ctx.response.get('Connection') ?? ''))) await drainRefusedBody(ctx.req);
     // By the router's pattern, never the path (ids would make a label per resource).
     const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     deps.metrics?.httpRequest(ctx.method, typeof route === 'string' ? route : 'unmatched', ctx.status, (performance.now() - started) / 1000);
@@ -115,12 +114,17 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     if (ctx.status >= 500 || log.isLevelEnabled('debug')) {
       const line = { method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 };
       const child = log.child({ req_id: id });
-      // A 5xx the code chose (an ApiError: overloaded, shutting down, read models behind) is a
-      // refusal to note, not a failure; anything else thrown, or a 500, is.
-      if (ctx.status >= 500 && failure instanceof ApiError && ctx.status !== 500) child.warn({ ...line, code: failure.code, detail: failure.detail }, 'request refused');
+      // A 5xx the code chose (an ApiError: overloaded, shutting down; read models behind) is a
+      // refusal to note, not a failure; anything else thrown (a store away, a full disk), or a 500, is.
+      const chosen = failure instanceof ApiError || (failure as { code?: unknown } | null)?.code === 'projection_lag';
+      if (ctx.status >= 500 && ctx.status !== 500 && chosen && refusal) child.warn({ ...line, code: refusal.code, detail: refusal.detail }, 'request refused');
       else if (ctx.status >= 500) child.error({ ...line, err: failure }, 'request failed');
       else child.debug(line, 'request');
     }
+    // A refusal that closes the connection (a body over its limit) while the body still comes:
+    // its bounded rest is read first, so the client gets the answer rather than a reset.
+    // (Measured above without that wait; a shutdown's own Connection: close does not wait.)
+    if (refusal?.headers?.Connection === 'close') await drainRefusedBody(ctx.req);
   });
 
   app.use(router.routes());
@@ -144,8 +148,7 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   return Object.assign(app, { routeTable });
 }
 
-function answerError(ctx: Context, raw: unknown): void {
-  const err = toApiError(raw);
+function answerError(ctx: Context, err: ApiError): void {
   ctx.status = err.status;
   for (const [k, v] of Object.entries(err.headers ?? {})) ctx.set(k, v);
   ctx.body = err.body();
