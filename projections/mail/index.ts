@@ -348,7 +348,8 @@ function marked(e: RecordedEvent, read: boolean): DocUpdate[] {
         id: m.messageId,
         evolve: (doc) => {
           const message = doc as MessageDoc | null;
-          if (!message || message.read === read || message.direction !== 'inbound') return doc;
+          // Only the identity's own message, in the thread the event names (whose count moves).
+          if (!message || message.read === read || message.direction !== 'inbound' || message.threadId !== m.threadId || message.identityId !== d.identityId) return doc;
           changedIn.set(m.threadId, (changedIn.get(m.threadId) ?? 0) + 1);
           return { ...message, read };
         },

@@ -221,16 +221,23 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     return newest.slice(0, THREAD_MESSAGES).reverse();
   }
 
-  /** All of a thread's unread messages (the newest first), however many. */
-  async function unreadMessages(threadId: string): Promise<MessageDoc[]> {
-    const unread: MessageDoc[] = [];
+  /**
+   * Marks every unread message of a thread read, however many: a page at a time, marked by the
+   * thousand (a thread of a sender nobody reads can hold hundreds of thousands; held at once,
+   * their documents took the process's memory).
+   */
+  async function markThreadRead(identityId: string, threadId: string): Promise<void> {
+    let batch: Pick<MessageDoc, 'id' | 'threadId' | 'identityId' | 'direction' | 'read'>[] = [];
     let cursor: string | null = null;
     do {
       const page = await messages().find({ where: { threadId, read: false }, orderBy: { field: 'seq', direction: 'desc' }, limit: 200, cursor });
-      unread.push(...page.items);
+      for (const m of page.items) batch.push({ id: m.id, threadId: m.threadId, identityId: m.identityId, direction: m.direction, read: m.read });
       cursor = page.next;
+      if (batch.length >= 1000 || !cursor) {
+        await mail.markRead(identityId, batch, true);
+        batch = [];
+      }
     } while (cursor);
-    return unread;
   }
 
   async function reply(ctx: Context, all: boolean): Promise<void> {
@@ -288,8 +295,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         if (!thread || thread.identityId !== identityId) throw notFound('Thread not found.');
         let list = await threadMessages(thread.id);
         // Opening a thread marks its messages read (DECISIONS "Mail, SMS, events"), those older than the answer holds too.
-        const unread = thread.unreadCount > 0 ? await unreadMessages(thread.id) : [];
-        if (unread.length && (await markOnOpen(ctx, () => mail.markRead(identityId, unread, true)))) {
+        if (thread.unreadCount > 0 && (await markOnOpen(ctx, () => markThreadRead(identityId, thread!.id)))) {
           thread = (await threads().get(thread.id)) ?? thread;
           list = await threadMessages(thread.id);
         }

@@ -448,7 +448,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   }
 
   /** Marks inbound messages read or unread; messages already in that state are left out. */
-  async function markRead(identityId: string, docs: MessageDoc[], read: boolean, now = nowIso()): Promise<void> {
+  async function markRead(identityId: string, docs: Pick<MessageDoc, 'id' | 'threadId' | 'identityId' | 'direction' | 'read'>[], read: boolean, now = nowIso()): Promise<void> {
     const changed = docs.filter((m) => m.identityId === identityId && m.direction === 'inbound' && m.read !== read);
     // A thread opened with thousands unread: events of a bounded size (EventStoreDB refuses appends over 1 MiB).
     let position: string | null = null;

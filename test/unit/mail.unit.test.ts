@@ -301,6 +301,11 @@ describe('mail projection', () => {
     expect(docs.get(`${EMAIL_THREADS}/t2`)).toMatchObject({ unreadCount: 0, unread: false });
     applyAll(docs, mark('EmailMarkedUnread', ['a2', 'a2']));
     expect(docs.get(`${EMAIL_THREADS}/t2`)).toMatchObject({ unreadCount: 1, unread: true });
+    // A marking that names a message under another thread, or of another identity, moves nothing.
+    applyAll(docs, recorded('EmailReceived', received('x1', 't9', '2026-01-01T00:03:00.000Z'), 'mailbox-id1'));
+    applyAll(docs, recorded('EmailMarkedRead', { identityId: 'id1', messages: [{ messageId: 'x1', threadId: 't2' }], at: 'x' }, 'mailbox-id1'));
+    applyAll(docs, recorded('EmailMarkedRead', { identityId: 'id2', messages: [{ messageId: 'x1', threadId: 't9' }], at: 'x' }, 'mailbox-id2'));
+    expect([docs.get(`${EMAIL_THREADS}/t2`)?.unreadCount, docs.get(`${EMAIL_THREADS}/t9`)?.unreadCount, docs.get(`${EMAIL_MESSAGES}/x1`)?.read]).toEqual([1, 1, false]);
   });
 
   test("a thread's document does not grow with its unread mail, and keeps a bounded list of participants", () => {
