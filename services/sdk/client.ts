@@ -248,13 +248,25 @@ interface Credentials {
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
 
 /** Whether a JWT's `exp` is less than `seconds` away (or unreadable). No signature check: only timing. */
-function expiresWithin(jwt: string | undefined, seconds: number): boolean {
+/** Whether a token is a JWT whose `exp` has passed (an opaque token, or one without `exp`: no). */
+export function hasExpired(jwt: string | undefined): boolean {
+  const exp = expOf(jwt);
+  return exp !== undefined && exp <= Date.now() / 1000;
+}
+
+function expOf(jwt: string | undefined): number | undefined {
   try {
-    const payload = JSON.parse(Buffer.from((jwt ?? '').split('.')[1] ?? '', 'base64url').toString('utf8')) as { exp?: number };
-    return typeof payload.exp !== 'number' || payload.exp - Date.now() / 1000 < seconds;
+    const payload = JSON.parse(Buffer.from((jwt ?? '').split('.')[1] ?? '', 'base64url').toString('utf8')) as { exp?: unknown };
+    return typeof payload.exp === 'number' ? payload.exp : undefined;
   } catch {
-    return true;
+    return undefined;
   }
+}
+
+/** Whether a JWT's `exp` is less than `seconds` away (or it has none, or is no JWT). */
+function expiresWithin(jwt: string | undefined, seconds: number): boolean {
+  const exp = expOf(jwt);
+  return exp === undefined || exp - Date.now() / 1000 < seconds;
 }
 
 export function createClient(options: ClientOptions): AisClient {

@@ -12,7 +12,7 @@
  * with the ApiRequestError.
  */
 import type { AisClient } from './client.js';
-import { ApiRequestError, sleep } from './client.js';
+import { ApiRequestError, hasExpired, sleep } from './client.js';
 
 export interface ServerEvent<T = Record<string, unknown>> {
   /** The id to resume after (opaque). */
@@ -162,7 +162,10 @@ export class EventStream implements AsyncIterable<ServerEvent> {
         });
         if (res.status === 401) {
           const body = (await res.json().catch(() => ({}))) as { code?: string; detail?: string };
-          if (body.code === 'token_expired' && this.client.tokens.refresh && !refreshed) {
+          // Once per connection, or again when the token the last refresh gave has expired since
+          // (connects failing for longer than it lives): a service refusing a fresh token ends it.
+          const { access, refresh } = this.client.tokens;
+          if (body.code === 'token_expired' && refresh && (!refreshed || hasExpired(access))) {
             signal?.removeEventListener('abort', stop);
             // Marked only once done: a refresh that could not reach the service (a NetworkError,
             // or its 5xx) is waited out below like any failed connect, and tried again on the

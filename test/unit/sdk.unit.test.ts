@@ -498,6 +498,28 @@ describe('event stream', () => {
     expect(c.tokens).toEqual({ access: 'a2', refresh: 'r2' });
   });
 
+  test('a token from a refresh that expired while connects kept failing is refreshed again (once per token)', async () => {
+    const jwt = (exp: number) => `e30.${Buffer.from(JSON.stringify({ exp })).toString('base64url')}.sig`;
+    const stale = jwt(Math.floor(Date.now() / 1000) - 5); // lived out during an outage
+    const fresh = jwt(Math.floor(Date.now() / 1000) + 3600);
+    let refreshes = 0;
+    handler = (req, _b, res) => {
+      if (req.url === '/api/auth/token/refresh/') return json(res, 200, ++refreshes === 1 ? { access: stale, refresh: 'r2' } : { access: fresh, refresh: 'r3' });
+      if (req.headers.authorization !== `Bearer ${fresh}`) return json(res, 401, { detail: 'expired', code: 'token_expired' });
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('retry: 10\n\nid: 1\nevent: email\ndata: {"thread_id":"t1"}\n\n');
+    };
+    const ac = new AbortController();
+    const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', identity: 'i1' });
+    const threads: string[] = [];
+    for await (const e of c.events({ signal: ac.signal, maxBackoffMs: 50 })) {
+      threads.push((e.data as { thread_id: string }).thread_id);
+      break;
+    }
+    ac.abort();
+    expect([threads, refreshes]).toEqual([['t1'], 2]);
+  });
+
   test('a refresh the service refuses ends the stream as token_expired, tried once', async () => {
     handler = (req, _b, res) =>
       req.url === '/api/auth/token/refresh/' ? json(res, 401, { detail: 'Token is invalid or expired', code: 'token_not_valid' }) : json(res, 401, { detail: 'expired', code: 'token_expired' });
