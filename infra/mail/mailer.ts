@@ -222,9 +222,9 @@ export function createMailer(options: MailerOptions): Mailer {
     const raw = (await fileTransport.sendMail(message)).message as Buffer;
     // In time order; a message with its own id and date always gets the same name (handed
     // over again after a crash, it replaces its file instead of making a second one).
-    const stable = mail.messageId && mail.date;
-    const stamp = (stable ? new Date(mail.date!) : new Date()).toISOString().replace(/[:.]/g, '-');
-    const name = `${stamp}-${stable ? createHash('sha256').update(mail.messageId!).digest('hex').slice(0, 32) : randomUUID()}.eml`;
+    const own = mail.messageId && mail.date ? { id: mail.messageId, date: new Date(mail.date) } : null;
+    const stamp = (own?.date ?? new Date()).toISOString().replace(/[:.]/g, '-');
+    const name = `${stamp}-${own ? createHash('sha256').update(own.id).digest('hex').slice(0, 32) : randomUUID()}.eml`;
     const file = path.join(options.outboxDir, name);
     try {
       await fileDurably(options.outboxDir, file, raw);

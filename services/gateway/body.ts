@@ -198,7 +198,7 @@ function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
 }
 
 /** A refused body's rest is read (and dropped) up to this size... */
-export const DRAIN_MAX_BYTES = 32 * 1024 * 1024;
+const DRAIN_MAX_BYTES = 32 * 1024 * 1024;
 /** ...and for this long, before the refusal is answered. */
 const DRAIN_MAX_MS = 10_000;
 
