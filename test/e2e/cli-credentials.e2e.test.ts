@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
 import { runCli } from '../support/cli.js';
+import { apiClient } from '../support/server.js';
 import { spawnService, type ServiceProcess } from '../support/spawn.js';
 
 jest.setTimeout(120_000);
@@ -29,15 +30,8 @@ afterAll(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function api(method: string, p: string, body?: unknown, token?: string) {
-  const res = await fetch(svc.url + p, {
-    method,
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : null };
-}
+const call = apiClient(() => svc.url);
+const api = (method: string, p: string, body?: unknown, token?: string) => call(method, p, { body, token }) as Promise<{ status: number; body: any }>;
 
 /** A new account: its management key, an access token, its user (as whoami names it) and one identity. */
 async function newAccount(prefix: string) {
