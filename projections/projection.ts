@@ -19,6 +19,21 @@ export interface DocUpdate {
   evolve: (doc: Doc | null) => Doc | null;
 }
 
+/**
+ * Creates `doc` unless a document with its id is there (an event seen again changes nothing).
+ * `made()`, read by a later update of the same event, says whether this event made it: what
+ * a conversation counts a new message by.
+ */
+export function createOnce(collection: string, doc: Doc): { update: DocUpdate; made: () => boolean } {
+  let made = false;
+  const evolve = (current: Doc | null): Doc => {
+    if (current) return current;
+    made = true;
+    return doc;
+  };
+  return { update: { collection, id: doc.id, evolve }, made: () => made };
+}
+
 export interface Projection {
   /** Unique, stable; names the checkpoint. Bump a `:vN` suffix to force a rebuild. */
   name: string;

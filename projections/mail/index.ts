@@ -10,7 +10,7 @@
  */
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import { logOrder, type DocUpdate, type Projection } from '../projection.js';
+import { createOnce, logOrder, type DocUpdate, type Projection } from '../projection.js';
 import {
   ATTACHMENT_PRESIGNED,
   ATTACHMENT_UPLOADED,
@@ -123,19 +123,8 @@ function addresses(list: EmailAddress[]): string[] {
  * message as unread only when this event made it, see DocUpdate).
  */
 function messageAndThread(e: RecordedEvent, message: MessageDoc, m: ThreadInput): DocUpdate[] {
-  let made = false;
-  return [
-    {
-      collection: EMAIL_MESSAGES,
-      id: message.id,
-      evolve: (doc) => {
-        if (doc) return doc;
-        made = true;
-        return message;
-      },
-    },
-    threadUpdate(e, m, () => made && !message.read),
-  ];
+  const { update, made } = createOnce(EMAIL_MESSAGES, message);
+  return [update, threadUpdate(e, m, () => made() && !message.read)];
 }
 
 interface ThreadInput {

@@ -9,7 +9,7 @@
  */
 import { comparePositions, type RecordedEvent } from '../../infra/ports/event-store.js';
 import type { Doc } from '../../infra/ports/read-store.js';
-import { logOrder, type DocUpdate, type Projection } from '../projection.js';
+import { createOnce, logOrder, type DocUpdate, type Projection } from '../projection.js';
 import { SmsRead, SmsReceived, type SmsReadData, type SmsReceivedData } from '../../services/sms/events.js';
 import {
   IdentityCreated,
@@ -75,38 +75,31 @@ export const smsProjection: Projection = {
     switch (e.type) {
       case SmsReceived: {
         const d = e.data as SmsReceivedData;
-        let made = false; // by this event: the conversation counts it unread
+        // Made by this event (not seen before): the conversation counts it unread.
+        const { update, made } = createOnce(SMS_MESSAGES, {
+          id: d.messageId,
+          identityId: d.identityId,
+          conversationId: d.conversationId,
+          messageSid: d.messageSid,
+          provider: d.provider,
+          from: d.from,
+          to: d.to,
+          body: d.body,
+          preview: d.preview,
+          mediaUrls: d.mediaUrls ?? [],
+          read: false,
+          receivedAt: d.at,
+          seq: logOrder(e),
+        } satisfies SmsMessageDoc);
         return [
-          {
-            collection: SMS_MESSAGES,
-            id: d.messageId,
-            evolve: (doc) => {
-              if (doc) return doc;
-              made = true;
-              return {
-                id: d.messageId,
-                identityId: d.identityId,
-                conversationId: d.conversationId,
-                messageSid: d.messageSid,
-                provider: d.provider,
-                from: d.from,
-                to: d.to,
-                body: d.body,
-                preview: d.preview,
-                mediaUrls: d.mediaUrls ?? [],
-                read: false,
-                receivedAt: d.at,
-                seq: logOrder(e),
-              } satisfies SmsMessageDoc;
-            },
-          },
+          update,
           {
             collection: SMS_CONVERSATIONS,
             id: d.conversationId,
             evolve: (doc) => {
               const c = doc as SmsConversationDoc | null;
               if (c && comparePositions(e.position, c.position) <= 0) return doc;
-              const unreadCount = (c?.unreadCount ?? 0) + (made ? 1 : 0);
+              const unreadCount = (c?.unreadCount ?? 0) + (made() ? 1 : 0);
               return {
                 id: d.conversationId,
                 identityId: d.identityId,

@@ -428,7 +428,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
    * Gives up the identity's phone number (its SMS history stays): the number goes back to the
    * provider and its slot to the plan. 404 when it has none. Owner checks are the caller's.
    */
-  function releasePhone(id: string): Promise<IdentityDoc> {
+  function releasePhone(id: string): Promise<void> {
     return serial(id, async () => {
       const { result: state, append } = await execute(store, identityStream(id), identityEvolver, (s) => {
         if (!s.exists || s.deleted) throw notFound('Identity not found.');
@@ -437,7 +437,6 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       });
       if (append) await progress.waitFor(append.position);
       await givePhoneBack(id, state.ownerPk, state.phone!);
-      return (await identities.get(id))!;
     });
   }
 

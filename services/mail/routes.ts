@@ -13,7 +13,7 @@ import type { Config } from '../../infra/config.js';
 import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
 import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
-import { MAX_MESSAGE_BYTES, type MailService } from './service.js';
+import { MAX_MESSAGE_BYTES, type MailService, type MarkedMessage } from './service.js';
 import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 import type { BodyBudget } from './body-budget.js';
 
@@ -227,7 +227,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
    * their documents took the process's memory).
    */
   async function markThreadRead(identityId: string, threadId: string): Promise<void> {
-    let batch: Pick<MessageDoc, 'id' | 'threadId' | 'identityId' | 'direction' | 'read'>[] = [];
+    let batch: MarkedMessage[] = [];
     let cursor: string | null = null;
     do {
       const page = await messages().find({ where: { threadId, read: false }, orderBy: { field: 'seq', direction: 'desc' }, limit: 200, cursor });

@@ -49,6 +49,9 @@ export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
 const INTERNAL_DELIVERY_WAIT_MS = 2_000;
 /** Messages one read-marking event names at most (about 100 bytes each). */
 const MARKED_PER_EVENT = 1000;
+
+/** What a read marking needs of a message (a page of a long thread keeps no more). */
+export type MarkedMessage = Pick<MessageDoc, 'id' | 'threadId' | 'identityId' | 'direction' | 'read'>;
 /** Lifetime of a presigned upload URL. */
 export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
 /** How long an uploaded attachment may be used in a compose request. */
@@ -448,7 +451,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   }
 
   /** Marks inbound messages read or unread; messages already in that state are left out. */
-  async function markRead(identityId: string, docs: Pick<MessageDoc, 'id' | 'threadId' | 'identityId' | 'direction' | 'read'>[], read: boolean, now = nowIso()): Promise<void> {
+  async function markRead(identityId: string, docs: MarkedMessage[], read: boolean, now = nowIso()): Promise<void> {
     const changed = docs.filter((m) => m.identityId === identityId && m.direction === 'inbound' && m.read !== read);
     // A thread opened with thousands unread: events of a bounded size (EventStoreDB refuses appends over 1 MiB).
     let position: string | null = null;

@@ -247,8 +247,7 @@ interface Credentials {
 
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
 
-/** Whether a JWT's `exp` is less than `seconds` away (or unreadable). No signature check: only timing. */
-/** Whether a token is a JWT whose `exp` has passed (an opaque token, or one without `exp`: no). */
+/** Whether a token is a JWT whose `exp` has passed (an opaque token, or one without `exp`: no). No signature check: only timing. */
 export function hasExpired(jwt: string | undefined): boolean {
   const exp = expOf(jwt);
   return exp !== undefined && exp <= Date.now() / 1000;
