@@ -28,7 +28,7 @@ import type { Projection } from '../projections/projection.js';
 import { createApp, type HttpModule, type RouteTable } from '../services/gateway/app.js';
 import { createAuthenticator, type CredentialResolvers, type Authenticator } from '../services/gateway/auth.js';
 import { systemRoutes } from '../services/gateway/system.js';
-import { answerProtocolErrorsInJson, refuseAmbiguousHeaders } from '../services/gateway/protocol.js';
+import { serveHttpProtocol, refuseMalformedRequest } from '../services/gateway/protocol.js';
 import { settledFor, type Platform } from '../services/kernel/platform.js';
 import { createMetrics, type Metrics } from '../services/kernel/metrics.js';
 import { createTokenService, type TokenService } from '../services/accounts/tokens.js';
@@ -370,9 +370,11 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const app = createApp({ logger, modules, trustProxy: config.trustProxy, metrics });
 
   const handle = app.callback();
-  // Node's own Host check answers an empty 400; this one answers in the error shape.
-  const server = http.createServer({ requireHostHeader: false }, (req, res) => (refuseAmbiguousHeaders(req, res) ? undefined : handle(req, res)));
-  answerProtocolErrorsInJson(server);
+  // Node's own Host check answers an empty 400; this one answers in the error shape. The
+  // request and header timeouts below are checked every 2 s (Node's default, 30 s, let a
+  // 20 s header timeout run to 50 s).
+  const server = http.createServer({ requireHostHeader: false, connectionsCheckingInterval: 2_000 }, (req, res) => (refuseMalformedRequest(req, res) ? undefined : handle(req, res)));
+  serveHttpProtocol(server);
   // Requests in progress per connection, so a shutdown can close every other connection at
   // once (Node's closeIdleConnections leaves a connection that has not sent a request yet).
   const inProgress = new Map<Socket, number>();

@@ -13,7 +13,7 @@ import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { derivedId, newId, nowIso } from '../kernel/ids.js';
 import { abandoned, available, hold, holderReservation, movedAway, release, reserve, undo, type Hold, type Reclaim } from '../kernel/reservations.js';
-import { keyedSerial } from '../kernel/serial.js';
+import { keyedSerial, withKeys } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, throttled, tokenExpired, tokenNotValid, tookTooLong } from '../gateway/errors.js';
 import type { TokenService } from './tokens.js';
 import {
@@ -185,6 +185,15 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   /**
+   * Usernames, emails (one namespace here: a username may spell an email) and external
+   * accounts being reserved by a sign-up or a rename in this process, held until its outcome:
+   * one that fails after reserving (an email taken, a rename refused) thus never refuses
+   * another meanwhile for a value it then gives back. Across gateways the reservations alone
+   * decide.
+   */
+  const valueLocks = keyedSerial();
+
+  /**
    * Whether a username (email) spells another account's email (username). New usernames
    * spelling an email also hold it as an email ({@link mirrorOf}), which makes the check
    * atomic; this read covers accounts from before that, and the other direction.
@@ -273,49 +282,53 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     await refuseTaken(keys);
     if (input.ip !== undefined) await spendSignUp(input.ip);
     const passwordHash = input.password === null ? null : await hashPassword(input.password);
-    const started = Date.now(); // reservations are held from here (the hash may queue under load)
-    const pk = await allocatePk();
-    const owner = userStream(pk);
-    if (await crossTaken('username', usernameKey, owner)) throw usernameIsAnEmail();
-    if (await crossTaken('useremail', emailKey, owner)) throw emailTaken();
-    if (!(await reserve(store, 'username', usernameKey, owner, false, reclaim.username))) throw usernameTaken();
-    const releaseTaken = async () => {
-      await release(store, 'username', usernameKey, owner);
-      if (mirror) await release(store, 'useremail', mirror, owner);
-    };
-    if (mirror && !(await reserve(store, 'useremail', mirror, owner, false, reclaim.useremail))) {
-      await releaseTaken();
-      throw usernameIsAnEmail();
-    }
-    if (!(await reserve(store, 'useremail', emailKey, owner, false, reclaim.useremail))) {
-      await releaseTaken();
-      throw emailTaken();
-    }
-    if (externalKey && !(await reserve(store, 'externalsubject', externalKey, owner, false, reclaim.externalsubject))) {
-      await releaseTaken();
-      await release(store, 'useremail', emailKey, owner);
-      throw externalLinked();
-    }
-    const data: UserRegisteredData = {
-      pk,
-      username: input.username,
-      email: input.email,
-      firstName: input.firstName ?? '',
-      lastName: input.lastName ?? '',
-      passwordHash,
-      emailVerified: input.emailVerified ?? false,
-      encryptionSalt: randomBytes(16).toString('base64'),
-      external: input.external ?? null,
-      at: nowIso(),
-    };
-    if (outlivedReservations(started)) {
-      await releaseTaken();
-      await release(store, 'useremail', emailKey, owner);
-      throw tookTooLong('The sign-up');
-    }
-    const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
-    await settle(appended.position);
-    return (await users.get(userDocId(pk)))!;
+    // The values it reserves are held in this process until its outcome (see `valueLocks`).
+    const held = [usernameKey, emailKey, mirror, externalKey && `external:${externalKey}`].filter((k): k is string => Boolean(k));
+    return withKeys(valueLocks, held, async () => {
+      const started = Date.now(); // reservations are held from here (the hash may queue under load)
+      const pk = await allocatePk();
+      const owner = userStream(pk);
+      if (await crossTaken('username', usernameKey, owner)) throw usernameIsAnEmail();
+      if (await crossTaken('useremail', emailKey, owner)) throw emailTaken();
+      if (!(await reserve(store, 'username', usernameKey, owner, false, reclaim.username))) throw usernameTaken();
+      const releaseTaken = async () => {
+        await release(store, 'username', usernameKey, owner);
+        if (mirror) await release(store, 'useremail', mirror, owner);
+      };
+      if (mirror && !(await reserve(store, 'useremail', mirror, owner, false, reclaim.useremail))) {
+        await releaseTaken();
+        throw usernameIsAnEmail();
+      }
+      if (!(await reserve(store, 'useremail', emailKey, owner, false, reclaim.useremail))) {
+        await releaseTaken();
+        throw emailTaken();
+      }
+      if (externalKey && !(await reserve(store, 'externalsubject', externalKey, owner, false, reclaim.externalsubject))) {
+        await releaseTaken();
+        await release(store, 'useremail', emailKey, owner);
+        throw externalLinked();
+      }
+      const data: UserRegisteredData = {
+        pk,
+        username: input.username,
+        email: input.email,
+        firstName: input.firstName ?? '',
+        lastName: input.lastName ?? '',
+        passwordHash,
+        emailVerified: input.emailVerified ?? false,
+        encryptionSalt: randomBytes(16).toString('base64'),
+        external: input.external ?? null,
+        at: nowIso(),
+      };
+      if (outlivedReservations(started)) {
+        await releaseTaken();
+        await release(store, 'useremail', emailKey, owner);
+        throw tookTooLong('The sign-up');
+      }
+      const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
+      await settle(appended.position);
+      return (await users.get(userDocId(pk)))!;
+    });
   }
 
   const loginFailures = failureBudgets(limiter);
@@ -473,47 +486,50 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const oldKey = start.username.toLowerCase();
     const newKey = patch.username?.toLowerCase();
     const reserving = newKey !== undefined && newKey !== oldKey;
-    if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
-    const taken = reserving ? await hold(store, 'username', newKey!, owner, false, reclaim.username) : null;
-    if (taken?.outcome === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
-    const mirror = reserving ? mirrorOf(newKey!, emailKey) : null;
-    let mirrored: Hold | null = null;
-    try {
-      if (mirror) {
-        mirrored = await hold(store, 'useremail', mirror, owner, false, reclaim.useremail);
-        if (mirrored.outcome === 'taken') throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+    // The names it moves between are held in this process until its outcome (see `valueLocks`).
+    return withKeys(valueLocks, reserving ? [oldKey, newKey!] : [], async () => {
+      if (reserving && (await crossTaken('username', newKey!, owner))) throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+      const taken = reserving ? await hold(store, 'username', newKey!, owner, false, reclaim.username) : null;
+      if (taken?.outcome === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
+      const mirror = reserving ? mirrorOf(newKey!, emailKey) : null;
+      let mirrored: Hold | null = null;
+      try {
+        if (mirror) {
+          mirrored = await hold(store, 'useremail', mirror, owner, false, reclaim.useremail);
+          if (mirrored.outcome === 'taken') throw badRequest({ username: [USERNAME_IS_AN_EMAIL] });
+        }
+        if (reserving && outlivedReservations(started)) {
+          throw tookTooLong('The rename');
+        }
+        const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+          if (!s.exists) throw tokenNotValid('User not found.');
+          // Another process renamed the user since this rename read it: its reservations were
+          // decided against a name that is gone (and may have been reclaimed).
+          if (reserving && s.username !== start.username) throw conflict('The user was modified concurrently; retry.');
+          const changes: Record<string, string> = {};
+          if (patch.username !== undefined && patch.username !== s.username) changes.username = patch.username;
+          if (patch.firstName !== undefined && patch.firstName !== s.firstName) changes.firstName = patch.firstName;
+          if (patch.lastName !== undefined && patch.lastName !== s.lastName) changes.lastName = patch.lastName;
+          if (!Object.keys(changes).length) return { events: [], result: undefined };
+          return { events: [event(UserProfileUpdated, { ...changes, at: nowIso() })], result: undefined };
+        });
+        await settle(append?.position);
+      } catch (err) {
+        // Only what this request took, and only if no duplicate of it renewed it meanwhile.
+        await undo(store, taken);
+        await undo(store, mirrored);
+        throw err;
       }
-      if (reserving && outlivedReservations(started)) {
-        throw tookTooLong('The rename');
+      if (reserving) {
+        await release(store, 'username', oldKey, owner);
+        const oldMirror = mirrorOf(oldKey, emailKey);
+        if (oldMirror) await release(store, 'useremail', oldMirror, owner);
       }
-      const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
-        if (!s.exists) throw tokenNotValid('User not found.');
-        // Another process renamed the user since this rename read it: its reservations were
-        // decided against a name that is gone (and may have been reclaimed).
-        if (reserving && s.username !== start.username) throw conflict('The user was modified concurrently; retry.');
-        const changes: Record<string, string> = {};
-        if (patch.username !== undefined && patch.username !== s.username) changes.username = patch.username;
-        if (patch.firstName !== undefined && patch.firstName !== s.firstName) changes.firstName = patch.firstName;
-        if (patch.lastName !== undefined && patch.lastName !== s.lastName) changes.lastName = patch.lastName;
-        if (!Object.keys(changes).length) return { events: [], result: undefined };
-        return { events: [event(UserProfileUpdated, { ...changes, at: nowIso() })], result: undefined };
-      });
-      await settle(append?.position);
-    } catch (err) {
-      // Only what this request took, and only if no duplicate of it renewed it meanwhile.
-      await undo(store, taken);
-      await undo(store, mirrored);
-      throw err;
-    }
-    if (reserving) {
-      await release(store, 'username', oldKey, owner);
-      const oldMirror = mirrorOf(oldKey, emailKey);
-      if (oldMirror) await release(store, 'useremail', oldMirror, owner);
-    }
-    // The user as this write left it (a concurrent later PATCH may already show in the read model).
-    const user = await getUser(pk);
-    const mine = Object.fromEntries(Object.entries({ username: patch.username, firstName: patch.firstName, lastName: patch.lastName }).filter(([, v]) => v !== undefined));
-    return { ...user, ...mine, ...(patch.username !== undefined ? { usernameKey: patch.username.toLowerCase() } : {}) };
+      // The user as this write left it (a concurrent later PATCH may already show in the read model).
+      const user = await getUser(pk);
+      const mine = Object.fromEntries(Object.entries({ username: patch.username, firstName: patch.firstName, lastName: patch.lastName }).filter(([, v]) => v !== undefined));
+      return { ...user, ...mine, ...(patch.username !== undefined ? { usernameKey: patch.username.toLowerCase() } : {}) };
+    });
   }
 
   async function setPassword(pk: number, password: string, reason: 'change' | 'reset'): Promise<void> {

@@ -80,6 +80,8 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     let failure: unknown;
     let refusal: ApiError | undefined;
     try {
+      // One path, one resource: `/api/identities//` is no spelling of the list (Django: 404).
+      if (api && ctx.path.includes('//')) throw notFound();
       await next();
       // Unanswered: 404 for unknown paths; 405 (with Allow, set by allowedMethods) for a known
       // path with another method; both in the spec's error shape.

@@ -82,8 +82,11 @@ function checkCookieWrite(ctx: Context, publicOrigin: string | null): void {
   // The HTML pages (dashboard, /device) post forms and carry their own CSRF tokens.
   if (!UNSAFE_METHODS.has(ctx.method) || !ctx.path.startsWith('/api/')) return;
   const type = (ctx.get('content-type') || '').split(';')[0].trim().toLowerCase();
+  // A body without a Content-Type is read as JSON, and a page of any origin can send one
+  // (fetch with a typeless Blob is a "simple" request): it must say it is JSON.
+  const untypedBody = !type && (Number(ctx.get('content-length') || 0) > 0 || ctx.get('transfer-encoding') !== '');
   const origin = ctx.get('origin');
-  if ((type && type !== 'application/json') || (origin && publicOrigin !== null && origin !== publicOrigin)) {
+  if ((type && type !== 'application/json') || untypedBody || (origin && publicOrigin !== null && origin !== publicOrigin)) {
     throw forbidden('Cookie-authenticated requests must be JSON from this site.', 'csrf_failed');
   }
 }

@@ -8,8 +8,12 @@ import getRawBody from 'raw-body';
 import busboy from 'busboy';
 import { ApiError } from './errors.js';
 import { markJsonBody } from './validate.js';
+import { bodyHeldBack, continueBody } from './protocol.js';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
+/** Fields of a form body (Django's DATA_UPLOAD_MAX_NUMBER_FIELDS); no operation takes more than a few. */
+const MAX_FORM_FIELDS = 1000;
+const tooManyFields = () => new ApiError(400, 'parse_error', `The form body has more than ${MAX_FORM_FIELDS} fields.`);
 /**
  * No request body of this API nests beyond a few levels; deeper ones are refused before
  * anything recursive (validation, copies) could run out of stack on them.
@@ -87,6 +91,7 @@ export async function readBody(ctx: Context): Promise<Record<string, unknown>> {
   if (charset && charset !== 'utf-8' && charset !== 'utf8' && type !== 'multipart/form-data') {
     throw new ApiError(415, 'unsupported_media_type', `Unsupported charset "${charset}": bodies are UTF-8.`);
   }
+  continueBody(ctx.req);
   if (type === 'multipart/form-data') return readMultipart(ctx);
   let raw: string;
   try {
@@ -154,9 +159,10 @@ function addField(fields: Record<string, unknown>, name: string, value: string):
  */
 function parseForm(raw: string): Record<string, unknown> {
   const fields: Record<string, unknown> = {};
+  const parts = raw.split('&').filter(Boolean);
+  if (parts.length > MAX_FORM_FIELDS) throw tooManyFields();
   try {
-    for (const part of raw.split('&')) {
-      if (!part) continue;
+    for (const part of parts) {
       const eq = part.indexOf('=');
       addField(fields, formComponent(eq < 0 ? part : part.slice(0, eq)), eq < 0 ? '' : formComponent(part.slice(eq + 1)));
     }
@@ -171,7 +177,7 @@ function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
     const fields: Record<string, unknown> = {};
     let bb: busboy.Busboy;
     try {
-      bb = busboy({ headers: ctx.req.headers, limits: { fieldSize: MAX_BODY_BYTES, files: 0, fields: 100 } });
+      bb = busboy({ headers: ctx.req.headers, limits: { fieldSize: MAX_BODY_BYTES, files: 0, fields: MAX_FORM_FIELDS } });
     } catch {
       reject(new ApiError(400, 'parse_error', 'Malformed multipart body.'));
       return;
@@ -191,6 +197,9 @@ function readMultipart(ctx: Context): Promise<Record<string, unknown>> {
       else addField(fields, name, value);
     });
     bb.on('file', (_name, stream) => stream.resume());
+    // Past a limit busboy drops the rest silently: the fields it dropped would then read as missing.
+    bb.on('fieldsLimit', () => reject(tooManyFields()));
+    bb.on('filesLimit', () => reject(new ApiError(400, 'parse_error', 'The multipart body has a file part: every field is a text part here.')));
     bb.on('error', () => reject(new ApiError(400, 'parse_error', 'Malformed multipart body.')));
     bb.on('close', () => resolve(fields));
     ctx.req.pipe(bb);
@@ -211,7 +220,8 @@ const DRAIN_MAX_MS = 10_000;
  */
 export function drainRefusedBody(req: Context['req']): Promise<void> {
   const declared = Number(req.headers['content-length']);
-  if (req.complete || req.destroyed || declared > DRAIN_MAX_BYTES) return Promise.resolve();
+  // A client waiting for `100 Continue` sends no body: nothing to wait for.
+  if (req.complete || req.destroyed || declared > DRAIN_MAX_BYTES || bodyHeldBack(req)) return Promise.resolve();
   return new Promise((resolve) => {
     let left = DRAIN_MAX_BYTES;
     const done = () => {

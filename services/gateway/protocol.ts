@@ -5,16 +5,45 @@
  */
 import http from 'node:http';
 import type { Socket } from 'node:net';
+import { randomUUID } from 'node:crypto';
 
 /** Headers a request may carry once: Node keeps the first of several, another hop may take the last. */
 const SINGLE_HEADERS = new Set(['host', 'authorization', 'content-type']);
 
+/** Headers of an answer written below Koa: what app.ts gives Koa's answers that matters here. */
+function refusalHeaders(length: number): Record<string, string | number> {
+  return {
+    'Content-Type': 'application/json; charset=utf-8',
+    'Content-Length': length,
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+    'X-Request-Id': randomUUID(),
+    Connection: 'close',
+  };
+}
+
+function refuse(res: http.ServerResponse, status: number, code: string, detail: string): void {
+  const body = JSON.stringify({ detail, code });
+  res.writeHead(status, refusalHeaders(Buffer.byteLength(body)));
+  res.end(body);
+}
+
 /**
- * RFC 9112 §3.2: an HTTP/1.1 request without a Host header is a 400, and so is a request
- * with two of a header that holds one value (Host, Authorization, Content-Type): which one
- * counts would be a guess. Answered in the error shape; true when it was.
+ * A request Node's parser let through that the API cannot read safely is answered here, in
+ * the error shape; true when it was:
+ * - RFC 9112 §3.2: an HTTP/1.1 request without a Host header is a 400, and so is a request
+ *   with two of a header that holds one value (Host, Authorization, Content-Type): which one
+ *   counts would be a guess.
+ * - RFC 9112 §6.1: a transfer coding other than chunked (`gzip, chunked`) is a 501; the body
+ *   would otherwise be read as the coded bytes.
+ * - RFC 9110 §15.6.6: a major version other than 1 (`HTTP/2.0` in an HTTP/1 request line) is a 505.
+ * - RFC 9110 §9.3.7: `OPTIONS *` asks about the server as a whole: the methods it serves.
  */
-export function refuseAmbiguousHeaders(req: http.IncomingMessage, res: http.ServerResponse): boolean {
+export function refuseMalformedRequest(req: http.IncomingMessage, res: http.ServerResponse): boolean {
+  if (req.httpVersionMajor !== 1) {
+    refuse(res, 505, 'http_version_not_supported', `HTTP/${req.httpVersion} is not supported: send HTTP/1.1.`);
+    return true;
+  }
   const seen = new Set<string>();
   let problem: string | null = null;
   for (let i = 0; i < req.rawHeaders.length && !problem; i += 2) {
@@ -24,38 +53,103 @@ export function refuseAmbiguousHeaders(req: http.IncomingMessage, res: http.Serv
     seen.add(name);
   }
   if (!problem && !seen.has('host') && req.httpVersion !== '1.0') problem = 'The request has no Host header.';
-  if (!problem) return false;
-  const body = JSON.stringify({ detail: problem, code: 'parse_error' });
-  res.writeHead(400, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' });
-  res.end(body);
-  return true;
+  if (problem) {
+    refuse(res, 400, 'parse_error', problem);
+    return true;
+  }
+  const codings = req.headers['transfer-encoding'];
+  if (codings !== undefined && codings.split(',').some((c) => c.trim().toLowerCase() !== 'chunked')) {
+    refuse(res, 501, 'not_implemented', `Unsupported Transfer-Encoding "${codings}": send the body with chunked alone, or with a Content-Length.`);
+    return true;
+  }
+  if (req.method === 'OPTIONS' && req.url === '*') {
+    res.writeHead(200, { Allow: 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS', 'Content-Length': 0 });
+    res.end();
+    return true;
+  }
+  return false;
 }
 
+const rawAnswer = (status: number, code: string, detail: string) => {
+  const body = JSON.stringify({ detail, code });
+  const head = Object.entries({ Date: new Date().toUTCString(), ...refusalHeaders(Buffer.byteLength(body)) }).map(([name, value]) => `${name}: ${value}`);
+  return `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n${head.join('\r\n')}\r\n\r\n${body}`;
+};
+
+/** Answers not finished yet, per connection: pipelined requests queue theirs, in order. */
+const unfinished = new WeakMap<Socket, number>();
+/** A refusal of the connection's next request, written once the answers before it are. */
+const heldRefusal = new WeakMap<Socket, string>();
+
+/** Requests whose client waits for `100 Continue` before it sends the body, with their answers. */
+const awaitingContinue = new WeakMap<http.IncomingMessage, http.ServerResponse>();
+
 /**
- * What Node's HTTP parser refuses before Koa sees it (an unknown method, headers over 16 KiB,
- * a malformed request line, an `Expect` other than 100-continue) is answered in the API's
- * error shape `{detail, code}` instead of Node's empty bodies.
+ * Asks the client for the body now, if it is waiting to be asked (`Expect: 100-continue`).
+ * Whoever reads a request's body calls this first: a request answered without its body being
+ * read (401, a 413 by its declared length) gets its final status at once, not after the client
+ * sent what nobody reads (RFC 9110 §10.1.1).
  */
-export function answerProtocolErrorsInJson(server: http.Server): void {
-  const raw = (status: number, code: string, detail: string) => {
-    const body = JSON.stringify({ detail, code });
-    return `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
-  };
+export function continueBody(req: http.IncomingMessage): void {
+  const res = awaitingContinue.get(req);
+  if (!res) return;
+  awaitingContinue.delete(req);
+  if (!res.headersSent) res.writeContinue();
+}
+
+/** Whether the client still holds the body back, waiting for a `100 Continue` it will not get now. */
+export const bodyHeldBack = (req: http.IncomingMessage): boolean => awaitingContinue.has(req);
+
+/**
+ * The HTTP/1.1 protocol below Koa:
+ * - what Node's parser refuses before Koa sees it (an unknown method, headers over 16 KiB, a
+ *   malformed request line, an `Expect` other than 100-continue) is answered in the API's
+ *   error shape `{detail, code}` instead of Node's empty bodies, and after the answers to the
+ *   requests before it on the same connection (RFC 9112 §9.3.2: pipelined answers go in
+ *   request order; written at once, the refusal took the place of an applied write's 201);
+ * - `Expect: 100-continue` is answered when the body is read ({@link continueBody}), not
+ *   before the request is looked at;
+ * - CONNECT, which only a proxy serves, is refused in the error shape (Node just closed).
+ */
+export function serveHttpProtocol(server: http.Server): void {
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    awaitingContinue.set(req, res);
+    server.emit('request', req, res);
+  });
+  server.on('connect', (_req: http.IncomingMessage, socket: Socket) => {
+    socket.on('error', () => socket.destroy());
+    socket.end(rawAnswer(405, 'method_not_allowed', 'Method "CONNECT" not allowed: this server is no proxy.'));
+  });
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    unfinished.set(socket, (unfinished.get(socket) ?? 0) + 1);
+    res.once('close', () => {
+      const left = (unfinished.get(socket) ?? 1) - 1;
+      if (left > 0) return void unfinished.set(socket, left);
+      unfinished.delete(socket);
+      const refusal = heldRefusal.get(socket);
+      if (refusal === undefined) return;
+      heldRefusal.delete(socket);
+      if (socket.writable) socket.end(refusal);
+      else socket.destroy();
+    });
+  });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-    // A response already under way on this connection (a stream, a pipelined request) must
-    // not get an error written into its body: the connection just ends, as Node's own handler does.
-    const current = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-    if (err.code === 'ECONNRESET' || !socket.writable || current?.headersSent) {
+    if (err.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy();
       return;
     }
-    if (err.code === 'HPE_HEADER_OVERFLOW') socket.end(raw(431, 'header_too_large', 'The request line or headers exceed 16 KiB.'));
-    else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') socket.end(raw(408, 'request_timeout', 'The request was not received in time.'));
-    else socket.end(raw(400, 'parse_error', 'Malformed HTTP request (method, request line or headers).'));
+    if (heldRefusal.has(socket)) return; // this connection's refusal is already decided
+    let refusal: string;
+    if (err.code === 'HPE_HEADER_OVERFLOW') refusal = rawAnswer(431, 'header_too_large', 'The request line or headers exceed 16 KiB.');
+    else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') refusal = rawAnswer(408, 'request_timeout', 'The request was not received in time.');
+    else refusal = rawAnswer(400, 'parse_error', 'Malformed HTTP request (method, request line or headers).');
+    // An answer still under way (a pipelined request's, a stream's) is sent whole first: an
+    // error written now would land in its place or inside its body.
+    if (unfinished.has(socket)) heldRefusal.set(socket, refusal);
+    else socket.end(refusal);
   });
   server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    const body = JSON.stringify({ detail: `Unsupported Expect: ${req.headers.expect ?? ''} (only 100-continue is).`, code: 'expectation_failed' });
-    res.writeHead(417, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' });
-    res.end(body);
+    refuse(res, 417, 'expectation_failed', `Unsupported Expect: ${req.headers.expect ?? ''} (only 100-continue is).`);
   });
 }

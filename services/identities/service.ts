@@ -16,7 +16,7 @@ import { outlivedReservations, type Platform } from '../kernel/platform.js';
 import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
 import { available, hold, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
-import { keyedSerial } from '../kernel/serial.js';
+import { keyedSerial, withKeys } from '../kernel/serial.js';
 import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { currentSubscription, isActive, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog, type SubscriptionStatus } from '../billing/plans.js';
@@ -147,15 +147,16 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
   const serial = keyedSerial();
 
   /**
-   * Creates in progress in this process, by account: counted with the read model's identities
-   * until theirs shows them, so concurrent creates cannot pass the limit together (across
-   * gateways in cluster mode they can, by at most the creates in flight on the others).
+   * Creates and renames take these in this process: a create its account and its name, a
+   * rename both its names. One that fails late (402 for the plan, 503 for the phone provider)
+   * thus never refuses another meanwhile for the name or the limit's slot it held: every
+   * outcome is one the requests taken one by one could have had. Across gateways (cluster
+   * mode) the reservations still decide names, but concurrent creates may pass the limit by
+   * the creates in flight on the other gateways.
    */
-  const creating = new Map<number, Set<string>>();
-  async function checkIdentityLimit(ownerPk: number, id: string): Promise<void> {
-    const others = [...(creating.get(ownerPk) ?? [])].filter((other) => other !== id);
-    const unseen = (await Promise.all(others.map((other) => identities.get(other)))).filter((doc) => !doc).length;
-    const held = (await identities.count({ ownerPk })) + unseen;
+  const locks = keyedSerial();
+  async function checkIdentityLimit(ownerPk: number): Promise<void> {
+    const held = await identities.count({ ownerPk });
     if (held >= config.identityLimit) {
       throw new ApiError(403, 'identity_limit_reached', `This account holds ${held} identities, its limit (${config.identityLimit}); delete one, or ask support to raise the limit.`);
     }
@@ -280,31 +281,33 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   async function create(ownerPk: number, input: CreateIdentityInput): Promise<IdentityDoc> {
     const name = cleanName(input.name);
-    const id = newId();
-    const owner = identityStream(id);
-    const started = Date.now();
     // Refusals in this order: the input (400), what is taken (409), the account's limit (403),
     // the plan (402). The plan's slot is claimed before the inbox, whose reservation is never
     // given back.
     const asked = askedAddress(input.emailIdentifier);
     const nameKey = nameKeyOf(ownerPk, name);
+    return withKeys(locks, [`account:${ownerPk}`, `name:${nameKey}`], () => createNow(ownerPk, name, nameKey, asked, input.provisionPhone === true));
+  }
+
+  async function createNow(ownerPk: number, name: string, nameKey: string, asked: string | null, provisionPhone: boolean): Promise<IdentityDoc> {
+    const id = newId();
+    const owner = identityStream(id);
+    const started = Date.now();
     if (!(await reserve(store, NAME_KIND, nameKey, owner, false, names))) throw nameTaken();
 
     let slot = false;
     let number: AllocatedNumber | null = null;
-    const inFlight = creating.get(ownerPk) ?? new Set<string>();
-    creating.set(ownerPk, inFlight.add(id));
     try {
       // The account's limit, like its plan, is said after what is taken: the address asked for
       // is looked at first (reserved only below: its reservation is never given back).
       if (asked !== null && !(await available(store, INBOX_KIND, asked, owner, inboxes))) throw inboxTaken();
-      await checkIdentityLimit(ownerPk, id);
-      if (input.provisionPhone) {
+      await checkIdentityLimit(ownerPk);
+      if (provisionPhone) {
         await precheckPhone(ownerPk);
         slot = await claimSlot(ownerPk, id);
       }
       const inbox = await reserveInbox(id, name, asked);
-      if (input.provisionPhone) number = await allocateNumber(id);
+      if (provisionPhone) number = await allocateNumber(id);
       if (outlivedReservations(started)) throw tookTooLong('The request');
       const at = nowIso();
       const evs = [event(IdentityCreated, { identityId: id, ownerPk, name, inbox, phone: number?.phone ?? null, at } satisfies IdentityCreatedData)];
@@ -320,9 +323,6 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (number) await phones.release(id, number).catch((e) => logger.warn({ err: e, identityId: id }, 'phone release failed'));
       if (slot) await freeSlot(ownerPk, id).catch(() => undefined);
       throw err;
-    } finally {
-      inFlight.delete(id);
-      if (!inFlight.size && creating.get(ownerPk) === inFlight) creating.delete(ownerPk);
     }
     return (await identities.get(id))!;
   }
@@ -353,29 +353,32 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const oldKey = nameKeyOf(state.ownerPk, state.name);
     const newKey = nameKeyOf(state.ownerPk, name);
     const reserving = renaming && newKey !== oldKey;
-    const taken = reserving ? await hold(store, NAME_KIND, newKey, owner, false, names) : null;
-    if (taken?.outcome === 'taken') throw nameTaken();
-    let position: string | null = null;
-    try {
-      if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
-      if (renaming) {
-        if (outlivedReservations(started)) throw tookTooLong('The request');
-        const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
-          if (!s.exists || s.deleted) throw notFound('Identity not found.');
-          if (s.name !== state.name) throw conflict('The identity was modified concurrently; retry.');
-          return { events: [event(IdentityUpdated, { identityId: id, name, at: nowIso() } satisfies IdentityUpdatedData)], result: undefined };
-        });
-        position = append?.position ?? position;
+    // The names it moves between are held (see `locks`), so a create of either waits for its outcome.
+    return withKeys(locks, reserving ? [`name:${oldKey}`, `name:${newKey}`] : [], async () => {
+      const taken = reserving ? await hold(store, NAME_KIND, newKey, owner, false, names) : null;
+      if (taken?.outcome === 'taken') throw nameTaken();
+      let position: string | null = null;
+      try {
+        if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
+        if (renaming) {
+          if (outlivedReservations(started)) throw tookTooLong('The request');
+          const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
+            if (!s.exists || s.deleted) throw notFound('Identity not found.');
+            if (s.name !== state.name) throw conflict('The identity was modified concurrently; retry.');
+            return { events: [event(IdentityUpdated, { identityId: id, name, at: nowIso() } satisfies IdentityUpdatedData)], result: undefined };
+          });
+          position = append?.position ?? position;
+        }
+      } catch (err) {
+        // Only what this request took, and only if no duplicate of it (another process) renewed
+        // it meanwhile to rename with it.
+        await undo(store, taken).catch(() => undefined);
+        throw err;
       }
-    } catch (err) {
-      // Only what this request took, and only if no duplicate of it (another process) renewed
-      // it meanwhile to rename with it.
-      await undo(store, taken).catch(() => undefined);
-      throw err;
-    }
-    if (reserving) await release(store, NAME_KIND, oldKey, owner);
-    if (position) await progress.waitFor(position);
-    return (await identities.get(id))!;
+      if (reserving) await release(store, NAME_KIND, oldKey, owner);
+      if (position) await progress.waitFor(position);
+      return (await identities.get(id))!;
+    });
   }
 
   async function provisionPhone(id: string, ownerPk: number): Promise<string | null> {

@@ -14,3 +14,15 @@ export function keyedSerial(): <T>(key: string, work: () => Promise<T>) => Promi
     return run;
   };
 }
+
+export type KeyedSerial = ReturnType<typeof keyedSerial>;
+
+/**
+ * Runs `work` holding every one of `keys` of `serial` at once. They are taken in sorted order,
+ * so two callers wanting overlapping keys never wait on each other in a cycle.
+ */
+export function withKeys<T>(serial: KeyedSerial, keys: Iterable<string>, work: () => Promise<T>): Promise<T> {
+  const sorted = [...new Set(keys)].sort();
+  const take = (i: number): Promise<T> => (i === sorted.length ? work() : serial(sorted[i]!, () => take(i + 1)));
+  return take(0);
+}

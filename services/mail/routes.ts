@@ -7,6 +7,7 @@ import type { Authenticator } from '../gateway/auth.js';
 import { body, created, markOnOpen, pageParams, queryFlag, queryParam, sendPage } from '../gateway/http.js';
 import { validator } from '../gateway/validate.js';
 import { ApiError, badRequest, notFound, type FieldErrors } from '../gateway/errors.js';
+import { continueBody } from '../gateway/protocol.js';
 import { isUuid } from '../kernel/ids.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
@@ -387,6 +388,7 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         const holder = `upload:${presigned.identityId}`;
         let held = 0;
         try {
+          continueBody(ctx.req);
           const chunks: Buffer[] = [];
           // Read no further than the presigned size, taking the body budget as bytes arrive.
           // By events, not `for await`: leaving that loop early destroys the request and its

@@ -247,6 +247,18 @@ describe('login (POST /api/auth/login/)', () => {
     }
   });
 
+  it('a sign-up refused after reserving (its email taken) refuses no other meanwhile for the username it gave back', async () => {
+    // A {X, E}, B {X, F}, C {Z, F} at once: taken one by one, either A and C or B alone get an
+    // account. B holding X while it lost F to C once refused A as well: C alone.
+    const signUp = (username: string, email: string) => s.api('POST', '/api/auth/social/', { body: { username, email, password1: 'pw-123456', password2: 'pw-123456' } });
+    for (let trial = 0; trial < 30; trial++) {
+      const [x, z, e, f] = [uniq(), uniq(), `${uniq()}@example.com`, `${uniq()}@example.com`];
+      const results = await Promise.all([signUp(x, e), signUp(x, f), signUp(z, f)]);
+      const won = results.map((r) => (r.status === 201 ? 'ABC'[results.indexOf(r)] : '')).join('');
+      expect([trial, ['AC', 'B'].includes(won) ? 'serial' : won]).toEqual([trial, 'serial']);
+    }
+  }, 60_000);
+
   it('refuses a wrong password without saying which part was wrong', async () => {
     const u = await s.signUp();
     const res = await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: 'wrong' } });

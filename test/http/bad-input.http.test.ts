@@ -191,14 +191,14 @@ it("what Node's HTTP parser refuses is answered in the API's error shape, not an
       });
     });
   const unknownMethod = await exchange('FOO /api/health/ HTTP/1.1\r\nHost: x\r\n\r\n');
-  expect([unknownMethod.status, unknownMethod.type, unknownMethod.body.code]).toEqual([400, 'application/json', 'parse_error']);
+  expect([unknownMethod.status, unknownMethod.type, unknownMethod.body.code]).toEqual([400, 'application/json; charset=utf-8', 'parse_error']);
   const hugeHeader = await exchange(`GET /api/health/ HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
   expect([hugeHeader.status, hugeHeader.body.code]).toEqual([431, 'header_too_large']);
   const expectation = await exchange('POST /api/identities/ HTTP/1.1\r\nHost: x\r\nExpect: banana\r\nContent-Length: 2\r\n\r\n{}');
   expect([expectation.status, expectation.body.code]).toEqual([417, 'expectation_failed']);
   // RFC 9112 §3.2: HTTP/1.1 needs exactly one Host (1.0 may go without).
   const noHost = await exchange('GET /api/health/ HTTP/1.1\r\n\r\n');
-  expect([noHost.status, noHost.type, noHost.body.code]).toEqual([400, 'application/json', 'parse_error']);
+  expect([noHost.status, noHost.type, noHost.body.code]).toEqual([400, 'application/json; charset=utf-8', 'parse_error']);
   const twoHosts = await exchange('GET /api/health/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n');
   expect([twoHosts.status, twoHosts.body.code]).toEqual([400, 'parse_error']);
   const http10 = await exchange('GET /api/health/ HTTP/1.0\r\n\r\n');

@@ -398,6 +398,9 @@ describe('the /device page over plain HTTP (local password sign-in)', () => {
     expect((await cookieWrite('/api/auth/password/change/', 'text/plain', newPassword)).status).toBe(403);
     expect((await cookieWrite('/api/auth/password/change/', 'application/json', newPassword, 'https://evil.example')).status).toBe(403);
     expect((await cookieWrite('/api/auth/keys/management/', 'application/x-www-form-urlencoded', 'label=forged')).status).toBe(403);
+    // A body with no Content-Type at all (another page's fetch of a typeless Blob) is read as JSON: refused too.
+    const untyped = await fetch(`${s.url}/api/auth/password/change/`, { method: 'POST', headers: { cookie: cookieHeader() }, body: new Blob([newPassword]) });
+    expect([untyped.status, ((await untyped.json()) as { code: string }).code]).toEqual([403, 'csrf_failed']);
     const keys = await fetch(`${s.url}/api/auth/keys/management/`, { headers: { cookie: cookieHeader() } });
     expect(((await keys.json()) as { label: string }[]).map((k) => k.label)).not.toContain('forged');
     expect((await s.api('POST', '/api/auth/login/', { body: { username: human.user.username, password: human.password } })).status).toBe(200);

@@ -455,4 +455,32 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
     expect([again.status, again.body.name]).toEqual([201, refusedName]);
     expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: 'One Too Many' } })).status).toBe(403);
   });
+
+  it('a create that fails late (402: a phone beyond the plan) refuses no other meanwhile, for its name or for the last place', async () => {
+    // Every outcome must be one the two requests taken one by one could have had: the valid
+    // create succeeds whichever went first (a held reservation once answered it 409 or 403).
+    const { access } = await limited.signUp();
+    const post = (body: Record<string, unknown>) => limited.api('POST', '/api/identities/', { token: access, body });
+    for (let round = 0; round < 5; round++) {
+      const [phone, plain] = await Promise.all([post({ name: `Both ${round}`, provision_phone: true }), post({ name: `Both ${round}` })]);
+      expect([round, phone.status, plain.status]).toEqual([round, 402, 201]);
+      expect((await limited.api('DELETE', `/api/identities/${plain.body.uuid}/`, { token: access })).status).toBe(204);
+    }
+    expect((await post({ name: 'First' })).status).toBe(201);
+    const second = (await post({ name: 'Second' })).body.uuid as string;
+    for (let round = 0; round < 5; round++) {
+      const [phone, last] = await Promise.all([post({ name: `Phone ${round}`, provision_phone: true }), post({ name: `Last ${round}` })]);
+      expect([round, phone.status, last.status]).toEqual([round, 402, 201]);
+      expect((await limited.api('DELETE', `/api/identities/${last.body.uuid}/`, { token: access })).status).toBe(204);
+    }
+    // A rename refused late (its phone: 402) does not refuse a create of the name it held.
+    for (let round = 0; round < 5; round++) {
+      const [rename, plain] = await Promise.all([
+        limited.api('PATCH', `/api/identities/${second}/`, { token: access, body: { name: `Wanted ${round}`, provision_phone: true } }),
+        post({ name: `Wanted ${round}` }),
+      ]);
+      expect([round, rename.status, plain.status]).toEqual([round, 402, 201]);
+      expect((await limited.api('DELETE', `/api/identities/${plain.body.uuid}/`, { token: access })).status).toBe(204);
+    }
+  });
 });
