@@ -12,13 +12,14 @@ import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
 import type { Logger } from 'pino';
 import type { Metrics } from '../kernel/metrics.js';
 import { deliveryReportOf, isDeliveryReport } from './bounces.js';
+import { Splitter } from '@zone-eu/mailsplit';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
 import { isStorageFault } from '../kernel/faults.js';
 import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
-import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, trimReferences } from './text.js';
+import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, oneLine, trimReferences } from './text.js';
 import type { BodyBudget } from './body-budget.js';
 import { throttleAddress } from '../kernel/client-address.js';
 
@@ -86,8 +87,59 @@ export function textOf(parsed: Pick<ParsedMail, 'text' | 'html'>, textIsWhole: b
   return `${htmlToText(html)}\n${parsed.text.replace(/^\n+/, '')}`;
 }
 
-/** Whether a part header of the message declares a multipart/alternative (not a mention in a body). */
-const declaresAlternative = (raw: Buffer): boolean => /^content-type:[ \t]*multipart\/alternative/im.test(raw.toString('latin1'));
+/** A MIME node as mailsplit gives it: the fields read here. */
+interface PartNode {
+  contentType: string | false;
+  disposition: string | false;
+  multipart: string | false;
+  parentNode: PartNode | false;
+}
+
+/**
+ * Whether every HTML body part of `raw` has a plain alternative (a text/plain body part under
+ * the same multipart/alternative): then mailparser's text, parsed without its HTML-to-text,
+ * already holds everything the message says. The walk reads part headers only (mailsplit),
+ * and a message/rfc822 part is a leaf: its own parts, like a line of a body that merely looks
+ * like a header, are no part of this message's text. A message that cannot be walked: false
+ * (the HTML's text is added: some text said twice rather than lost).
+ */
+async function everyHtmlHasPlainAlternative(raw: Buffer): Promise<boolean> {
+  const nodes: PartNode[] = [];
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const splitter = new Splitter({ ignoreEmbedded: true });
+      splitter.on('data', (data) => {
+        if (data.type === 'node') nodes.push(data as unknown as PartNode);
+      });
+      const stream = splitter as unknown as NodeJS.ReadWriteStream;
+      stream.on('end', resolve);
+      stream.on('error', reject);
+      stream.end(raw);
+    });
+  } catch {
+    return false;
+  }
+  const isBody = (n: PartNode, type: string) => n.contentType === type && n.disposition !== 'attachment';
+  const within = (n: PartNode, ancestor: PartNode): boolean => {
+    for (let p = n.parentNode; p; p = p.parentNode) if (p === ancestor) return true;
+    return false;
+  };
+  const plains = nodes.filter((n) => isBody(n, 'text/plain'));
+  return nodes
+    .filter((n) => isBody(n, 'text/html'))
+    .every((html) => {
+      for (let p = html.parentNode; p; p = p.parentNode) {
+        if (p.multipart === 'alternative' && plains.some((plain) => within(plain, p as PartNode))) return true;
+      }
+      return false;
+    });
+}
+
+/** The extension an unnamed part is named with: its type's, `bin` for bytes of no known type (nodemailer says `*` for octet-stream). */
+function unnamedExtension(contentType: string): string {
+  const extension = mimeFuncs.detectExtension(contentType);
+  return /^[a-z0-9]+$/i.test(extension) ? extension : 'bin';
+}
 
 /** What the read side needs from a parsed message (attachments stored as blobs). */
 export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string; size: number }, envelopeFrom: string, blobs: BlobStore): Promise<IncomingMail> {
@@ -105,7 +157,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
       const contentType = (a.contentType || 'application/octet-stream').toLowerCase();
       return {
         // An unnamed part (a forwarded message, an invite) gets a name its type opens with.
-        filename: a.filename ?? `attachment.${mimeFuncs.detectExtension(contentType)}`,
+        filename: a.filename ?? `attachment.${unnamedExtension(contentType)}`,
         contentType,
         size: ref.size,
         blob: ref.key,
@@ -131,7 +183,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
     to: addressesOf(parsed.to),
     cc: addressesOf(parsed.cc),
     replyTo: addressesOf(parsed.replyTo),
-    subject: (parsed.subject ?? '').trim(),
+    subject: oneLine(parsed.subject ?? ''),
     text: parsed.text ?? null,
     html: typeof parsed.html === 'string' ? parsed.html : null,
     attachments,
@@ -322,9 +374,12 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
       throw /header size/i.test(err.message) ? smtpError(552, '5.3.4 Message header too large') : smtpError(554, '5.6.0 Message could not be parsed');
     });
     const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
+    // RFC 5322 §3.6: one From. Of several, mailparser keeps the last: one of ours could ride
+    // above an outside one, past the forged-sender check below and into the stored message.
+    if (parsed.headerLines.filter((line) => line.key === 'from').length > 1) throw smtpError(554, '5.6.0 Message has more than one From header (RFC 5322 section 3.6)');
     if (fromAddresses(parsed.from).some(ourDomain)) throw smtpError(550, FORGED_SENDER);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-    const text = textOf(parsed, !large || (typeof parsed.html === 'string' && declaresAlternative(raw)));
+    const text = textOf(parsed, !large || (typeof parsed.html === 'string' && (await everyHtmlHasPlainAlternative(raw))));
     const incoming = await incomingFromParsed({ ...parsed, text: text ?? undefined }, { blob: rawRef.key, size: rawRef.size }, envelopeFrom, blobs);
     // A bounce of one of the recipients' own sent messages marks its failed recipients there.
     // Only what can be one: sent with the null reverse path (RFC 3464 §2, RFC 5321 §4.5.5),

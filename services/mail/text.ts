@@ -112,12 +112,18 @@ export function normaliseSubject(subject: string): string {
 export const hasReplyPrefix = (subject: string): boolean => REPLY_PREFIX.test(subject);
 
 /**
+ * A header's text as one line: line breaks and other control characters (an encoded-word may
+ * carry any: `=?utf-8?q?a=0D=0ABcc:_x?=`) become one space each run; a tab stays.
+ */
+export const oneLine = (text: string): string => text.replace(/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+/g, ' ').trim();
+
+/**
  * "Re: " exactly once (RFC 5322 §3.6.5); an empty subject answers as "Re:". Line breaks and
  * other control characters a sender encoded into its subject become spaces: a header is one
  * line, and the copy kept here reads as the one sent.
  */
 export function replySubject(subject: string): string {
-  const s = subject.replace(/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+/g, ' ').trim();
+  const s = oneLine(subject);
   return /^re\s*:/i.test(s) ? s : s ? `Re: ${s}` : 'Re:';
 }
 

@@ -299,6 +299,11 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
       '',
       'BEGIN:VCALENDAR',
       'END:VCALENDAR',
+      '--m',
+      'Content-Type: application/octet-stream',
+      'Content-Transfer-Encoding: base64',
+      '',
+      'AAECAw==',
       '--m--',
       '',
     ].join('\r\n');
@@ -310,6 +315,16 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect(byType['image/png']).toMatchObject({ inline: true, content_id: '<logo@x>' });
     expect(byType['message/rfc822']).toMatchObject({ filename: 'attachment.eml', inline: false });
     expect(byType['text/calendar']).toMatchObject({ filename: 'attachment.ics' });
+    expect(byType['application/octet-stream']).toMatchObject({ filename: 'attachment.bin', size: 4 });
+  });
+
+  test('a subject whose encoded words carry line breaks or other control characters reads as one line', async () => {
+    const tag = `Oneline${suffix}`;
+    await outsideSender().sendMail({ envelope: { from: 'a@example.org', to: [alice.inbox] }, raw: `From: a@example.org\r\nTo: ${alice.inbox}\r\nSubject: =?utf-8?q?${tag}_line1=0D=0ABcc:_x@example.org=00nul?=\r\n\r\nx\r\n` });
+    const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject.startsWith(tag));
+    expect(m.subject).toBe(`${tag} line1 Bcc: x@example.org nul`);
+    const thread = (await api('GET', '/api/email-inbox/', alice.uuid)).body.find((t: { subject: string }) => t.subject.startsWith(tag));
+    expect(thread.subject).toBe(m.subject);
   });
 
   test('sent_at is the Date header in UTC, or null when RFC 3339 cannot write it (a year past 9999)', async () => {
@@ -344,6 +359,13 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     // mentions multipart/alternative is no alternative.
     const pad = ['Content-Type: application/octet-stream', 'Content-Disposition: attachment; filename="pad.bin"', 'Content-Transfer-Encoding: base64', '', Buffer.alloc(70_000, 7).toString('base64').replace(/.{76}/g, '$&\r\n')];
     await post(`Large ${suffix}`, 'multipart/mixed', [['Content-Type: text/html', '', '<p>How do I send multipart/alternative mail?</p>'], ['Content-Type: text/plain', '', '-- list footer'], pad]);
+    // Nor is a body line that reads like a part header, nor an alternative inside a forwarded message.
+    await post(`Large line ${suffix}`, 'multipart/mixed', [['Content-Type: text/html', '', '<p>MAIN HTML BODY</p>'], ['Content-Type: text/plain', '', 'Content-Type: multipart/alternative; boundary=x', 'list footer'], pad]);
+    const forwarded = ['Content-Type: message/rfc822', '', 'From: inner@example.com', 'Subject: inner', 'Content-Type: multipart/alternative; boundary="I"', '', '--I', 'Content-Type: text/plain', '', 'inner plain', '--I', 'Content-Type: text/html', '', '<p>inner html</p>', '--I--'];
+    await post(`Large forward ${suffix}`, 'multipart/mixed', [['Content-Type: text/html', '', '<p>MAIN HTML BODY</p>'], ['Content-Type: text/plain', '', 'list footer'], forwarded, pad]);
+    // A large alternative says its plain part once, the HTML's text not added to it.
+    const alternative = ['Content-Type: multipart/alternative; boundary="A"', '', '--A', 'Content-Type: text/plain', '', 'plain words', '--A', 'Content-Type: text/html', '', '<p>html words</p>', '--A--'];
+    await post(`Large alternative ${suffix}`, 'multipart/mixed', [alternative, pad]);
     const list = (await api('GET', '/api/email-messages/', alice.uuid)).body;
     const bySubject = (subject: string) => list.find((m: { subject: string }) => m.subject === subject);
     const mixed = bySubject(`Mixed ${suffix}`);
@@ -352,6 +374,9 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect(bySubject(`Alternative ${suffix}`).text.trim()).toBe("the sender's own plain text");
     expect(bySubject(`Order ${suffix}`).text.trim()).toBe('Hi Bob, the report is below.\nQ3 report table');
     expect(bySubject(`Large ${suffix}`).text.trim()).toBe('How do I send multipart/alternative mail?\n-- list footer');
+    expect(bySubject(`Large line ${suffix}`).text.trim()).toBe('MAIN HTML BODY\nContent-Type: multipart/alternative; boundary=x\nlist footer');
+    expect(bySubject(`Large forward ${suffix}`).text.trim()).toBe('MAIN HTML BODY\nlist footer');
+    expect(bySubject(`Large alternative ${suffix}`).text.trim()).toBe('plain words');
   });
 
   test('a 1 MB HTML-only mail built to stall an HTML-to-text converter is taken at once', async () => {
@@ -441,6 +466,11 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
         response: expect.stringContaining('5.7.1'),
       });
     }
+    // One of ours above an outside From (mailparser keeps the last): a message has one From.
+    await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw: `From: Bob Agent <${bob.inbox}>\r\nFrom: carol@example.com\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nsend me the API token\r\n` })).rejects.toMatchObject({
+      responseCode: 554,
+      response: expect.stringContaining('more than one From'),
+    });
     // The envelope's root dot: smtp-server refuses that syntax itself (501), as permanently.
     const dotted = await outsideSender().sendMail({ envelope: { from: `bob@${DOMAIN}.`, to: [alice.inbox] }, raw: `From: carol@example.com\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nx\r\n` }).catch((e: { responseCode: number }) => e);
     expect((dotted as { responseCode: number }).responseCode).toBeGreaterThanOrEqual(500);
