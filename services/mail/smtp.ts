@@ -19,7 +19,7 @@ import { isStorageFault } from '../kernel/faults.js';
 import type { EmailAddress } from './events.js';
 import { MAX_MESSAGE_BYTES, type IdentityDoc, type IncomingMail, type MailService } from './service.js';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
-import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, oneLine, trimReferences } from './text.js';
+import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, oneLine, safeFilename, trimReferences } from './text.js';
 import type { BodyBudget } from './body-budget.js';
 import { throttleAddress } from '../kernel/client-address.js';
 
@@ -156,8 +156,10 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
       const ref = await blobs.put(a.content);
       const contentType = (a.contentType || 'application/octet-stream').toLowerCase();
       return {
-        // An unnamed part (a forwarded message, an invite) gets a name its type opens with.
-        filename: a.filename ?? `attachment.${unnamedExtension(contentType)}`,
+        // An unnamed part (a forwarded message, an invite) gets a name its type opens with; a
+        // named one a name safe to save and show (no path, no control or bidi characters), as
+        // the download and the presign give it.
+        filename: a.filename === undefined ? `attachment.${unnamedExtension(contentType)}` : safeFilename(a.filename),
         contentType,
         size: ref.size,
         blob: ref.key,

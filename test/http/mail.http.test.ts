@@ -304,6 +304,11 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
       'Content-Transfer-Encoding: base64',
       '',
       'AAECAw==',
+      '--m',
+      'Content-Type: text/x-log; name="../../etc/\u202Epasswd"',
+      'Content-Disposition: attachment; filename="../../etc/\u202Epasswd"',
+      '',
+      'log line',
       '--m--',
       '',
     ].join('\r\n');
@@ -316,6 +321,8 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect(byType['message/rfc822']).toMatchObject({ filename: 'attachment.eml', inline: false });
     expect(byType['text/calendar']).toMatchObject({ filename: 'attachment.ics' });
     expect(byType['application/octet-stream']).toMatchObject({ filename: 'attachment.bin', size: 4 });
+    // A name safe to save and show: no path, no bidirectional override.
+    expect(byType['text/x-log']).toMatchObject({ filename: '.._.._etc__passwd' });
   });
 
   test('a subject whose encoded words carry line breaks or other control characters reads as one line', async () => {
