@@ -1,7 +1,9 @@
 /**
- * The HTTP layer below Koa: what Node's parser refuses, and requests whose headers are
- * ambiguous, are answered here in the API's error shape `{detail, code}` (Node's own answers
- * have empty bodies, and Koa never sees these requests).
+ * The HTTP layer below Koa: what Node's parser refuses, and requests the API cannot read
+ * safely (ambiguous headers, unknown transfer codings, another HTTP version), are answered
+ * here in the API's error shape `{detail, code}` (Node's own answers have empty bodies, and
+ * Koa never sees these requests), in request order on a pipelined connection; `Expect:
+ * 100-continue` is answered when a body is read.
  */
 import http from 'node:http';
 import type { Socket } from 'node:net';
