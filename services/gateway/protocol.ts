@@ -80,6 +80,8 @@ const rawAnswer = (status: number, code: string, detail: string) => {
 
 /** Answers not finished yet, per connection: pipelined requests queue theirs, in order. */
 const unfinished = new WeakMap<Socket, number>();
+/** The last request read on each connection. */
+const lastRequest = new WeakMap<Socket, http.IncomingMessage>();
 /** A refusal of the connection's next request, written once the answers before it are. */
 const heldRefusal = new WeakMap<Socket, string>();
 
@@ -124,6 +126,7 @@ export function serveHttpProtocol(server: http.Server): void {
   });
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const socket = req.socket;
+    lastRequest.set(socket, req);
     unfinished.set(socket, (unfinished.get(socket) ?? 0) + 1);
     res.once('close', () => {
       const left = (unfinished.get(socket) ?? 1) - 1;
@@ -146,9 +149,12 @@ export function serveHttpProtocol(server: http.Server): void {
     if (err.code === 'HPE_HEADER_OVERFLOW') refusal = rawAnswer(431, 'header_too_large', 'The request line or headers exceed 16 KiB.');
     else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') refusal = rawAnswer(408, 'request_timeout', 'The request was not received in time.');
     else refusal = rawAnswer(400, 'parse_error', 'Malformed HTTP request (method, request line or headers).');
-    // An answer still under way (a pipelined request's, a stream's) is sent whole first: an
-    // error written now would land in its place or inside its body.
-    if (unfinished.has(socket)) heldRefusal.set(socket, refusal);
+    // Requests read whole before it (pipelined ones, a stream's) get their answers first: an
+    // error written now would land in their place or inside a body. A request still being
+    // read is what failed (its body cut short, too slow): it gets the refusal, or, with its
+    // answer already under way, the connection just ends, as Node's own handler does.
+    if (unfinished.has(socket) && lastRequest.get(socket)?.complete) heldRefusal.set(socket, refusal);
+    else if ((socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) socket.destroy();
     else socket.end(refusal);
   });
   server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
