@@ -1,4 +1,6 @@
 /** DECISIONS "Wire conventions": the OpenAPI 3.1 document, version 1.0.0, lists every endpoint the service has. */
+import http from 'node:http';
+import { gunzipSync } from 'node:zlib';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { startTestServer, type ApiResponse, type TestServer } from '../support/server.js';
@@ -13,6 +15,29 @@ describe('GET /api/schema/', () => {
     expect(res.status).toBe(200);
     expect(res.body.openapi).toBe('3.1.0');
     expect(res.body.info.version).toBe('1.0.0');
+  });
+
+  it('is one document for every caller: gzipped when the client takes it, revalidated by its ETag (304)', async () => {
+    const get = (headers: Record<string, string>) =>
+      new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }>((resolve, reject) => {
+        http.get(`${s.url}/api/schema/`, { headers }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+        }).on('error', reject);
+      });
+    const plain = await get({});
+    expect([plain.status, plain.headers['content-encoding'], plain.headers['content-type']]).toEqual([200, undefined, 'application/json; charset=utf-8']);
+    expect(JSON.parse(plain.body.toString('utf8')).openapi).toBe('3.1.0');
+    const zipped = await get({ 'accept-encoding': 'gzip, deflate' });
+    expect([zipped.headers['content-encoding'], zipped.headers.vary]).toEqual(['gzip', 'Accept-Encoding']);
+    expect(gunzipSync(zipped.body).equals(plain.body)).toBe(true);
+    expect(zipped.body.length).toBeLessThan(plain.body.length / 4);
+    expect(zipped.headers.etag).toBe(plain.headers.etag);
+    expect(plain.headers['cache-control']).toBe('no-cache');
+    const again = await get({ 'if-none-match': plain.headers.etag! });
+    expect([again.status, again.body.length]).toEqual([304, 0]);
+    expect((await get({ 'if-none-match': 'W/"other"' })).status).toBe(200);
   });
 
   it('documents every /api/ and /.well-known/ route the gateway serves', async () => {
