@@ -28,8 +28,10 @@ const MAX_LINE = 998;
  * line holds, with no whitespace to fold at) goes out as RFC 2047 encoded words, which fold.
  * So does a subject holding text shaped like an encoded word (`=?utf-8?B?SGFja2Vk?=`): sent
  * as is, the recipient's client would decode it and show another subject than the one sent.
+ * The run is looked for from where runs start (after whitespace): tried at every character,
+ * a subject of long runs cost a run's length per character (a second for 900 KB).
  */
-const UNFOLDABLE_SUBJECT = new RegExp(`\\S{${MAX_LINE - 'Subject: '.length - 10},}`);
+const UNFOLDABLE_SUBJECT = new RegExp(`(?:^|\\s)\\S{${MAX_LINE - 'Subject: '.length - 10}}`);
 const ENCODED_WORD_LIKE = /=\?[^?\s]+\?[bq]\?[^?\s]*\?=/i;
 function subjectHeader(subject: string): string | { prepared: true; foldLines: true; value: string } {
   if (!UNFOLDABLE_SUBJECT.test(subject) && !ENCODED_WORD_LIKE.test(subject)) return subject;

@@ -14,7 +14,7 @@ import type { Config } from '../../infra/config.js';
 import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
 import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
-import { MAX_MESSAGE_BYTES, type MailService, type MarkedMessage } from './service.js';
+import { MAX_MESSAGE_BYTES, MAX_RECIPIENTS, type MailService, type MarkedMessage } from './service.js';
 import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 import type { BodyBudget } from './body-budget.js';
 
@@ -77,8 +77,9 @@ function recipients(fields: Record<string, string | undefined>, required: string
   const errors: FieldErrors = {};
   const out: Record<string, EmailAddress[]> = {};
   for (const [field, value] of Object.entries(fields)) {
-    const { addresses, invalid } = parseAddressList(value ?? '');
-    if (invalid.length) errors[field] = invalid.map((a) => `Enter a valid email address: "${a}".`);
+    const { addresses, invalid, tooMany } = parseAddressList(value ?? '', MAX_RECIPIENTS);
+    if (tooMany) errors[field] = [`At most ${MAX_RECIPIENTS} recipients per message.`];
+    else if (invalid.length) errors[field] = invalid.map((a) => `Enter a valid email address: "${a}".`);
     else if (required.includes(field) && addresses.length === 0) errors[field] = ['This field is required.'];
     out[field] = addresses;
   }

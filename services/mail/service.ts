@@ -306,15 +306,21 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
    * the append at the revision read makes the check hold under concurrent composes (and
    * across processes).
    */
+  /** Checks the identity's send limits at `now`: 429 when a window is full; else the outbox revision read. */
+  async function withinLimits(identityId: string, now: string): Promise<number | null> {
+    const nowMs = Date.parse(now);
+    const { revision, full } = await sendLimits.check(streamName(OUTBOX, identityId), nowMs);
+    if (full) {
+      const wait = Math.max(1, Math.ceil((full.freesAt - nowMs) / 1000));
+      throw throttled(wait, `Email send limit reached: at most ${full.window.limit} emails per ${full.window.label} per identity. Try again in ${wait} seconds.`);
+    }
+    return revision;
+  }
+
   async function appendWithinLimits(identityId: string, ev: EventData, now: string): Promise<AppendResult> {
     const stream = streamName(OUTBOX, identityId);
-    const nowMs = Date.parse(now);
     for (let attempt = 0; ; attempt++) {
-      const { revision, full } = await sendLimits.check(stream, nowMs);
-      if (full) {
-        const wait = Math.max(1, Math.ceil((full.freesAt - nowMs) / 1000));
-        throw throttled(wait, `Email send limit reached: at most ${full.window.limit} emails per ${full.window.label} per identity. Try again in ${wait} seconds.`);
-      }
+      const revision = await withinLimits(identityId, now);
       try {
         return await events.append(stream, [ev], { expectedRevision: revision ?? 'no_stream' });
       } catch (err) {
@@ -329,6 +335,9 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       throw badRequest({ non_field_errors: [`At most ${MAX_RECIPIENTS} recipients per message.`] });
     }
     const attachments = await resolveAttachments(identityId, req.attachmentIds, now);
+    // Refused before the body is converted and stored: a sender past its limit would still
+    // write blobs nobody reads (the check that decides is the append's, below).
+    await withinLimits(identityId, now);
     // Large bodies go to the blob store as inbound ones do (one group commit for both).
     const text = htmlToText(req.html);
     const [textBody, htmlBody] = await Promise.all([storeBody(text), storeBody(req.html)]);

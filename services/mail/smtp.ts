@@ -22,6 +22,7 @@ import * as mimeFuncs from 'nodemailer/lib/mime-funcs/index.js';
 import { addressKey, domainOf, htmlToText, MAX_INBOUND_REFERENCES, messageIds, oneLine, safeFilename, trimReferences } from './text.js';
 import type { BodyBudget } from './body-budget.js';
 import { throttleAddress } from '../kernel/client-address.js';
+import { startOf } from '../kernel/text.js';
 
 /** RFC 5321 §4.5.3.1.8: at least 100 recipients must be accepted; we stop there. */
 export const MAX_RCPT = 100;
@@ -49,11 +50,25 @@ function smtpError(code: number, message: string): Error {
   return Object.assign(new Error(message), { responseCode: code });
 }
 
+/**
+ * Addresses kept of one header (To, Cc, Reply-To): a header of tens of thousands would be
+ * stored, listed and walked by every reply-all, which answers at most 100 recipients anyway.
+ */
+export const MAX_HEADER_ADDRESSES = 1000;
+/** Characters kept of an inbound subject: as many as a composed one may have. */
+export const MAX_INBOUND_SUBJECT = 998;
+/**
+ * HTML read to make a large message's text (the linear htmlToText, ~0.1 s per MiB on the one
+ * thread): the text of a 25 MiB HTML-only mail is its first 2 MiB's.
+ */
+const MAX_HTML_FOR_TEXT = 2 * 1024 * 1024;
+
 function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailAddress[] {
   const list = Array.isArray(value) ? value : value ? [value] : [];
   const out: EmailAddress[] = [];
   const walk = (entries: { address?: string; name?: string; group?: unknown[] }[]) => {
     for (const e of entries) {
+      if (out.length >= MAX_HEADER_ADDRESSES) return;
       if (e.group) walk(e.group as typeof entries);
       else if (e.address) out.push({ address: addressKey(e.address), name: (e.name ?? '').trim() });
     }
@@ -80,7 +95,7 @@ export const MAILPARSER_TEXT_LIMIT = 64 * 1024;
  * gets its HTML's text.
  */
 export function textOf(parsed: Pick<ParsedMail, 'text' | 'html'>, textIsWhole: boolean): string | null {
-  const html = typeof parsed.html === 'string' ? parsed.html : null;
+  const html = typeof parsed.html === 'string' ? startOf(parsed.html, MAX_HTML_FOR_TEXT) : null;
   if (html === null) return parsed.text ?? null;
   if (!parsed.text?.trim()) return htmlToText(html);
   if (textIsWhole) return parsed.text;
@@ -185,7 +200,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
     to: addressesOf(parsed.to),
     cc: addressesOf(parsed.cc),
     replyTo: addressesOf(parsed.replyTo),
-    subject: oneLine(parsed.subject ?? ''),
+    subject: startOf(oneLine(parsed.subject ?? ''), MAX_INBOUND_SUBJECT),
     text: parsed.text ?? null,
     html: typeof parsed.html === 'string' ? parsed.html : null,
     attachments,

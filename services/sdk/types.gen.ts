@@ -498,6 +498,8 @@ export interface KeysWhoami {
 export interface MailComposeRequest {
   /**
    * One address or a comma-separated list; display names allowed (`Ann <ann@example.com>`). JSON arrays of addresses are accepted too.
+   *
+   * @maxItems 100
    */
   to: string | string[];
   subject?: string;
@@ -507,10 +509,14 @@ export interface MailComposeRequest {
   body?: string;
   /**
    * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
+   *
+   * @maxItems 100
    */
   cc?: string | string[] | null;
   /**
    * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
+   *
+   * @maxItems 100
    */
   bcc?: string | string[] | null;
   /**
@@ -527,10 +533,14 @@ export interface MailReplyRequest {
   body: string;
   /**
    * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
+   *
+   * @maxItems 100
    */
   cc?: string | string[] | null;
   /**
    * One address or a comma-separated list (display names allowed), or a JSON array of addresses; empty or null: none.
+   *
+   * @maxItems 100
    */
   bcc?: string | string[] | null;
   /**

@@ -3,6 +3,8 @@
  * log) and delivery retries against a relay that answers 4xx, then 5xx.
  */
 import { SMTPServer } from 'smtp-server';
+import { readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
 import { eventually } from '../support/eventually.js';
@@ -50,6 +52,13 @@ afterAll(async () => {
   await new Promise<void>((resolve) => relay.close(() => resolve()));
 });
 
+/** Bytes of every file under DATA_DIR/blobs. */
+function blobBytes(): number {
+  const walk = (dir: string): number =>
+    readdirSync(dir, { withFileTypes: true }).reduce((sum, e) => sum + (e.isDirectory() ? walk(path.join(dir, e.name)) : statSync(path.join(dir, e.name)).size), 0);
+  return walk(path.join(server.dataDir, 'blobs'));
+}
+
 const compose = (id: string, to: string, subject = 'hi') =>
   server.api('POST', '/api/email-messages/compose/', { token, identity: id, body: { to, subject, body: '<p>hi</p>' } });
 
@@ -67,6 +76,13 @@ describe('send limits', () => {
     const list = await server.api('GET', '/api/email-messages/', { token, identity: identity.uuid });
     const reply = await server.api('POST', `/api/email-messages/${list.body[0].uuid}/reply/`, { token, identity: identity.uuid, body: { body: 'x' } });
     expect(reply.status).toBe(429);
+    // Refused before its body is stored: a sender past its limit writes no blobs.
+    const stored = blobBytes();
+    for (let i = 0; i < 3; i++) {
+      const big = await server.api('POST', '/api/email-messages/compose/', { token, identity: identity.uuid, body: { to: 'e@example.com', subject: 'big', body: `<p>${String(i).repeat(200_000)}</p>` } });
+      expect(big.status).toBe(429);
+    }
+    expect(blobBytes()).toBe(stored);
     expect((await compose(other.uuid, 'd@example.com')).status).toBe(201);
   });
 

@@ -386,6 +386,31 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     expect(bySubject(`Large alternative ${suffix}`).text.trim()).toBe('plain words');
   });
 
+  test('lists built to cost the one thread seconds get a short 400 at once: half a million list items, thousands of bad addresses', async () => {
+    const compose = (body: Record<string, unknown>) => server.api('POST', '/api/email-messages/compose/', { token, identity: alice.uuid, body });
+    const items = await compose({ to: 'a@example.com', attachment_uuids: Array(500_000).fill(1) });
+    expect([items.status, items.body]).toEqual([400, { attachment_uuids: ['Ensure this field has no more than 50 elements.'] }]);
+    const recipients = await compose({ to: Array.from({ length: 101 }, (_, i) => `r${i}@example.com`) });
+    expect([recipients.status, recipients.body]).toEqual([400, { to: ['At most 100 recipients per message.'] }]);
+    // Each bad entry once, not the whole field per entry (that answered 133 MB).
+    const bad = 'a b@x.co,'.repeat(2000);
+    const amplified = await compose({ to: bad, cc: bad, bcc: bad });
+    expect(amplified.status).toBe(400);
+    expect(amplified.text.length).toBeLessThan(10_000);
+    expect(amplified.body.to).toEqual([`At most 100 recipients per message.`]);
+    const wrongTypes = await compose({ to: 'a@example.com', attachment_uuids: Array(50).fill(1) });
+    expect(wrongTypes.body.attachment_uuids).toHaveLength(20); // the first 20 messages of a field
+  });
+
+  test('an inbound subject keeps 998 characters, a To or Cc header its first 1000 addresses', async () => {
+    const tag = `Long${suffix}`;
+    const to = [alice.inbox, ...Array.from({ length: 1500 }, (_, i) => `p${i}@example.com`)].join(', ');
+    await outsideSender().sendMail({ envelope: { from: 'a@example.org', to: [alice.inbox] }, raw: `From: a@example.org\r\nTo: ${to}\r\nSubject: ${tag} ${'word '.repeat(2000)}\r\n\r\nx\r\n` });
+    const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject.startsWith(tag));
+    expect(m.subject).toHaveLength(998);
+    expect(m.to).toHaveLength(1000);
+  });
+
   test('a 1 MB HTML-only mail built to stall an HTML-to-text converter is taken at once', async () => {
     const started = Date.now();
     await outsideSender().sendMail({ from: 'hostile@example.com', to: alice.inbox, subject: `Hostile ${suffix}`, html: '<li>x'.repeat(200_000) });

@@ -383,7 +383,45 @@ describe('outbox', () => {
   });
 });
 
+describe('input built to make the one thread work for minutes is read in one pass', () => {
+  // Each of these took seconds to hours before (an audit measured them); Jest's timeout is the bound.
+  test('a bare Message-ID of a hundred thousand @ (one @ per id)', () => {
+    expect(messageIds(`${'@'.repeat(400_000)} x`)).toEqual([]);
+    expect(messageIds('id@example.com')).toEqual(['<id@example.com>']);
+    expect(messageIds('a@b@c')).toEqual([]);
+  });
+
+  test('an address list of thousands of entries stops at its limit; invalid entries are said once each, the first 20, cut short', () => {
+    const list = Array.from({ length: 3000 }, (_, i) => `a b${i}@x.co`).join(',');
+    const capped = parseAddressList(list, 100);
+    expect(capped.tooMany).toBe(true);
+    const all = parseAddressList('a b@x.co,'.repeat(2000));
+    expect(all.invalid).toHaveLength(1); // the same whole part each time: once
+    expect(all.invalid[0]).toHaveLength(201);
+    const many = parseAddressList(Array.from({ length: 50 }, (_, i) => `bad${i}`).join(', '));
+    expect(many.invalid).toHaveLength(20);
+  });
+});
+
 describe('outbox files', () => {
+  test('a subject of many long runs goes out as it is (it folds between them); one with a run longer than a line, as encoded words', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-subject-'));
+    const mailer = createMailer({ relayUrl: null, outboxDir: dir, domain: 'agents.localhost' });
+    try {
+      const subject = `${'a'.repeat(977)} `.repeat(1000).trim();
+      const sent = await mailer.send({ from: 'a@agents.localhost', to: ['b@example.com'], subject, text: 'x', messageId: '<s1@agents.localhost>', date: '2026-11-29T10:00:00.000Z' });
+      expect((await simpleParser(fs.readFileSync(sent.location!))).subject).toBe(subject);
+      const unfoldable = `x ${'b'.repeat(2000)}`;
+      const encoded = await mailer.send({ from: 'a@agents.localhost', to: ['b@example.com'], subject: unfoldable, text: 'x', messageId: '<s2@agents.localhost>', date: '2026-11-29T10:00:00.000Z' });
+      const raw = fs.readFileSync(encoded.location!, 'latin1');
+      expect(raw).toMatch(/^Subject: =\?UTF-8\?Q\?/m);
+      expect(Math.max(...raw.split('\r\n').map((line) => line.length))).toBeLessThanOrEqual(998);
+      expect((await simpleParser(Buffer.from(raw, 'latin1'))).subject).toBe(unfoldable);
+    } finally {
+      await mailer.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
   test('a message handed over again (a crash before its outcome was recorded) replaces its own file; its Date is when it was composed', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ais-outbox-'));
     const mailer = createMailer({ relayUrl: null, outboxDir: dir, domain: 'agents.localhost' });
