@@ -10,7 +10,7 @@
  * names the message reported on. The MIME walk is mailsplit's (mailparser folds the status
  * part into the text); `message/global*` (RFC 6533, internationalised) are read the same way.
  */
-import { Splitter } from '@zone-eu/mailsplit';
+import { Splitter, type SplitterChunk, type SplitterOptions } from '@zone-eu/mailsplit';
 import type { Readable } from 'node:stream';
 import { messageIds } from './text.js';
 
@@ -35,6 +35,21 @@ const STATUS_TYPES = new Set(['message/delivery-status', 'message/global-deliver
 const RETURNED_TYPES = new Set(['text/rfc822-headers', 'message/global-headers', 'message/rfc822', 'message/global']);
 /** Recipients read from one report. */
 const MAX_RECIPIENTS = 100;
+
+/**
+ * Walks `raw` with mailsplit: each part header (`node`) and body chunk goes to `onChunk`, in
+ * message order; settles when the message is read, rejects on a malformed one.
+ */
+export function walkMime(raw: Buffer, options: SplitterOptions, onChunk: (chunk: SplitterChunk) => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const splitter = new Splitter(options);
+    splitter.on('data', onChunk);
+    const stream = splitter as unknown as NodeJS.ReadWriteStream;
+    stream.on('end', resolve);
+    stream.on('error', reject);
+    stream.end(raw);
+  });
+}
 
 /** Whether a parsed message's top-level Content-Type says it is a delivery report. */
 export function isDeliveryReport(contentType: unknown): boolean {
@@ -82,30 +97,24 @@ export function failedRecipientsOf(status: string): BouncedRecipient[] {
  */
 export async function deliveryReportOf(raw: Buffer): Promise<DeliveryReport | null> {
   // A returned message/rfc822 is read as a part (its header block), not walked into: an inline one too.
-  const splitter = new Splitter({ maxHeadSize: 256 * 1024, ignoreEmbedded: true });
   type Part = { node: { getDecoder(): NodeJS.ReadWriteStream }; kind: 'status' | 'headers'; chunks: Buffer[]; size: number };
   const parts: Part[] = [];
   let current: Part | null = null;
   try {
-    await new Promise<void>((resolve, reject) => {
-      splitter.on('data', (data: { type: string; value?: Buffer; contentType?: string | false }) => {
-        if (data.type === 'node') {
-          current = null;
-          const type = (data.contentType || '').toLowerCase();
-          // The returned message (or only its headers): its header block names it.
-          const kind = STATUS_TYPES.has(type) ? 'status' : RETURNED_TYPES.has(type) ? 'headers' : null;
-          if (kind && !parts.some((p) => p.kind === kind)) parts.push((current = { node: data as never, kind, chunks: [], size: 0 }));
-        } else if (data.type === 'body' && current && data.value) {
-          const part: Part = current;
-          // The beginning is enough (a status report, a header block); a long returned message is not kept whole.
-          if (part.size < PART_LIMIT) part.chunks.push(data.value);
-          part.size += data.value.length;
-        }
-      });
-      const stream = splitter as unknown as NodeJS.ReadWriteStream;
-      stream.on('end', resolve);
-      stream.on('error', reject);
-      stream.end(raw);
+    await walkMime(raw, { maxHeadSize: 256 * 1024, ignoreEmbedded: true }, (chunk) => {
+      const data = chunk as { type: string; value?: Buffer; contentType?: string | false };
+      if (data.type === 'node') {
+        current = null;
+        const type = (data.contentType || '').toLowerCase();
+        // The returned message (or only its headers): its header block names it.
+        const kind = STATUS_TYPES.has(type) ? 'status' : RETURNED_TYPES.has(type) ? 'headers' : null;
+        if (kind && !parts.some((p) => p.kind === kind)) parts.push((current = { node: data as never, kind, chunks: [], size: 0 }));
+      } else if (data.type === 'body' && current && data.value) {
+        const part: Part = current;
+        // The beginning is enough (a status report, a header block); a long returned message is not kept whole.
+        if (part.size < PART_LIMIT) part.chunks.push(data.value);
+        part.size += data.value.length;
+      }
     });
   } catch {
     return null;

@@ -11,8 +11,7 @@ import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession, type SMT
 import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
 import type { Logger } from 'pino';
 import type { Metrics } from '../kernel/metrics.js';
-import { deliveryReportOf, isDeliveryReport } from './bounces.js';
-import { Splitter } from '@zone-eu/mailsplit';
+import { deliveryReportOf, isDeliveryReport, walkMime } from './bounces.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
 import { isStorageFault } from '../kernel/faults.js';
@@ -121,15 +120,8 @@ interface PartNode {
 async function everyHtmlHasPlainAlternative(raw: Buffer): Promise<boolean> {
   const nodes: PartNode[] = [];
   try {
-    await new Promise<void>((resolve, reject) => {
-      const splitter = new Splitter({ ignoreEmbedded: true });
-      splitter.on('data', (data) => {
-        if (data.type === 'node') nodes.push(data as unknown as PartNode);
-      });
-      const stream = splitter as unknown as NodeJS.ReadWriteStream;
-      stream.on('end', resolve);
-      stream.on('error', reject);
-      stream.end(raw);
+    await walkMime(raw, { ignoreEmbedded: true }, (chunk) => {
+      if (chunk.type === 'node') nodes.push(chunk as unknown as PartNode);
     });
   } catch {
     return false;
