@@ -363,7 +363,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   const findIdentity = (id: string) => resolvers.findIdentity(id);
   const modules: HttpModule[] = [
-    systemRoutes({ metrics, metricsToken: config.metricsToken, limiter }),
+    systemRoutes({ metrics, metricsToken: config.metricsToken, limiter, isAccountCredential: (ctx) => shared.auth.principal(ctx).then(() => true, () => false) }),
     accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks, publicUrl: config.publicUrl }),
     ...parts.flatMap((p) => (p.module ? [p.module] : [])),
   ];

@@ -32,7 +32,12 @@ export function operatorTokenGuard(deps: {
     if (!secret) throw notFound();
     // Read as every credential of the API is (`Token` is Bearer).
     const { scheme, value: token } = authorizationOf(ctx.get('authorization'));
-    if (scheme !== 'bearer' || !token) throw notAuthenticated();
+    // A user's own credential in another form (HTTP basic, the dashboard's cookie) lacks the
+    // scope as a JWT or a key does: 403 for all of them.
+    if (scheme !== 'bearer' || !token) {
+      if (await deps.isAccountCredential?.(ctx)) throw forbidden(`This credential is not the ${name} token.`);
+      throw notAuthenticated();
+    }
     const budgets = [{ key: `${name}:ip:${throttleAddress(ctx.ip)}`, limit: WRONG_TOKENS_PER_IP, windowS: WINDOW_S }];
     await wrongTokens.attempt(budgets, refuse, async (fail) => {
       if (sameSecret(token, secret)) return;

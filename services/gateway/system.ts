@@ -1,5 +1,6 @@
 /** Service-wide endpoints: health, the OpenAPI document, and the operator's metrics. */
 import type Router from '@koa/router';
+import type { Context } from 'koa';
 import { createHash } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import type { HttpModule } from './app.js';
@@ -13,6 +14,8 @@ export interface SystemDeps {
   /** METRICS_TOKEN; null: /metrics does not exist (404), as the admin API without ADMIN_TOKEN. */
   metricsToken: string | null;
   limiter: RateLimiter;
+  /** Whether the request carries a valid account credential (403 on /metrics, not a wrong token). */
+  isAccountCredential?: (ctx: Context) => Promise<boolean>;
 }
 
 function compiledSchema(): { json: string; gzip: Buffer; etag: string } {
@@ -23,7 +26,7 @@ function compiledSchema(): { json: string; gzip: Buffer; etag: string } {
 
 export function systemRoutes(deps: SystemDeps): HttpModule {
   let schema: { json: string; gzip: Buffer; etag: string } | null = null;
-  const metricsToken = operatorTokenGuard({ name: 'metrics', secret: deps.metricsToken, limiter: deps.limiter });
+  const metricsToken = operatorTokenGuard({ name: 'metrics', secret: deps.metricsToken, limiter: deps.limiter, isAccountCredential: deps.isAccountCredential });
   return {
     routes(r: Router) {
       r.get('/api/health/', (ctx) => {

@@ -53,6 +53,9 @@ describe('admin API', () => {
     const wrong = await admin(u.user.pk, { plan: 'team' }, 'wrong');
     expect([wrong.status, wrong.body.code]).toEqual([401, 'token_not_valid']);
     expect((await admin(u.user.pk, { plan: 'team' }, u.access)).status).toBe(403);
+    // The user's credential in another form (HTTP basic) lacks the scope as much.
+    const basic = await s.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { body: { plan: 'team' }, headers: { authorization: `Basic ${Buffer.from(`${u.user.username}:${u.password}`).toString('base64')}` } });
+    expect([basic.status, basic.body.code]).toEqual([403, 'permission_denied']);
     // The `Token` scheme, as the rest of the API reads it, is Bearer here too.
     const token = await s.api('PUT', `/api/admin/users/${u.user.pk}/subscription/`, { body: { plan: 'team' }, headers: { authorization: `Token ${ADMIN}` } });
     expect([token.status, token.body.plan]).toEqual([200, 'team']);

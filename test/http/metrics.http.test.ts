@@ -34,15 +34,21 @@ async function sample(name: string, labels: Record<string, string> = {}): Promis
 }
 
 describe('GET /metrics', () => {
-  it('answers only to METRICS_TOKEN: none 401, wrong 401 token_not_valid, right 200 in the Prometheus text format', async () => {
+  it('answers only to METRICS_TOKEN: none 401, wrong 401 token_not_valid, an account credential 403, right 200 in the Prometheus text format', async () => {
     const none = await scrape(null);
     expect(none.status).toBe(401);
     expect(((await none.json()) as { code: string }).code).toBe('not_authenticated');
     const wrong = await scrape('nope');
     expect(wrong.status).toBe(401);
     expect(((await wrong.json()) as { code: string }).code).toBe('token_not_valid');
-    const user = await s.signUp(); // an account's own credential has no access
-    expect((await scrape(user.access)).status).toBe(401);
+    // An account's own credential has no access: 403 (as on the admin API), in any form, and
+    // it is no wrong guess of the token (those are limited per address).
+    const user = await s.signUp();
+    const basic = `Basic ${Buffer.from(`${user.user.username}:${user.password}`).toString('base64')}`;
+    for (const authorization of [`Bearer ${user.access}`, basic]) {
+      const refused = await fetch(`${s.url}/metrics`, { headers: { authorization } });
+      expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([403, 'permission_denied']);
+    }
     const ok = await scrape();
     expect(ok.status).toBe(200);
     expect(ok.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
