@@ -107,12 +107,18 @@ export const smsContext: ContextFactory = (shared) => {
     r.post('/api/webhooks/sms/', async (ctx) => {
       const params = await body(ctx);
       const form = (ctx.get('content-type') || '').split(';')[0].trim().toLowerCase() === 'application/x-www-form-urlencoded';
-      verifyWebhook(config, {
-        header: (name) => ctx.get(name),
-        originalUrl: ctx.originalUrl,
-        params: Object.fromEntries(Object.entries(params).map(([k, v]) => [k, String(v)])),
-        form,
-      });
+      try {
+        verifyWebhook(config, {
+          header: (name) => ctx.get(name),
+          originalUrl: ctx.originalUrl,
+          params: Object.fromEntries(Object.entries(params).map(([k, v]) => [k, String(v)])),
+          form,
+        });
+      } catch (err) {
+        // A wrong PUBLIC_URL or provider token refuses every SMS: say so where an operator looks.
+        log.warn({ code: (err as { code?: string }).code, provider: config.smsProvider }, 'inbound SMS webhook refused: its signature or secret does not match (check PUBLIC_URL and the provider token)');
+        throw err;
+      }
       const sms = await receive(params);
       log.info({ identityId: sms.identityId, messageId: sms.messageId, messageSid: sms.messageSid }, 'inbound SMS recorded');
       ctx.type = 'text/xml';

@@ -32,14 +32,26 @@ export interface WebhookRequest {
 }
 
 /** Throws 403 unless the request comes from the configured provider. */
+/** PUBLIC_URL as written, and with its scheme's default port added or removed. */
+export function publicUrlForms(publicUrl: string): string[] {
+  const m = /^(https?):\/\/([^/:]+)(?::(\d+))?(.*)$/i.exec(publicUrl);
+  if (!m) return [publicUrl];
+  const [, scheme, host, port, rest] = m;
+  const defaultPort = scheme!.toLowerCase() === 'https' ? '443' : '80';
+  if (port === undefined) return [publicUrl, `${scheme}://${host}:${defaultPort}${rest}`];
+  return port === defaultPort ? [publicUrl, `${scheme}://${host}${rest}`] : [publicUrl];
+}
+
 export function verifyWebhook(config: Config, req: WebhookRequest): void {
   if (config.smsProvider === 'twilio') {
     const given = req.header('x-twilio-signature');
     if (!given) throw new ApiError(403, 'invalid_signature', 'Missing X-Twilio-Signature header.');
     if (!req.form) throw new ApiError(403, 'invalid_signature', 'Twilio webhooks must be posted as application/x-www-form-urlencoded.');
-    const url = config.publicUrl + req.originalUrl;
-    const expected = twilioSignature(config.twilio!.authToken, url, req.params);
-    if (!sameSecret(given, expected)) throw new ApiError(403, 'invalid_signature', 'X-Twilio-Signature does not match this request (check PUBLIC_URL and TWILIO_AUTH_TOKEN).');
+    // Twilio signs the URL it was given for the number, with or without the scheme's
+    // default port ("signature generation on the back end is inconsistent", twilio-node's
+    // validateRequest): either form is accepted, as there.
+    const matches = publicUrlForms(config.publicUrl).map((base) => sameSecret(given, twilioSignature(config.twilio!.authToken, base + req.originalUrl, req.params)));
+    if (!matches.includes(true)) throw new ApiError(403, 'invalid_signature', 'X-Twilio-Signature does not match this request (check PUBLIC_URL and TWILIO_AUTH_TOKEN).');
     return;
   }
   const secret = config.smsWebhookSecret;

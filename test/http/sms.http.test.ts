@@ -5,7 +5,7 @@
  */
 import { startTestServer, type TestServer } from '../support/server.js';
 import { openSse, type SseReader } from '../support/sse-client.js';
-import { twilioSignature } from '../../services/sms/providers.js';
+import { publicUrlForms, twilioSignature } from '../../services/sms/providers.js';
 import { newId, nowIso } from '../../services/kernel/ids.js';
 
 const SECRET = 'local-webhook-secret-123';
@@ -308,10 +308,20 @@ describe('From and To are normalised once, before anything is stored', () => {
     for (const from of ['+1 (555) 777-0010', '0015557770010', '+1.555.777.0010']) expect((await webhook({ From: from, To: phoneA, Body: from, MessageSid: nextSid() })).status).toBe(200);
     const conv = ((await get('/api/sms-inbox/?limit=200', idA)).body as Conv[]).find((c) => c.peer === '+15557770010');
     expect(conv?.message_count).toBe(3);
-    for (const from of ['+1', '+1234567890123456']) {
+    for (const from of ['+1', '+1234567890123456', '+07700900123', '07700900123']) {
       const res = await webhook({ From: from, To: phoneA, Body: 'x', MessageSid: nextSid() });
       expect([from, res.status, Object.keys(res.body)]).toEqual([from, 400, ['From']]);
     }
+  });
+
+  it('a short code (3 to 8 digits alone) is kept as the carrier sends it, without a +', async () => {
+    for (const from of ['894546', '711', '12345678']) {
+      expect((await webhook({ From: from, To: phoneA, Body: `code from ${from}`, MessageSid: nextSid() })).status).toBe(200);
+      expect((await get('/api/messages/', idA)).body[0]).toMatchObject({ from_number: from, body: `code from ${from}` });
+    }
+    // Nine digits with no sign are no short code: read as E.164, as before.
+    expect((await webhook({ From: '155577700', To: phoneA, Body: 'nine', MessageSid: nextSid() })).status).toBe(200);
+    expect((await get('/api/messages/', idA)).body[0]).toMatchObject({ from_number: '+155577700' });
   });
 });
 
@@ -357,6 +367,17 @@ describe('twilio provider: X-Twilio-Signature', () => {
     const list = await t.api('GET', '/api/messages/', { token: tw.access, identity: identityId });
     expect(list.body).toMatchObject([{ body: 'signed', message_sid: fields.MessageSid, to_number: number }]);
     expect((await t.api('GET', '/api/phone/', { token: tw.access, identity: identityId })).body).toMatchObject([{ number, provider: 'twilio' }]);
+  });
+
+  it('accepts the URL signed with or without the default port, as twilio-node does; no other port', async () => {
+    for (const base of [`${PUBLIC}:443`, PUBLIC]) {
+      const fields = { From: '+15551230001', To: number, Body: `port ${base}`, MessageSid: nextSid() };
+      expect([base, (await post(fields, twilioSignature(TOKEN, `${base}/api/webhooks/sms/`, fields))).status]).toEqual([base, 200]);
+    }
+    const fields = { From: '+15551230001', To: number, Body: 'other port', MessageSid: nextSid() };
+    expect((await post(fields, twilioSignature(TOKEN, `${PUBLIC}:8443/api/webhooks/sms/`, fields))).status).toBe(403);
+    expect(publicUrlForms('http://h:80/base')).toEqual(['http://h:80/base', 'http://h/base']);
+    expect(publicUrlForms('https://h:8443')).toEqual(['https://h:8443']);
   });
 
   it('refuses a missing or wrong signature, or one over other parameters', async () => {
