@@ -28,7 +28,7 @@ import type { Projection } from '../projections/projection.js';
 import { createApp, type HttpModule, type RouteTable } from '../services/gateway/app.js';
 import { createAuthenticator, type CredentialResolvers, type Authenticator } from '../services/gateway/auth.js';
 import { systemRoutes } from '../services/gateway/system.js';
-import { serveHttpProtocol, refuseMalformedRequest } from '../services/gateway/protocol.js';
+import { hasUnfinishedAnswers, serveHttpProtocol, refuseMalformedRequest } from '../services/gateway/protocol.js';
 import { settledFor, type Platform } from '../services/kernel/platform.js';
 import { createMetrics, type Metrics } from '../services/kernel/metrics.js';
 import { createTokenService, type TokenService } from '../services/accounts/tokens.js';
@@ -375,25 +375,17 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   // 20 s header timeout run to 50 s).
   const server = http.createServer({ requireHostHeader: false, connectionsCheckingInterval: 2_000 }, (req, res) => (refuseMalformedRequest(req, res) ? undefined : handle(req, res)));
   serveHttpProtocol(server);
-  // Requests in progress per connection, so a shutdown can close every other connection at
-  // once (Node's closeIdleConnections leaves a connection that has not sent a request yet).
-  const inProgress = new Map<Socket, number>();
   // Answers not sent yet; once draining, each says `Connection: close`, so a client sends its
   // next request on a new connection (refused: it retries elsewhere or later) instead of on
   // this one, where it could be cut unanswered.
   const unanswered = new Set<http.ServerResponse>();
   let draining = false;
-  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    const socket = req.socket;
-    inProgress.set(socket, (inProgress.get(socket) ?? 0) + 1);
+  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
     if (draining) res.setHeader('Connection', 'close');
-    else unanswered.add(res);
-    res.once('close', () => {
-      unanswered.delete(res);
-      const left = (inProgress.get(socket) ?? 1) - 1;
-      if (left > 0) inProgress.set(socket, left);
-      else inProgress.delete(socket);
-    });
+    else {
+      unanswered.add(res);
+      res.once('close', () => unanswered.delete(res));
+    }
   });
   const drain = () => {
     draining = true;
@@ -405,11 +397,12 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     connections.add(socket);
     socket.once('close', () => connections.delete(socket));
   });
-  // Idle: no request in progress, and the last answer handed to the kernel (a large answer
+  // Idle: no request in progress (so a shutdown closes every other connection at once: Node's
+  // closeIdleConnections leaves one that has not sent a request yet), and the last answer handed to the kernel (a large answer
   // to a slow reader may still sit in the socket's buffer after its request is over; the
   // kernel delivers what it holds after the close).
   const closeIdle = () => {
-    for (const socket of connections) if (!inProgress.has(socket) && socket.writableLength === 0) socket.destroy();
+    for (const socket of connections) if (!hasUnfinishedAnswers(socket) && socket.writableLength === 0) socket.destroy();
   };
   if (options.serve === false) {
     return { config, logger, events, reads, runner, server, url: '', shared, parts, role, routes: app.routeTable, close: async () => {

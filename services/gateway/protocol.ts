@@ -82,6 +82,9 @@ const rawAnswer = (status: number, code: string, detail: string) => {
 const unfinished = new WeakMap<Socket, number>();
 /** The last request read on each connection. */
 const lastRequest = new WeakMap<Socket, http.IncomingMessage>();
+/** Whether requests read on `socket` still wait for (the end of) their answers. */
+export const hasUnfinishedAnswers = (socket: Socket): boolean => unfinished.has(socket);
+
 /** A refusal of the connection's next request, written once the answers before it are. */
 const heldRefusal = new WeakMap<Socket, string>();
 
