@@ -381,8 +381,10 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const unanswered = new Set<http.ServerResponse>();
   let draining = false;
   server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (draining) res.setHeader('Connection', 'close');
-    else {
+    // A request refused below Koa (refuseMalformedRequest) was answered before this listener ran.
+    if (draining) {
+      if (!res.headersSent) res.setHeader('Connection', 'close');
+    } else {
       unanswered.add(res);
       res.once('close', () => unanswered.delete(res));
     }

@@ -78,15 +78,39 @@ const rawAnswer = (status: number, code: string, detail: string) => {
   return `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\n${head.join('\r\n')}\r\n\r\n${body}`;
 };
 
-/** Answers not finished yet, per connection: pipelined requests queue theirs, in order. */
-const unfinished = new WeakMap<Socket, number>();
-/** The last request read on each connection. */
-const lastRequest = new WeakMap<Socket, http.IncomingMessage>();
-/** Whether requests read on `socket` still wait for (the end of) their answers. */
-export const hasUnfinishedAnswers = (socket: Socket): boolean => unfinished.has(socket);
+/** Requests read on each connection whose answers are not finished (pipelined ones queue theirs, in order). */
+const open = new WeakMap<Socket, Map<http.ServerResponse, http.IncomingMessage>>();
+/** A connection's refusal, written once the answers it waits for are finished. */
+const held = new WeakMap<Socket, { answer: string; waiting: Set<http.ServerResponse> }>();
+/** Connections whose refusal is decided: nothing more is read from them. */
+const refused = new WeakSet<Socket>();
 
-/** A refusal of the connection's next request, written once the answers before it are. */
-const heldRefusal = new WeakMap<Socket, string>();
+/** Whether requests read on `socket` still wait for (the end of) their answers. */
+export const hasUnfinishedAnswers = (socket: Socket): boolean => (open.get(socket)?.size ?? 0) > 0;
+
+/** Writes a refusal (null: none can be written) and closes, also against a client that keeps its side open. */
+function writeRefusal(socket: Socket, answer: string | null): void {
+  if (answer === null || !socket.writable) return void socket.destroy();
+  socket.end(answer);
+  socket.destroySoon();
+}
+
+/**
+ * Refuses the rest of a connection. Nothing more is read from it (a request that arrives after
+ * its refusal is not served). The requests read whole before it get their answers first (RFC
+ * 9112 §9.3.2: written at once, the refusal took the place of an applied write's 201); a
+ * request still being read is what failed: the refusal is its answer, or, with its own answer
+ * already under way, the connection just ends, as Node's own handler does.
+ */
+function refuseConnection(socket: Socket, answer: string): void {
+  refused.add(socket);
+  socket.pause();
+  const answers = [...(open.get(socket) ?? [])];
+  if (answers.some(([res, req]) => !req.complete && res.headersSent)) return writeRefusal(socket, null);
+  const waiting = new Set(answers.filter(([, req]) => req.complete).map(([res]) => res));
+  if (waiting.size) held.set(socket, { answer, waiting });
+  else writeRefusal(socket, answer);
+}
 
 /** Requests whose client waits for `100 Continue` before it sends the body, with their answers. */
 const awaitingContinue = new WeakMap<http.IncomingMessage, http.ServerResponse>();
@@ -125,21 +149,19 @@ export function serveHttpProtocol(server: http.Server): void {
   });
   server.on('connect', (_req: http.IncomingMessage, socket: Socket) => {
     socket.on('error', () => socket.destroy());
-    socket.end(rawAnswer(405, 'method_not_allowed', 'Method "CONNECT" not allowed: this server is no proxy.'));
+    refuseConnection(socket, rawAnswer(405, 'method_not_allowed', 'Method "CONNECT" not allowed: this server is no proxy.'));
   });
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const socket = req.socket;
-    lastRequest.set(socket, req);
-    unfinished.set(socket, (unfinished.get(socket) ?? 0) + 1);
+    const answers = open.get(socket) ?? open.set(socket, new Map()).get(socket)!;
+    answers.set(res, req);
     res.once('close', () => {
-      const left = (unfinished.get(socket) ?? 1) - 1;
-      if (left > 0) return void unfinished.set(socket, left);
-      unfinished.delete(socket);
-      const refusal = heldRefusal.get(socket);
-      if (refusal === undefined) return;
-      heldRefusal.delete(socket);
-      if (socket.writable) socket.end(refusal);
-      else socket.destroy();
+      answers.delete(res);
+      if (!answers.size) open.delete(socket);
+      const refusal = held.get(socket);
+      if (!refusal?.waiting.delete(res) || refusal.waiting.size) return;
+      held.delete(socket);
+      writeRefusal(socket, refusal.answer);
     });
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
@@ -147,18 +169,10 @@ export function serveHttpProtocol(server: http.Server): void {
       socket.destroy();
       return;
     }
-    if (heldRefusal.has(socket)) return; // this connection's refusal is already decided
-    let refusal: string;
-    if (err.code === 'HPE_HEADER_OVERFLOW') refusal = rawAnswer(431, 'header_too_large', 'The request line or headers exceed 16 KiB.');
-    else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') refusal = rawAnswer(408, 'request_timeout', 'The request was not received in time.');
-    else refusal = rawAnswer(400, 'parse_error', 'Malformed HTTP request (method, request line or headers).');
-    // Requests read whole before it (pipelined ones, a stream's) get their answers first: an
-    // error written now would land in their place or inside a body. A request still being
-    // read is what failed (its body cut short, too slow): it gets the refusal, or, with its
-    // answer already under way, the connection just ends, as Node's own handler does.
-    if (unfinished.has(socket) && lastRequest.get(socket)?.complete) heldRefusal.set(socket, refusal);
-    else if ((socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) socket.destroy();
-    else socket.end(refusal);
+    if (refused.has(socket)) return; // this connection's refusal is already decided
+    if (err.code === 'HPE_HEADER_OVERFLOW') refuseConnection(socket, rawAnswer(431, 'header_too_large', 'The request line or headers exceed 16 KiB.'));
+    else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') refuseConnection(socket, rawAnswer(408, 'request_timeout', 'The request was not received in time.'));
+    else refuseConnection(socket, rawAnswer(400, 'parse_error', 'Malformed HTTP request (method, request line or headers).'));
   });
   server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
     refuse(res, 417, 'expectation_failed', `Unsupported Expect: ${req.headers.expect ?? ''} (only 100-continue is).`);

@@ -7,6 +7,7 @@
  */
 import net from 'node:net';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { eventually } from '../support/eventually.js';
 
 let s: TestServer;
 let token: string;
@@ -88,6 +89,8 @@ const vaultWrite = (key: string) => {
   return request('POST', '/api/vault/', { authorization: `Bearer ${token}`, 'x-service-identity': identity, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }, body);
 };
 
+const connectionCount = () => new Promise<number>((resolve, reject) => s.runtime.server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+
 const secretExists = async (key: string) =>
   ((await s.api('GET', '/api/vault/', { token, identity })).body as { key: string }[]).some((secret) => secret.key === key);
 
@@ -112,6 +115,36 @@ describe('pipelined requests are answered in order (RFC 9112 §9.3.2)', () => {
     }
   });
 
+  it('a request whose own body is broken after an applied write: the write gets its 201 first', async () => {
+    const c = await connection();
+    c.send(vaultWrite('before-broken-body') + request('POST', '/api/vault/', { authorization: `Bearer ${token}`, 'x-service-identity': identity, 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, 'ZZ\r\n'));
+    const answers = await c.answers(2);
+    expect(answers.map((a) => [a.status, a.body?.code ?? a.body?.key])).toEqual([
+      [201, 'before-broken-body'],
+      [400, 'parse_error'],
+    ]);
+    expect(await secretExists('before-broken-body')).toBe(true);
+  });
+
+  it('CONNECT after an applied write: the 201 first, then the 405; the server closes the connection even if the client keeps its side open', async () => {
+    const before = await connectionCount();
+    const { port, hostname } = new URL(s.url);
+    const socket = net.connect({ port: Number(port), host: hostname, allowHalfOpen: true });
+    await new Promise((resolve) => socket.once('connect', resolve));
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk) => (text += chunk));
+    socket.on('error', () => {});
+    const ended = new Promise((resolve) => socket.once('end', resolve));
+    socket.write(vaultWrite('before-connect') + 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+    await ended; // the server's side is done: its answers, then its FIN
+    expect(answersIn(text).map((a) => a.status)).toEqual([201, 405]);
+    expect(await secretExists('before-connect')).toBe(true);
+    // The client never ends its side; the server let go of the connection anyway.
+    expect(await eventually(async () => (await connectionCount()) <= before)).toBe(true);
+    socket.destroy();
+  });
+
   it('several reads before a malformed request: every answer, in order, then the refusal', async () => {
     const c = await connection();
     const read = request('GET', '/api/health/', {});
@@ -120,6 +153,36 @@ describe('pipelined requests are answered in order (RFC 9112 §9.3.2)', () => {
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 400]);
     expect(answers[2].body.pk).toEqual(expect.any(Number));
   });
+});
+
+it('a request that got its 408 is not served when the rest of it arrives later', async () => {
+  const c = await connection();
+  const whole = vaultWrite('too-late');
+  c.send(whole.slice(0, 40)); // part of the request line and headers, then nothing for longer than the header timeout (20 s)
+  const [timedOut] = await c.answers(1, 30_000);
+  expect([timedOut.status, timedOut.body.code]).toEqual([408, 'request_timeout']);
+  c.send(whole.slice(40));
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  expect(await secretExists('too-late')).toBe(false);
+}, 40_000);
+
+it('a request refused below the router while the service shuts down does not stop the shutdown', async () => {
+  const own = await startTestServer();
+  const { port, hostname } = new URL(own.url);
+  const socket = net.connect(Number(port), hostname);
+  await new Promise((resolve) => socket.once('connect', resolve));
+  let text = '';
+  socket.setEncoding('latin1');
+  socket.on('data', (chunk) => (text += chunk));
+  socket.on('error', () => {});
+  const body = JSON.stringify({ username: 'x', password: 'y' });
+  socket.write(request('POST', '/api/auth/login/', { 'content-type': 'application/json', 'content-length': body.length }, body.slice(0, 5)));
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const closing = own.close(); // draining: every answer from now on says Connection: close
+  socket.write(body.slice(5) + 'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n');
+  await closing; // threw ERR_HTTP_HEADERS_SENT in a listener (the process died) before
+  expect(answersIn(text)[0]?.status).toBe(400); // the login's own answer (no such user)
+  socket.destroy();
 });
 
 describe('Expect: 100-continue (RFC 9110 §10.1.1)', () => {

@@ -391,7 +391,10 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     const items = await compose({ to: 'a@example.com', attachment_uuids: Array(500_000).fill(1) });
     expect([items.status, items.body]).toEqual([400, { attachment_uuids: ['Ensure this field has no more than 50 elements.'] }]);
     const recipients = await compose({ to: Array.from({ length: 101 }, (_, i) => `r${i}@example.com`) });
-    expect([recipients.status, recipients.body]).toEqual([400, { to: ['At most 100 recipients per message.'] }]);
+    expect([recipients.status, recipients.body]).toEqual([400, { non_field_errors: ['At most 100 recipients per message.'] }]);
+    // Duplicates are one recipient: 120 copies of one address are a message to one.
+    const copies = await compose({ to: Array(120).fill('dup@example.com').join(', '), subject: 'copies' });
+    expect([copies.status, copies.body.to]).toEqual([201, ['dup@example.com']]);
     // Each bad entry once, not the whole field per entry (that answered 133 MB).
     const bad = 'a b@x.co,'.repeat(2000);
     const amplified = await compose({ to: bad, cc: bad, bcc: bad });
