@@ -41,11 +41,16 @@ function answersIn(text: string): Answer[] {
   return answers;
 }
 
-/** Opens a connection; `send` writes, `answers` waits until `count` answers (or the close) came. */
-async function connection() {
-  const { port, hostname } = new URL(s.url);
-  const socket = net.connect(Number(port), hostname);
+/**
+ * Opens a connection to `base` (the suite's server unless said); `send` writes, `answers` waits
+ * until `count` answers (or the close) came, `ended` until the server ended its side.
+ * `allowHalfOpen`: this side stays open after the server's end, as a client may.
+ */
+async function connection(options: { base?: string; allowHalfOpen?: boolean } = {}) {
+  const { port, hostname } = new URL(options.base ?? s.url);
+  const socket = net.connect({ port: Number(port), host: hostname, allowHalfOpen: options.allowHalfOpen ?? false });
   await new Promise((resolve) => socket.once('connect', resolve));
+  const ended = new Promise((resolve) => socket.once('end', resolve));
   let text = '';
   let closed = false;
   const waiters = new Set<() => void>();
@@ -77,6 +82,8 @@ async function connection() {
         check();
       }),
     closed: () => closed,
+    ended: () => ended,
+    text: () => text,
     end: () => socket.destroy(),
   };
 }
@@ -128,21 +135,14 @@ describe('pipelined requests are answered in order (RFC 9112 §9.3.2)', () => {
 
   it('CONNECT after an applied write: the 201 first, then the 405; the server closes the connection even if the client keeps its side open', async () => {
     const before = await connectionCount();
-    const { port, hostname } = new URL(s.url);
-    const socket = net.connect({ port: Number(port), host: hostname, allowHalfOpen: true });
-    await new Promise((resolve) => socket.once('connect', resolve));
-    let text = '';
-    socket.setEncoding('latin1');
-    socket.on('data', (chunk) => (text += chunk));
-    socket.on('error', () => {});
-    const ended = new Promise((resolve) => socket.once('end', resolve));
-    socket.write(vaultWrite('before-connect') + 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
-    await ended; // the server's side is done: its answers, then its FIN
-    expect(answersIn(text).map((a) => a.status)).toEqual([201, 405]);
+    const c = await connection({ allowHalfOpen: true });
+    c.send(vaultWrite('before-connect') + 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+    await c.ended(); // the server's side is done: its answers, then its FIN
+    expect(answersIn(c.text()).map((a) => a.status)).toEqual([201, 405]);
     expect(await secretExists('before-connect')).toBe(true);
     // The client never ends its side; the server let go of the connection anyway.
     expect(await eventually(async () => (await connectionCount()) <= before)).toBe(true);
-    socket.destroy();
+    c.end();
   });
 
   it('several reads before a malformed request: every answer, in order, then the refusal', async () => {
@@ -168,21 +168,15 @@ it('a request that got its 408 is not served when the rest of it arrives later',
 
 it('a request refused below the router while the service shuts down does not stop the shutdown', async () => {
   const own = await startTestServer();
-  const { port, hostname } = new URL(own.url);
-  const socket = net.connect(Number(port), hostname);
-  await new Promise((resolve) => socket.once('connect', resolve));
-  let text = '';
-  socket.setEncoding('latin1');
-  socket.on('data', (chunk) => (text += chunk));
-  socket.on('error', () => {});
+  const c = await connection({ base: own.url });
   const body = JSON.stringify({ username: 'x', password: 'y' });
-  socket.write(request('POST', '/api/auth/login/', { 'content-type': 'application/json', 'content-length': body.length }, body.slice(0, 5)));
+  c.send(request('POST', '/api/auth/login/', { 'content-type': 'application/json', 'content-length': body.length }, body.slice(0, 5)));
   await new Promise((resolve) => setTimeout(resolve, 100));
   const closing = own.close(); // draining: every answer from now on says Connection: close
-  socket.write(body.slice(5) + 'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n');
+  c.send(body.slice(5) + 'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n');
   await closing; // threw ERR_HTTP_HEADERS_SENT in a listener (the process died) before
-  expect(answersIn(text)[0]?.status).toBe(400); // the login's own answer (no such user)
-  socket.destroy();
+  expect(answersIn(c.text())[0]?.status).toBe(400); // the login's own answer (no such user)
+  c.end();
 });
 
 describe('Expect: 100-continue (RFC 9110 §10.1.1)', () => {
