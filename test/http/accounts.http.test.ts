@@ -409,12 +409,14 @@ describe('tokens', () => {
   });
 
   it('an expired access token answers 401 token_expired', async () => {
-    const short = await startTestServer({ ACCESS_TOKEN_TTL: '1' });
+    // 3 s: times are whole seconds, so a token is valid for at least 2 s after it is issued
+    // (with 1 s, one issued late in a second expired within milliseconds on a busy machine).
+    const short = await startTestServer({ ACCESS_TOKEN_TTL: '3' });
     try {
       const u = await short.signUp();
       // Used once while valid: the gateway keeps verified tokens, and must still see expiry.
       expect((await short.api('GET', '/api/auth/user/', { token: u.access })).status).toBe(200);
-      await new Promise((r) => setTimeout(r, 2100));
+      await new Promise((r) => setTimeout(r, 4100));
       const res = await short.api('GET', '/api/auth/user/', { token: u.access });
       expect(res.status).toBe(401);
       expect(res.body.code).toBe('token_expired');
