@@ -28,7 +28,7 @@ import type { Projection } from '../projections/projection.js';
 import { createApp, type HttpModule, type RouteTable } from '../services/gateway/app.js';
 import { createAuthenticator, type CredentialResolvers, type Authenticator } from '../services/gateway/auth.js';
 import { systemRoutes } from '../services/gateway/system.js';
-import { hasUnfinishedAnswers, serveHttpProtocol, refuseMalformedRequest } from '../services/gateway/protocol.js';
+import { hasUnfinishedAnswers, serveHttpProtocol, refuseMalformedRequest, unfinishedAnswers } from '../services/gateway/protocol.js';
 import { settledFor, type Platform } from '../services/kernel/platform.js';
 import { createMetrics, type Metrics } from '../services/kernel/metrics.js';
 import { createTokenService, type TokenService } from '../services/accounts/tokens.js';
@@ -363,7 +363,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
 
   const findIdentity = (id: string) => resolvers.findIdentity(id);
   const modules: HttpModule[] = [
-    systemRoutes({ metrics, metricsToken: config.metricsToken, limiter, isAccountCredential: (ctx) => shared.auth.principal(ctx).then(() => true, () => false) }),
+    systemRoutes({ metrics, metricsToken: config.metricsToken, limiter, principal: (ctx) => shared.auth.principal(ctx) }),
     accountRoutes({ accounts, tokens, auth: shared.auth, findIdentity, jwks: keys.jwks, publicUrl: config.publicUrl }),
     ...parts.flatMap((p) => (p.module ? [p.module] : [])),
   ];
@@ -375,34 +375,29 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   // 20 s header timeout run to 50 s).
   const server = http.createServer({ requireHostHeader: false, connectionsCheckingInterval: 2_000 }, (req, res) => (refuseMalformedRequest(req, res) ? undefined : handle(req, res)));
   serveHttpProtocol(server);
-  // Answers not sent yet; once draining, each says `Connection: close`, so a client sends its
-  // next request on a new connection (refused: it retries elsewhere or later) instead of on
-  // this one, where it could be cut unanswered.
-  const unanswered = new Set<http.ServerResponse>();
+  // Once draining, every answer not sent yet says `Connection: close` (those under way, from
+  // protocol.ts's count, and each new one), so a client sends its next request on a new
+  // connection (refused: it retries elsewhere or later) instead of on this one, where it could
+  // be cut unanswered.
   let draining = false;
-  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
-    // A request refused below Koa (refuseMalformedRequest) was answered before this listener ran.
-    if (draining) {
-      if (!res.headersSent) res.setHeader('Connection', 'close');
-    } else {
-      unanswered.add(res);
-      res.once('close', () => unanswered.delete(res));
-    }
-  });
-  const drain = () => {
-    draining = true;
-    for (const res of unanswered) if (!res.headersSent) res.setHeader('Connection', 'close');
-    unanswered.clear();
+  const closeAfter = (res: http.ServerResponse) => {
+    if (!res.headersSent) res.setHeader('Connection', 'close');
   };
+  // A request refused below Koa (refuseMalformedRequest) was answered before this listener runs.
+  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => draining && closeAfter(res));
   const connections = new Set<Socket>();
   server.on('connection', (socket: Socket) => {
     connections.add(socket);
     socket.once('close', () => connections.delete(socket));
   });
+  const drain = () => {
+    draining = true;
+    for (const socket of connections) for (const res of unfinishedAnswers(socket)) closeAfter(res);
+  };
   // Idle: no request in progress (so a shutdown closes every other connection at once: Node's
-  // closeIdleConnections leaves one that has not sent a request yet), and the last answer handed to the kernel (a large answer
-  // to a slow reader may still sit in the socket's buffer after its request is over; the
-  // kernel delivers what it holds after the close).
+  // closeIdleConnections leaves one that has not sent a request yet), and the last answer
+  // handed to the kernel (a large answer to a slow reader may still sit in the socket's buffer
+  // after its request is over; the kernel delivers what it holds after the close).
   const closeIdle = () => {
     for (const socket of connections) if (!hasUnfinishedAnswers(socket) && socket.writableLength === 0) socket.destroy();
   };

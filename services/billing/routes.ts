@@ -25,7 +25,7 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
     name: 'admin',
     secret: deps.adminToken,
     limiter: deps.limiter,
-    isAccountCredential: (ctx) => deps.auth().principal(ctx).then(() => true, () => false),
+    principal: (ctx) => deps.auth().principal(ctx),
   });
 
   async function targetUser(ctx: Context): Promise<number> {

@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import { ApiError, notFound } from './errors.js';
 import { IndexedRouter } from './router.js';
 import { drainRefusedBody } from './body.js';
+import { API_HEADERS, SECURITY_HEADERS } from './protocol.js';
 import { isStorageFault } from '../kernel/faults.js';
 import { WrongExpectedRevisionError, EventStoreUnavailableError } from '../../infra/ports/event-store.js';
 import type { Metrics } from '../kernel/metrics.js';
@@ -34,14 +35,6 @@ export interface AppDeps {
   metrics?: Pick<Metrics, 'httpRequest'>;
 }
 
-const SECURITY_HEADERS = {
-  'X-Content-Type-Options': 'nosniff',
-  'Referrer-Policy': 'no-referrer',
-  'X-Frame-Options': 'DENY',
-  'Cross-Origin-Opener-Policy': 'same-origin',
-};
-/** JSON API answers are never cached and never rendered as documents. */
-const API_HEADERS = { ...SECURITY_HEADERS, 'Cache-Control': 'no-store', 'Content-Security-Policy': "default-src 'none'; frame-ancestors 'none'" };
 /** Pages (dashboard, /device) set their own Content-Security-Policy. */
 const PAGE_HEADERS = SECURITY_HEADERS;
 

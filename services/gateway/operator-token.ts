@@ -22,10 +22,14 @@ export function operatorTokenGuard(deps: {
   name: string;
   secret: string | null;
   limiter: RateLimiter;
-  /** Whether the request carries a valid account credential (a user's JWT or key). */
-  isAccountCredential?: (ctx: Context) => Promise<boolean>;
+  /** The request's account credential (a user's JWT, key, basic or cookie): resolves when it is a valid one. */
+  principal?: (ctx: Context) => Promise<unknown>;
 }): (ctx: Context) => Promise<void> {
   const { name, secret } = deps;
+  /** A user's own valid credential lacks the scope (403); it is no wrong guess of the token. */
+  const refuseAccountCredential = async (ctx: Context) => {
+    if (deps.principal && (await deps.principal(ctx).then(() => true, () => false))) throw forbidden(`This credential is not the ${name} token.`);
+  };
   const wrongTokens = failureBudgets(deps.limiter);
   const refuse = (retryAfter: number) => throttled(retryAfter, `Too many wrong ${name} tokens. Try again in ${retryAfter} seconds.`);
   return async (ctx) => {
@@ -35,13 +39,13 @@ export function operatorTokenGuard(deps: {
     // A user's own credential in another form (HTTP basic, the dashboard's cookie) lacks the
     // scope as a JWT or a key does: 403 for all of them.
     if (scheme !== 'bearer' || !token) {
-      if (await deps.isAccountCredential?.(ctx)) throw forbidden(`This credential is not the ${name} token.`);
+      await refuseAccountCredential(ctx);
       throw notAuthenticated();
     }
     const budgets = [{ key: `${name}:ip:${throttleAddress(ctx.ip)}`, limit: WRONG_TOKENS_PER_IP, windowS: WINDOW_S }];
     await wrongTokens.attempt(budgets, refuse, async (fail) => {
       if (sameSecret(token, secret)) return;
-      if (await deps.isAccountCredential?.(ctx)) throw forbidden(`This credential is not the ${name} token.`);
+      await refuseAccountCredential(ctx);
       await fail();
       throw tokenNotValid(`Invalid ${name} token.`);
     });

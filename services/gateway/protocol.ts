@@ -12,16 +12,18 @@ import { randomUUID } from 'node:crypto';
 /** Headers a request may carry once: Node keeps the first of several, another hop may take the last. */
 const SINGLE_HEADERS = new Set(['host', 'authorization', 'content-type']);
 
-/** Headers of an answer written below Koa: what app.ts gives Koa's answers that matters here. */
+export const SECURITY_HEADERS = {
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  'X-Frame-Options': 'DENY',
+  'Cross-Origin-Opener-Policy': 'same-origin',
+};
+/** JSON API answers are never cached and never rendered as documents (app.ts sets them on Koa's; refusals here carry them too). */
+export const API_HEADERS = { ...SECURITY_HEADERS, 'Cache-Control': 'no-store', 'Content-Security-Policy': "default-src 'none'; frame-ancestors 'none'" };
+
+/** Headers of an answer written below Koa: an API answer's, closing the connection. */
 function refusalHeaders(length: number): Record<string, string | number> {
-  return {
-    'Content-Type': 'application/json; charset=utf-8',
-    'Content-Length': length,
-    'Cache-Control': 'no-store',
-    'X-Content-Type-Options': 'nosniff',
-    'X-Request-Id': randomUUID(),
-    Connection: 'close',
-  };
+  return { ...API_HEADERS, 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': length, 'X-Request-Id': randomUUID(), Connection: 'close' };
 }
 
 function refuse(res: http.ServerResponse, status: number, code: string, detail: string): void {
@@ -87,6 +89,8 @@ const refused = new WeakSet<Socket>();
 
 /** Whether requests read on `socket` still wait for (the end of) their answers. */
 export const hasUnfinishedAnswers = (socket: Socket): boolean => (open.get(socket)?.size ?? 0) > 0;
+/** The answers of the requests read on `socket` that are not finished yet. */
+export const unfinishedAnswers = (socket: Socket): Iterable<http.ServerResponse> => open.get(socket)?.keys() ?? [];
 
 /** Writes a refusal (null: none can be written) and closes, also against a client that keeps its side open. */
 function writeRefusal(socket: Socket, answer: string | null): void {

@@ -14,8 +14,8 @@ export interface SystemDeps {
   /** METRICS_TOKEN; null: /metrics does not exist (404), as the admin API without ADMIN_TOKEN. */
   metricsToken: string | null;
   limiter: RateLimiter;
-  /** Whether the request carries a valid account credential (403 on /metrics, not a wrong token). */
-  isAccountCredential?: (ctx: Context) => Promise<boolean>;
+  /** The request's account credential, resolving when valid (403 on /metrics, not a wrong token). */
+  principal?: (ctx: Context) => Promise<unknown>;
 }
 
 function compiledSchema(): { json: string; gzip: Buffer; etag: string } {
@@ -26,7 +26,7 @@ function compiledSchema(): { json: string; gzip: Buffer; etag: string } {
 
 export function systemRoutes(deps: SystemDeps): HttpModule {
   let schema: { json: string; gzip: Buffer; etag: string } | null = null;
-  const metricsToken = operatorTokenGuard({ name: 'metrics', secret: deps.metricsToken, limiter: deps.limiter, isAccountCredential: deps.isAccountCredential });
+  const metricsToken = operatorTokenGuard({ name: 'metrics', secret: deps.metricsToken, limiter: deps.limiter, principal: deps.principal });
   return {
     routes(r: Router) {
       r.get('/api/health/', (ctx) => {

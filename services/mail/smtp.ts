@@ -11,6 +11,7 @@ import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession, type SMT
 import { simpleParser, type AddressObject, type ParsedMail } from 'mailparser';
 import type { Logger } from 'pino';
 import type { Metrics } from '../kernel/metrics.js';
+import type { SplitterChunk } from '@zone-eu/mailsplit';
 import { deliveryReportOf, isDeliveryReport, walkMime } from './bounces.js';
 import type { BlobStore } from '../../infra/ports/blob-store.js';
 import type { Config } from '../../infra/config.js';
@@ -101,13 +102,8 @@ export function textOf(parsed: Pick<ParsedMail, 'text' | 'html'>, textIsWhole: b
   return `${htmlToText(html)}\n${parsed.text.replace(/^\n+/, '')}`;
 }
 
-/** A MIME node as mailsplit gives it: the fields read here. */
-interface PartNode {
-  contentType: string | false;
-  disposition: string | false;
-  multipart: string | false;
-  parentNode: PartNode | false;
-}
+/** A part's header as mailsplit gives it. */
+type PartNode = Extract<SplitterChunk, { type: 'node' }>;
 
 /**
  * Whether every HTML body part of `raw` has a plain alternative (a text/plain body part under
@@ -121,7 +117,7 @@ async function everyHtmlHasPlainAlternative(raw: Buffer): Promise<boolean> {
   const nodes: PartNode[] = [];
   try {
     await walkMime(raw, { ignoreEmbedded: true }, (chunk) => {
-      if (chunk.type === 'node') nodes.push(chunk as unknown as PartNode);
+      if (chunk.type === 'node') nodes.push(chunk);
     });
   } catch {
     return false;
@@ -136,7 +132,7 @@ async function everyHtmlHasPlainAlternative(raw: Buffer): Promise<boolean> {
     .filter((n) => isBody(n, 'text/html'))
     .every((html) => {
       for (let p = html.parentNode; p; p = p.parentNode) {
-        if (p.multipart === 'alternative' && plains.some((plain) => within(plain, p as PartNode))) return true;
+        if (p.multipart === 'alternative' && plains.some((plain) => within(plain, p))) return true;
       }
       return false;
     });

@@ -5,12 +5,11 @@
  * default service's (its credentials are not sent to whatever service a run addresses).
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import http from 'node:http';
-import type net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
 import { runCli } from '../support/cli.js';
+import { fakeHttp, json } from '../support/fake-http.js';
 import { apiClient } from '../support/server.js';
 import { spawnService, type ServiceProcess } from '../support/spawn.js';
 
@@ -52,14 +51,13 @@ function home(config: Record<string, unknown>): string {
 }
 
 /** Another service, as far as the CLI can tell: it records the Authorization header of every request. */
-async function otherService(): Promise<{ url: string; heard: string[]; close: () => void }> {
+async function otherService(): Promise<{ url: string; heard: string[]; close: () => Promise<void> }> {
   const heard: string[] = [];
-  const server = http.createServer((req, res) => {
+  const service = await fakeHttp((req, _body, res) => {
     heard.push(req.headers.authorization ?? '');
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ kind: 'management_key', user: { pk: 1, username: 'elsewhere', email: 'e@example.com' } }));
+    json(res, 200, { kind: 'management_key', user: { pk: 1, username: 'elsewhere', email: 'e@example.com' } });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, heard, close: () => server.close() };
+  return { ...service, heard };
 }
 
 test("the default identity is the stored login's: a run with another account's AIS_API_KEY or AIS_TOKEN does not use it, and says to pass --identity", async () => {
@@ -122,7 +120,7 @@ test('a login stored without base_url is the default service\'s: its credentials
     const given = await runCli(['whoami', '--json'], { url: other.url, home: dirs[0], env: { AIS_API_KEY: 'svc_mgmt_given' } });
     expect([given.code, other.heard]).toEqual([0, ['Bearer svc_mgmt_given']]);
   } finally {
-    other.close();
+    await other.close();
     for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
   }
 });
@@ -133,24 +131,18 @@ test("a running process keeps to its own login: one stored meanwhile for another
   // Service A: the watch's first stream ends, and every next one needs a refresh, which A refuses.
   const heard: string[] = [];
   let streams = 0;
-  const serviceA = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', () => {
-      heard.push(`${req.headers.authorization ?? ''} ${body}`);
-      const json = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
-      if (req.url!.startsWith('/api/identities/')) return json(200, { uuid: identity, name: 'bot', inbox: 'bot@x', phone: null });
-      if (req.url!.startsWith('/api/events/stream/')) {
-        if (streams++ > 0) return json(401, { code: 'token_expired', detail: 'Token is expired' });
-        res.writeHead(200, { 'content-type': 'text/event-stream' }).write('retry: 100\n\n');
-        return void setTimeout(() => res.end(), 1500);
-      }
-      if (req.url!.startsWith('/api/auth/token/refresh/')) return json(401, { code: 'token_not_valid', detail: 'Token is invalid' });
-      json(404, { detail: 'Not found.' });
-    });
+  const serviceA = await fakeHttp((req, body, res) => {
+    heard.push(`${req.headers.authorization ?? ''} ${body}`);
+    if (req.url!.startsWith('/api/identities/')) return json(res, 200, { uuid: identity, name: 'bot', inbox: 'bot@x', phone: null });
+    if (req.url!.startsWith('/api/events/stream/')) {
+      if (streams++ > 0) return json(res, 401, { code: 'token_expired', detail: 'Token is expired' });
+      res.writeHead(200, { 'content-type': 'text/event-stream' }).write('retry: 100\n\n');
+      return void setTimeout(() => res.end(), 1500);
+    }
+    if (req.url!.startsWith('/api/auth/token/refresh/')) return json(res, 401, { code: 'token_not_valid', detail: 'Token is invalid' });
+    json(res, 404, { detail: 'Not found.' });
   });
-  await new Promise<void>((resolve) => serviceA.listen(0, '127.0.0.1', resolve));
-  const urlA = `http://127.0.0.1:${(serviceA.address() as net.AddressInfo).port}`;
+  const urlA = serviceA.url;
   const a = { base_url: urlA, access: jwt('A_ACCESS', Date.now() / 1000 + 3600), refresh: 'A_REFRESH', user: { pk: 1, username: 'alice', email: 'a@x' }, identity };
   const replacements = [
     { base_url: 'https://service-b.example', access: jwt('B_ACCESS', Date.now() / 1000 + 3600), refresh: 'B_REFRESH', user: { pk: 7, username: 'bob', email: 'b@x' } },
@@ -179,6 +171,6 @@ test("a running process keeps to its own login: one stored meanwhile for another
       }
     }
   } finally {
-    serviceA.close();
+    await serviceA.close();
   }
 });

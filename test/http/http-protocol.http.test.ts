@@ -179,6 +179,18 @@ it('a request refused below the router while the service shuts down does not sto
   c.end();
 });
 
+/** Sends `head` (it says `Expect: 100-continue`), waits for the 100, then sends `body`: the final answer. */
+async function afterContinue(head: string, body: string): Promise<Answer> {
+  const c = await connection();
+  c.send(head);
+  const [interim] = await c.answers(1, 3_000);
+  expect(interim.status).toBe(100);
+  c.send(body);
+  const answers = await c.answers(2);
+  c.end();
+  return answers[1];
+}
+
 describe('Expect: 100-continue (RFC 9110 §10.1.1)', () => {
   it('a body the request will not need is never asked for: its final status comes at once', async () => {
     // Declared over the 1 MiB limit.
@@ -197,14 +209,8 @@ describe('Expect: 100-continue (RFC 9110 §10.1.1)', () => {
 
   it('a body the request reads is asked for with 100 Continue, and the request is served', async () => {
     const body = JSON.stringify({ key: 'continued', value: 'e2e::QUJD' });
-    const c = await connection();
-    c.send(request('POST', '/api/vault/', { authorization: `Bearer ${token}`, 'x-service-identity': identity, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), expect: '100-continue' }));
-    const [interim] = await c.answers(1, 3_000);
-    expect(interim.status).toBe(100);
-    c.send(body);
-    const answers = await c.answers(2);
-    expect([answers[1].status, answers[1].body.key]).toEqual([201, 'continued']);
-    c.end();
+    const served = await afterContinue(request('POST', '/api/vault/', { authorization: `Bearer ${token}`, 'x-service-identity': identity, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), expect: '100-continue' }), body);
+    expect([served.status, served.body.key]).toEqual([201, 'continued']);
   });
 
   it('an attachment upload asks for its bytes too; with a bad signature it is refused without them', async () => {
@@ -217,14 +223,8 @@ describe('Expect: 100-continue (RFC 9110 §10.1.1)', () => {
     const [refused] = await forged.answers(1, 3_000);
     expect(refused.status).toBe(403);
     forged.end();
-    const c = await connection();
-    c.send(upload(url.pathname + url.search));
-    const [interim] = await c.answers(1, 3_000);
-    expect(interim.status).toBe(100);
-    c.send(bytes);
-    const answers = await c.answers(2);
-    expect([answers[1].status, answers[1].body.status]).toEqual([200, 'uploaded']);
-    c.end();
+    const uploaded = await afterContinue(upload(url.pathname + url.search), bytes);
+    expect([uploaded.status, uploaded.body.status]).toEqual([200, 'uploaded']);
   });
 });
 

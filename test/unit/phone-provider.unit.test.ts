@@ -4,7 +4,7 @@
  * IncomingPhoneNumbers purchase with SmsUrl/SmsMethod, JSON answers.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { fakeHttp, json } from '../support/fake-http.js';
 import { createMemoryEventStore } from '../support/memory-event-store.js';
 import { createLocalPhoneProvider, localNumber, LOCAL_RANGE_SIZE } from '../../infra/phone/local.js';
 import { createTwilioPhoneProvider } from '../../infra/phone/twilio.js';
@@ -45,39 +45,30 @@ interface Seen {
 async function fakeTwilio(handler?: (req: Seen, res: http.ServerResponse) => boolean) {
   const seen: Seen[] = [];
   let sidCounter = 0;
-  const server = http.createServer((req, res) => {
-    let raw = '';
-    req.on('data', (c) => (raw += c));
-    req.on('end', () => {
-      const url = new URL(req.url!, 'http://x');
-      const s: Seen = { method: req.method!, path: url.pathname, auth: req.headers.authorization, contentType: req.headers['content-type'], form: new URLSearchParams(raw), query: url.searchParams };
-      seen.push(s);
-      const json = (status: number, body: unknown) => {
-        res.writeHead(status, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(body));
-      };
-      if (s.auth !== `Basic ${Buffer.from('AC123:secret-token').toString('base64')}`) {
-        return json(401, { code: 20003, message: 'Authenticate', more_info: 'https://www.twilio.com/docs/errors/20003', status: 401 });
-      }
-      if (handler?.(s, res)) return;
-      if (s.method === 'GET' && s.path === '/2010-04-01/Accounts/AC123/AvailablePhoneNumbers/US/Local.json') {
-        return json(200, { available_phone_numbers: [{ phone_number: '+14155550123', capabilities: { SMS: true } }] });
-      }
-      if (s.method === 'POST' && s.path === '/2010-04-01/Accounts/AC123/IncomingPhoneNumbers.json') {
-        if (!s.contentType?.startsWith('application/x-www-form-urlencoded')) return json(400, { code: 21601, message: 'form expected', status: 400 });
-        if (!s.form.get('PhoneNumber') || !s.form.get('SmsUrl')) return json(400, { code: 21452, message: 'PhoneNumber required', status: 400 });
-        return json(201, { sid: `PN${String(++sidCounter).padStart(32, '0')}`, phone_number: s.form.get('PhoneNumber'), sms_url: s.form.get('SmsUrl'), sms_method: s.form.get('SmsMethod') });
-      }
-      if (s.method === 'DELETE' && /^\/2010-04-01\/Accounts\/AC123\/IncomingPhoneNumbers\/PN\w+\.json$/.test(s.path)) {
-        res.writeHead(204);
-        return res.end();
-      }
-      json(404, { code: 20404, message: 'not found', status: 404 });
-    });
+  const service = await fakeHttp((req, raw, res) => {
+    const url = new URL(req.url!, 'http://x');
+    const s: Seen = { method: req.method!, path: url.pathname, auth: req.headers.authorization, contentType: req.headers['content-type'], form: new URLSearchParams(raw), query: url.searchParams };
+    seen.push(s);
+    const answer = (status: number, body: unknown) => json(res, status, body);
+    if (s.auth !== `Basic ${Buffer.from('AC123:secret-token').toString('base64')}`) {
+      return answer(401, { code: 20003, message: 'Authenticate', more_info: 'https://www.twilio.com/docs/errors/20003', status: 401 });
+    }
+    if (handler?.(s, res)) return;
+    if (s.method === 'GET' && s.path === '/2010-04-01/Accounts/AC123/AvailablePhoneNumbers/US/Local.json') {
+      return answer(200, { available_phone_numbers: [{ phone_number: '+14155550123', capabilities: { SMS: true } }] });
+    }
+    if (s.method === 'POST' && s.path === '/2010-04-01/Accounts/AC123/IncomingPhoneNumbers.json') {
+      if (!s.contentType?.startsWith('application/x-www-form-urlencoded')) return answer(400, { code: 21601, message: 'form expected', status: 400 });
+      if (!s.form.get('PhoneNumber') || !s.form.get('SmsUrl')) return answer(400, { code: 21452, message: 'PhoneNumber required', status: 400 });
+      return answer(201, { sid: `PN${String(++sidCounter).padStart(32, '0')}`, phone_number: s.form.get('PhoneNumber'), sms_url: s.form.get('SmsUrl'), sms_method: s.form.get('SmsMethod') });
+    }
+    if (s.method === 'DELETE' && /^\/2010-04-01\/Accounts\/AC123\/IncomingPhoneNumbers\/PN\w+\.json$/.test(s.path)) {
+      res.writeHead(204);
+      return res.end();
+    }
+    answer(404, { code: 20404, message: 'not found', status: 404 });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return { url, seen, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return { ...service, seen };
 }
 
 describe('twilio provider', () => {
