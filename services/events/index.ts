@@ -134,8 +134,7 @@ export const eventsContext: ContextFactory = (shared) => {
     if (ctx.method === 'HEAD') {
       // The stream's headers, no stream: a HEAD that opened one would never end.
       ctx.status = 200;
-      ctx.set('Cache-Control', 'no-cache');
-      ctx.type = 'text/event-stream; charset=utf-8';
+      ctx.set(SseConnection.HEADERS);
       return;
     }
 

@@ -84,6 +84,8 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
           // OPTIONS is answered for every known path (with Allow), so Allow names it too, as DRF's does.
           const allow = ctx.response.get('Allow');
           if (allow && !allow.split(/,\s*/).includes('OPTIONS')) ctx.set('Allow', `${allow}, OPTIONS`);
+          // The router's OPTIONS answer is an empty string, which Koa types text/plain: no content, no type.
+          if (ctx.method === 'OPTIONS' && ctx.response.status === 200) ctx.remove('Content-Type');
         }
         if (ctx.status === 404) throw notFound();
         if (ctx.status === 405 || ctx.status === 501) throw new ApiError(405, 'method_not_allowed', `Method "${ctx.method}" not allowed.`);

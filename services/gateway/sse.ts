@@ -38,6 +38,13 @@ export class SseConnection {
   readonly #max: number;
   readonly #onClose?: () => void;
 
+  /** A stream's headers (also a HEAD's answer, which opens none). */
+  static readonly HEADERS = {
+    'Content-Type': 'text/event-stream; charset=utf-8',
+    'Cache-Control': 'no-cache',
+    'X-Accel-Buffering': 'no', // nginx: do not buffer the stream
+  } as const;
+
   private constructor(res: ServerResponse, options: SseOptions) {
     this.#res = res;
     this.#max = options.maxBufferedBytes;
@@ -58,12 +65,7 @@ export class SseConnection {
     socket.setTimeout(0);
     socket.setNoDelay(true);
     socket.setKeepAlive(true);
-    res.writeHead(200, {
-      'Content-Type': 'text/event-stream; charset=utf-8',
-      'Cache-Control': 'no-cache',
-      'X-Accel-Buffering': 'no', // nginx: do not buffer the stream
-      Connection: 'keep-alive',
-    });
+    res.writeHead(200, { ...SseConnection.HEADERS, Connection: 'keep-alive' });
     res.flushHeaders();
     const conn = new SseConnection(res, options);
     conn.#write(`retry: ${options.retryMs}\n${options.lastEventId === undefined ? '' : `id: ${options.lastEventId}\n`}\n`);

@@ -725,6 +725,7 @@ describe('wire conventions', () => {
     expect(options.status).toBe(200);
     expect(options.headers.get('allow')!.split(', ').sort()).toEqual(['GET', 'HEAD', 'OPTIONS', 'POST']);
     expect([...options.headers.keys()].filter((h) => h.startsWith('access-control-'))).toEqual([]);
+    expect([options.headers.get('content-length'), options.headers.get('content-type')]).toEqual(['0', null]); // no content, no type
     expect(na.headers.get('allow')).toContain('OPTIONS');
   });
 

@@ -310,6 +310,8 @@ describe('Last-Event-ID: replay from the log, then live, no gap, no duplicate', 
     for (let i = 0; i < 60 && !text.includes('{"status":"ok"}'); i++) await settle(50);
     socket.destroy();
     expect(text).toMatch(/^HTTP\/1\.1 200 [^]*text\/event-stream[^]*HTTP\/1\.1 200 [^]*\{"status":"ok"\}/);
+    const head = text.split('\r\n\r\n')[0].toLowerCase(); // the headers a GET's stream has
+    for (const header of ['cache-control: no-cache', 'x-accel-buffering: no']) expect(head).toContain(header);
   });
 
   it('a real EventSource client reconnects by itself and resumes without duplicates', async () => {
