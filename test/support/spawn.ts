@@ -44,8 +44,16 @@ export async function spawnService(env: Record<string, string>, script = 'servic
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const url = `http://127.0.0.1:${port}`;
+  let started = false;
+  const exited = new Promise<number | null>((resolve) =>
+    child.on('exit', (code) => {
+      // A service that failed on its own after it started (no signal a test sent): say why, or
+      // the suite only sees its later requests refused.
+      if (started && code !== 0 && code !== null) process.stderr.write(`service at ${url} exited with code ${code}:\n${out}\n`);
+      resolve(code);
+    }),
+  );
   const deadline = Date.now() + 30_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`service exited early:\n${out}`);
@@ -61,5 +69,6 @@ export async function spawnService(env: Record<string, string>, script = 'servic
     }
     await new Promise((r) => setTimeout(r, 100));
   }
+  started = true;
   return { child, url, output: () => out, exited };
 }
