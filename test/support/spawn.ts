@@ -47,10 +47,11 @@ export async function spawnService(env: Record<string, string>, script = 'servic
   const url = `http://127.0.0.1:${port}`;
   let started = false;
   const exited = new Promise<number | null>((resolve) =>
-    child.on('exit', (code) => {
-      // A service that failed on its own after it started (no signal a test sent): say why, or
-      // the suite only sees its later requests refused.
-      if (started && code !== 0 && code !== null) process.stderr.write(`service at ${url} exited with code ${code}:\n${out}\n`);
+    child.on('exit', (code, signal) => {
+      // A service that failed on its own after it started (an error, or a signal no test sends,
+      // such as SIGABRT): say why, or the suite only sees its later requests refused.
+      const crashed = signal ? !['SIGTERM', 'SIGINT', 'SIGKILL'].includes(signal) : code !== 0;
+      if (started && crashed) process.stderr.write(`service at ${url} exited (${signal ?? `code ${code}`}):\n${out}\n`);
       resolve(code);
     }),
   );
