@@ -178,6 +178,9 @@ function tightenDataDir(dir: string, logger: Logger): void {
   if (tightened.length) logger.warn({ dataDir: dir, files: tightened }, 'DATA_DIR files were readable by other users: made private');
 }
 
+/** How long a shutdown waits for the read models to take its final writes (then the next start does). */
+const SHUTDOWN_CATCH_UP_MS = 5_000;
+
 /** This process's DATA_DIR locks (a runtime dropped without close, as a test's simulated crash, hands its lock over). */
 const dataDirLocks = new Map<string, Database>();
 
@@ -358,8 +361,12 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   runner = createProjectionRunner({ eventStore: events, readStore: reads, projections, logger, ...(role === 'worker' ? { feed } : {}) });
   await runner.start();
   readModelGauges(metrics, events, runner);
-  const head = await events.headPosition();
-  if (head) await runner.waitFor(head, 600_000);
+  /** Resolves once the read models hold every event appended so far. */
+  const caughtUp = async (timeoutMs: number) => {
+    const head = await events.headPosition();
+    if (head) await runner!.waitFor(head, timeoutMs);
+  };
+  await caughtUp(600_000);
 
   const findIdentity = (id: string) => resolvers.findIdentity(id);
   const modules: HttpModule[] = [
@@ -443,6 +450,9 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       clearInterval(idle);
       clearTimeout(force);
       for (const p of parts) await p.drained?.().catch((err) => logger.error({ err, context: p.name }, 'final writes failed'));
+      // The final writes reach the read models too (held key uses): a stopped service's read
+      // models are those of its whole log, not behind it until the next start catches up.
+      await caughtUp(SHUTDOWN_CATCH_UP_MS).catch((err) => logger.warn({ err }, 'read models not caught up with the log at shutdown: the next start does it'));
       await runner!.stop();
       await events.close();
       await reads.close();

@@ -14,6 +14,7 @@ import pino from 'pino';
 import { freePort, spawnService, ROOT } from '../support/spawn.js';
 import { loadConfig } from '../../infra/config.js';
 import { startRuntime } from '../../infra/runtime.js';
+import { openDatabase } from '../../infra/sqlite/driver.js';
 
 const post = (url: string, body: unknown) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -112,6 +113,34 @@ describe('durability', () => {
     }
     again.child.kill('SIGTERM');
     expect(await again.exited).toBe(0);
+  }, 60_000);
+
+  it('a stopped service\'s read models hold its final writes: key uses held in memory and appended at SIGTERM are in them', async () => {
+    const svc = await spawnService({ DATA_DIR: dataDir });
+    try {
+      const { auth } = await accountWithIdentity(svc.url, 'flushuser');
+      const keys: string[] = [];
+      for (let i = 0; i < 10; i++) keys.push(((await (await fetch(`${svc.url}/api/auth/keys/management/`, { method: 'POST', headers: auth, body: JSON.stringify({ label: `k${i}` }) })).json()) as { key: string }).key);
+      const useAll = () => Promise.all(keys.map((key) => fetch(`${svc.url}/api/health/whoami/`, { headers: { authorization: `Bearer ${key}` } })));
+      await useAll(); // recorded at once
+      await new Promise((r) => setTimeout(r, 50));
+      await useAll(); // within the minute: held, appended when the service stops
+    } finally {
+      svc.child.kill('SIGTERM');
+    }
+    expect(await svc.exited).toBe(0);
+    const log = openDatabase(path.join(dataDir, 'events.sqlite'), { readonly: true });
+    const latest = new Map<string, string>();
+    for (const row of log.prepare("SELECT data FROM events WHERE type = 'ApiKeyUsed' ORDER BY position").all() as { data: string }[]) {
+      const { keyId, at } = JSON.parse(row.data) as { keyId: string; at: string };
+      latest.set(keyId, at);
+    }
+    log.close();
+    const reads = openDatabase(path.join(dataDir, 'read-models.sqlite'), { readonly: true });
+    const projected = new Map((reads.prepare('SELECT id, doc FROM apikeys').all() as { id: string; doc: string }[]).map((r) => [r.id, JSON.parse(r.doc).lastUsedAt as string]));
+    reads.close();
+    expect(latest.size).toBe(10);
+    expect(new Map([...latest.keys()].map((id) => [id, projected.get(id)]))).toEqual(latest);
   }, 60_000);
 
   it('a key\'s latest use, recorded at most once a minute while running, survives SIGTERM and a restart', async () => {
