@@ -12,6 +12,7 @@ import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { streamCategory, streamId, type EventStore, type RecordedEvent, type Subscription } from '../../infra/ports/event-store.js';
 import type { EventFeed } from '../../infra/ports/event-feed.js';
+import type { ReadModelProgress } from '../kernel/platform.js';
 import { SESSION, SessionRevoked, USER, UserPasswordChanged, UserSessionsRevoked } from '../accounts/events.js';
 import { IdentityDeleted } from '../identities/events.js';
 import { ApiKeyRevoked } from '../keys/events.js';
@@ -58,6 +59,13 @@ export interface Listener {
  */
 const REMEMBERED = 50_000;
 
+/**
+ * How long a message event waits for the read models before it goes out anyway: a client
+ * that GETs what an event names as it arrives finds it, unless the read models are stuck (a
+ * stream is not held up longer for that).
+ */
+export const READABLE_WAIT_MS = 5_000;
+
 /** Pauses before the subscription is started again after a failure: 1 s, doubling to 30 s. */
 const RESTART_FIRST_MS = 1_000;
 const RESTART_MAX_MS = 30_000;
@@ -80,11 +88,15 @@ export class EventHub {
   #restart: NodeJS.Timeout | null = null;
   /** Failures since an event last came through: the restart pause doubles with each. */
   #failures = 0;
+  /** The last message delivery waiting for the read models: each waits for the one before (log order). */
+  #readable: Promise<void> = Promise.resolve();
 
+  /** `readModels`: message events reach the streams once the read models hold them (none given: at once). */
   constructor(
     private readonly store: EventStore,
     private readonly onFailure: (error: unknown) => void,
     private readonly feed?: EventFeed,
+    private readonly readModels?: ReadModelProgress,
   ) {}
 
   get size(): number {
@@ -229,9 +241,27 @@ export class EventHub {
       default: {
         const identityId = identityOfMessage(e);
         if (!identityId) return;
-        for (const l of [...(this.#byIdentity.get(identityId) ?? [])]) l.deliver(e);
+        // The listeners of now: one added from here on starts after this position.
+        const listeners = [...(this.#byIdentity.get(identityId) ?? [])];
+        if (listeners.length) this.#deliverWhenReadable(e, listeners);
       }
     }
+  }
+
+  /**
+   * Hands `e` to `listeners` once the read models hold it, in log order: the message and
+   * thread an event names answer a GET sent as it arrives (they answered 404 for some ms).
+   */
+  #deliverWhenReadable(e: RecordedEvent, listeners: Listener[]): void {
+    const deliver = () => {
+      for (const l of listeners) l.deliver(e);
+    };
+    const readModels = this.readModels;
+    if (!readModels) return deliver();
+    this.#readable = this.#readable
+      .then(() => readModels.waitFor(e.position, READABLE_WAIT_MS).catch(() => {})) // stuck or failed: it goes out anyway
+      .then(deliver)
+      .catch((error: unknown) => this.onFailure(error));
   }
 }
 

@@ -564,3 +564,51 @@ describe('streams per account', () => {
     }
   });
 });
+
+describe('what an event names is readable when the event arrives', () => {
+  /** Opens an EventSource on `identity`; each email/sms event at once GETs the message and the thread (conversation) it names. */
+  function readOnArrival(identity: string, query = '') {
+    const answers: Promise<string>[] = [];
+    const es = new EventSource(`${s.url}/api/events/stream/${query}`, {
+      fetch: (input, init) => fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), Authorization: `Bearer ${owner.access}`, 'X-Service-Identity': identity } }),
+    });
+    const onEvent = (e: MessageEvent) => {
+      const d = JSON.parse(e.data) as Record<string, string>;
+      const paths = e.type === 'email' ? [`/api/email-messages/${d.message_id}/`, `/api/email-inbox/${d.thread_id}/`] : [`/api/messages/${d.message_id}/`, `/api/sms-inbox/${d.conversation_id}/`];
+      for (const p of paths) answers.push(s.api('GET', p, { token: owner.access, headers: { 'x-service-identity': identity } }).then((r) => `${r.status} ${p}`));
+    };
+    es.addEventListener('email', onEvent);
+    es.addEventListener('sms', onEvent);
+    const opened = new Promise<void>((resolve) => (es.onopen = () => resolve()));
+    return { answers, opened, close: () => es.close() };
+  }
+
+  it('live: the message and its thread or conversation answer 200 to a GET sent as the event arrives (the stream did not wait for the read models)', async () => {
+    const fresh = await createIdentity(owner.access, `ready-${Date.now()}`);
+    const reader = readOnArrival(fresh);
+    try {
+      await reader.opened;
+      for (let i = 0; i < 30; i++) await Promise.all([email(fresh), sms(fresh)]);
+      await eventually(() => reader.answers.length >= 120, 10_000);
+      const answers = await Promise.all(reader.answers);
+      expect(answers.filter((a) => !a.startsWith('200 '))).toEqual([]);
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('replayed: the same for an event the log has and the read models may not have yet', async () => {
+    const fresh = await createIdentity(owner.access, `replayed-${Date.now()}`);
+    for (let i = 0; i < 15; i++) {
+      const before = (await s.runtime.events.headPosition()) ?? '0';
+      await email(fresh);
+      const reader = readOnArrival(fresh, `?last_event_id=${before}`);
+      try {
+        await eventually(() => reader.answers.length >= 2, 10_000);
+        expect((await Promise.all(reader.answers)).filter((a) => !a.startsWith('200 '))).toEqual([]);
+      } finally {
+        reader.close();
+      }
+    }
+  });
+});

@@ -83,3 +83,41 @@ it('stopped, it does not start again', async () => {
   await jest.advanceTimersByTimeAsync(60_000);
   expect(subscriptions).toBe(1);
 });
+
+it('message events reach the streams once the read models hold them, one after the other in log order', async () => {
+  const memory = createMemoryEventStore();
+  // Read models that hold a position only when the test says so.
+  const held = new Map<string, () => void>();
+  const readModels = { waitFor: (position: string) => new Promise<void>((resolve) => held.set(position, resolve)) };
+  const hub = new EventHub(memory, () => {}, undefined, readModels);
+  await hub.start();
+  const stream = listener('id-1');
+  hub.add(stream.l);
+  await memory.append('mailbox-id-1', [received('id-1', 'first')]);
+  await memory.append('mailbox-id-1', [received('id-1', 'second')]);
+  for (let i = 0; i < 20 && held.size < 1; i++) await new Promise((r) => setImmediate(r));
+  expect([stream.delivered, [...held.keys()]]).toEqual([[], ['1']]); // not before the read models have it; the second waits its turn
+  held.get('1')!();
+  for (let i = 0; i < 20 && stream.delivered.length < 1; i++) await new Promise((r) => setImmediate(r));
+  expect(stream.delivered).toEqual(['first']);
+  held.get('2')!();
+  for (let i = 0; i < 20 && stream.delivered.length < 2; i++) await new Promise((r) => setImmediate(r));
+  expect(stream.delivered).toEqual(['first', 'second']);
+  hub.stop();
+});
+
+it('a read model that does not catch up (or failed) delays a message event by the wait at most', async () => {
+  const memory = createMemoryEventStore();
+  jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
+  const readModels = { waitFor: (_: string, timeoutMs?: number) => new Promise<void>((_resolve, reject) => setTimeout(() => reject(new Error('lag')), timeoutMs)) };
+  const hub = new EventHub(memory, () => {}, undefined, readModels);
+  await hub.start();
+  const stream = listener('id-1');
+  hub.add(stream.l);
+  await memory.append('mailbox-id-1', [received('id-1', 'late')]);
+  for (let i = 0; i < 10; i++) await new Promise((r) => setImmediate(r));
+  expect(stream.delivered).toEqual([]);
+  await jest.advanceTimersByTimeAsync(5_000);
+  expect(stream.delivered).toEqual(['late']);
+  hub.stop();
+});
