@@ -258,11 +258,23 @@ export class EventHub {
     };
     const readModels = this.readModels;
     if (!readModels) return deliver();
+    // The wait counts from now, not from its turn: events piled up behind read models that are
+    // stuck go out together when the first one's wait ends, not one wait after another.
+    const deadline = performance.now() + READABLE_WAIT_MS;
     this.#readable = this.#readable
-      .then(() => readModels.waitFor(e.position, READABLE_WAIT_MS).catch(() => {})) // stuck or failed: it goes out anyway
+      .then(() => untilReadable(readModels, e.position, deadline))
       .then(deliver)
       .catch((error: unknown) => this.onFailure(error));
   }
+}
+
+/**
+ * Resolves once the read models hold `position`, or at `deadline` (performance.now() time),
+ * whichever comes first; never rejects: read models that failed or lag do not hold a stream up.
+ */
+export async function untilReadable(readModels: ReadModelProgress, position: string, deadline: number): Promise<void> {
+  const left = deadline - performance.now();
+  if (left > 0) await readModels.waitFor(position, left).catch(() => {});
 }
 
 function addTo(map: Map<string, Set<Listener>>, key: string, l: Listener): void {

@@ -15,7 +15,7 @@ import type { ContextFactory } from '../../infra/runtime.js';
 import { comparePositions, InvalidPositionError, type RecordedEvent } from '../../infra/ports/event-store.js';
 import { ApiError, tokenExpired } from '../gateway/errors.js';
 import { SseConnection } from '../gateway/sse.js';
-import { EventHub, MESSAGE_TYPES, READABLE_WAIT_MS, type Listener } from './hub.js';
+import { EventHub, MESSAGE_TYPES, READABLE_WAIT_MS, untilReadable, type Listener } from './hub.js';
 import { EMAIL_RECEIVED, mailboxStream } from '../mail/events.js';
 import { SmsReceived, smsboxStream } from '../sms/events.js';
 import { startOf } from '../kernel/text.js';
@@ -199,10 +199,11 @@ export const eventsContext: ContextFactory = (shared) => {
 
     try {
       const filter = { streams: [mailboxStream(identityId), smsboxStream(identityId)], eventTypes: [...MESSAGE_TYPES] };
+      const readableBy = performance.now() + READABLE_WAIT_MS; // one wait for the whole replay, not one per page
       for (;;) {
         const page = await events.readAll({ after: lastSent, maxCount: REPLAY_PAGE, filter });
         // What the page names is readable before it is sent, as for live events (the hub).
-        if (page.length) await platform.progress.waitFor(page[page.length - 1]!.position, READABLE_WAIT_MS).catch(() => {});
+        if (page.length) await untilReadable(platform.progress, page[page.length - 1]!.position, readableBy);
         // Only the frames are kept while a slow reader takes them: the events (bodies, headers) go now.
         const frames = page.map((e) => [e.position, frameOf(e)] as const);
         const full = page.length === REPLAY_PAGE;
