@@ -496,6 +496,7 @@ describe('backpressure', () => {
     const total = 6000;
     const big = 'y'.repeat(FRAME_TEXT_MAX);
     for (let i = 0; i < total; i += 200) await Promise.all(Array.from({ length: 200 }, (_, k) => email(fresh, `${i + k} ${big}`, big))); // ~13 MB in all
+    await s.runtime.runner.waitFor((await s.runtime.events.headPosition())!, 20_000); // frames go out once the read models have their events
     await settle(500);
     let received = '';
     socket.on('data', (c: Buffer) => (received += c.toString()));
