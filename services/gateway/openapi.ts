@@ -31,6 +31,8 @@ export interface OperationSpec {
   description?: string;
   /** Query parameters beyond the common ones (lists get limit/cursor, identity-scoped ones `identity`). */
   query?: { name: string; description: string; schema?: Record<string, unknown> }[];
+  /** Request headers beyond the credentials and X-Service-Identity (e.g. Idempotency-Key). */
+  headers?: { name: string; description: string; schema?: Record<string, unknown> }[];
   /** Another success status with the same body (e.g. an upsert's 200 beside its 201). */
   alsoStatus?: number;
   /** The request is the raw bytes of an upload, not a document. */
@@ -115,6 +117,7 @@ export function buildOpenApi(): Record<string, unknown> {
       }
       if (op.array) params.push(...PAGE_PARAMS);
       for (const q of op.query ?? []) params.push({ name: q.name, in: 'query', required: false, description: q.description, schema: q.schema ?? { type: 'string' } });
+      for (const h of op.headers ?? []) params.push({ name: h.name, in: 'header', required: false, description: h.description, schema: h.schema ?? { type: 'string' } });
 
       const status = String(op.status ?? 200);
       const contentType = op.contentType ?? 'application/json';

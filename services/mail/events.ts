@@ -109,6 +109,8 @@ export interface EmailQueuedData {
   preview: string;
   attachments: AttachmentRef[];
   at: string;
+  /** The request's Idempotency-Key, hashed with the identity, and what it asked (../mail/idempotency.ts). */
+  idempotency?: { key: string; fingerprint: string };
 }
 
 export interface EmailDeferredData {

@@ -14,7 +14,8 @@ import type { Config } from '../../infra/config.js';
 import type { Scalar } from '../../infra/ports/read-store.js';
 import type { AttachmentDoc, MessageDoc, ThreadDoc } from '../../projections/mail/index.js';
 import { LIST_BODY_LIMIT, type EmailAddress } from './events.js';
-import { MAX_MESSAGE_BYTES, MAX_RECIPIENTS, type MailService, type MarkedMessage } from './service.js';
+import { MAX_MESSAGE_BYTES, MAX_RECIPIENTS, type MailService, type MarkedMessage, type SendResult } from './service.js';
+import { validIdempotencyKey } from './idempotency.js';
 import { addressKey, isEmailAddress, parseAddressList, safeFilename } from './text.js';
 import type { BodyBudget } from './body-budget.js';
 
@@ -248,6 +249,20 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     } while (cursor);
   }
 
+  /** The `Idempotency-Key` header of a send, if given (./idempotency.ts). */
+  function idempotencyKeyOf(ctx: Context): string | undefined {
+    const key = ctx.get('idempotency-key');
+    if (key === '') return undefined;
+    if (!validIdempotencyKey(key)) throw new ApiError(400, 'invalid_idempotency_key', 'Idempotency-Key takes 1 to 255 visible ASCII characters (a UUID, for example).');
+    return key;
+  }
+
+  /** A send's 201: the message (again, for a repeated Idempotency-Key, said by `Idempotent-Replayed`). */
+  async function answerSent(ctx: Context, { message, replayed }: SendResult): Promise<void> {
+    if (replayed) ctx.set('Idempotent-Replayed', 'true');
+    created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(message))(message), `/api/email-messages/${message.id}/`);
+  }
+
   async function reply(ctx: Context, all: boolean): Promise<void> {
     const identityId = await identityOf(ctx);
     const original = await ownMessage(identityId, ctx.params.id);
@@ -273,17 +288,20 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
     }
     const cc = all ? without([...keyed(original.cc), ...extra.cc], [own, ...to.map((a) => a.address)]) : without(extra.cc, to.map((a) => a.address));
     const bcc = without(extra.bcc, [...to, ...cc].map((a) => a.address));
-    const doc = await mail.send(identityId, {
-      to,
-      cc,
-      bcc,
-      subject: original.subject,
-      html: b.body,
-      attachmentIds: b.attachment_uuids,
-      kind: all ? 'reply_all' : 'reply',
-      original,
-    });
-    created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc), `/api/email-messages/${doc.id}/`);
+    await answerSent(
+      ctx,
+      await mail.send(identityId, {
+        to,
+        cc,
+        bcc,
+        subject: original.subject,
+        html: b.body,
+        attachmentIds: b.attachment_uuids,
+        kind: all ? 'reply_all' : 'reply',
+        original,
+        idempotencyKey: idempotencyKeyOf(ctx),
+      }),
+    );
   }
 
   return {
@@ -331,16 +349,19 @@ export function mailRoutes(deps: { mail: MailService; blobs: BlobStore; config: 
         // A header holds one line: a line break would be folded away on the wire and kept in the copy here.
         if (/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]/.test(b.subject)) throw badRequest({ subject: ['The subject cannot contain line breaks or other control characters.'] });
         const list = recipients({ to: b.to, cc: b.cc, bcc: b.bcc }, ['to']);
-        const doc = await mail.send(identityId, {
-          to: list.to,
-          cc: without(list.cc, list.to.map((a) => a.address)),
-          bcc: without(list.bcc, [...list.to, ...list.cc].map((a) => a.address)),
-          subject: b.subject,
-          html: b.body,
-          attachmentIds: b.attachment_uuids,
-          kind: 'compose',
-        });
-        created(ctx, messageOut(baseUrl(ctx), await mail.bodiesOf(doc))(doc), `/api/email-messages/${doc.id}/`);
+        await answerSent(
+          ctx,
+          await mail.send(identityId, {
+            to: list.to,
+            cc: without(list.cc, list.to.map((a) => a.address)),
+            bcc: without(list.bcc, [...list.to, ...list.cc].map((a) => a.address)),
+            subject: b.subject,
+            html: b.body,
+            attachmentIds: b.attachment_uuids,
+            kind: 'compose',
+            idempotencyKey: idempotencyKeyOf(ctx),
+          }),
+        );
       });
 
       r.get('/api/email-messages/:id/', async (ctx) => {

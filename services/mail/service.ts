@@ -38,6 +38,7 @@ import {
 } from './events.js';
 import { decideThread, mayDependOn, type ThreadInput, type ThreadLookup } from './threading.js';
 import { createSendLimits } from './send-limits.js';
+import { createIdempotentSends, idempotencyTag, type EarlierSend, type IdempotencyTag } from './idempotency.js';
 import type { DeliveryReport } from './bounces.js';
 import { addressKey, domainOf, htmlToText, previewOf, replySubject, trimReferences } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
@@ -83,6 +84,14 @@ export interface SendRequest {
   kind: EmailQueuedData['kind'];
   /** The message answered, for replies. */
   original?: MessageDoc;
+  /** The request's `Idempotency-Key` header, if it sent one (./idempotency.ts). */
+  idempotencyKey?: string;
+}
+
+/** A send's message; `replayed` when an earlier request with the same Idempotency-Key made it. */
+export interface SendResult {
+  message: MessageDoc;
+  replayed: boolean;
 }
 
 export function createMailService(platform: Platform, deps: { blobs: BlobStore; hmacKey: Buffer }) {
@@ -301,11 +310,6 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     ],
   });
 
-  /**
-   * Appends to the identity's outbox if the rolling windows allow it (./send-limits.ts);
-   * the append at the revision read makes the check hold under concurrent composes (and
-   * across processes).
-   */
   /** Checks the identity's send limits at `now`: 429 when a window is full; else the outbox revision read. */
   async function withinLimits(identityId: string, now: string): Promise<number | null> {
     const nowMs = Date.parse(now);
@@ -317,9 +321,30 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     return revision;
   }
 
-  async function appendWithinLimits(identityId: string, ev: EventData, now: string): Promise<AppendResult> {
+  const idempotentSends = createIdempotentSends({ events });
+
+  /** The send an earlier request with `tag`'s key made (422 when it asked for something else), if any. */
+  async function earlierSend(identityId: string, tag: IdempotencyTag, now: string): Promise<EarlierSend | null> {
+    const earlier = await idempotentSends.earlier(streamName(OUTBOX, identityId), tag.key, Date.parse(now));
+    if (earlier && earlier.fingerprint !== tag.fingerprint) {
+      throw new ApiError(422, 'idempotency_key_reused', 'This Idempotency-Key was sent with another request in the last 24 hours: use a new key for a new send.');
+    }
+    return earlier;
+  }
+
+  /**
+   * Appends to the identity's outbox if the rolling windows allow it (./send-limits.ts) and
+   * no send with the same Idempotency-Key is there (else answers that send). The key is
+   * checked before the limits (a retry of the send that used up the hour is answered, not
+   * refused), and both on every attempt: the append at the revision read makes them hold
+   * under concurrent sends, across processes too (another's append fails this one, and the
+   * checks run again).
+   */
+  async function appendWithinLimits(identityId: string, ev: EventData, now: string, tag: IdempotencyTag | null): Promise<AppendResult | EarlierSend> {
     const stream = streamName(OUTBOX, identityId);
     for (let attempt = 0; ; attempt++) {
+      const earlier = tag && (await earlierSend(identityId, tag, now));
+      if (earlier) return earlier;
       const revision = await withinLimits(identityId, now);
       try {
         return await events.append(stream, [ev], { expectedRevision: revision ?? 'no_stream' });
@@ -329,8 +354,14 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     }
   }
 
-  async function send(identityId: string, req: SendRequest, now = nowIso()): Promise<MessageDoc> {
+  async function send(identityId: string, req: SendRequest, now = nowIso()): Promise<SendResult> {
     const identity = await identityOf(identityId);
+    // What was asked (not when): a retry of it carries the same fingerprint.
+    const tag = req.idempotencyKey === undefined ? null : idempotencyTag(identityId, req.idempotencyKey, [req.kind, req.original?.id ?? null, req.to, req.cc, req.bcc, req.subject, req.html, req.attachmentIds]);
+    const replay = async (earlier: EarlierSend): Promise<SendResult> => ({ message: (await messages().get(earlier.messageId)) ?? (await waitForDoc(earlier.messageId)), replayed: true });
+    // Before the attachments (used once) and the limits (a retry of the hour's last send) are checked.
+    const known = tag && (await earlierSend(identityId, tag, now));
+    if (known) return replay(known);
     if (req.to.length + req.cc.length + req.bcc.length > MAX_RECIPIENTS) {
       throw badRequest({ non_field_errors: [`At most ${MAX_RECIPIENTS} recipients per message.`] });
     }
@@ -341,7 +372,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     // Large bodies go to the blob store as inbound ones do (one group commit for both).
     const text = htmlToText(req.html);
     const [textBody, htmlBody] = await Promise.all([storeBody(text), storeBody(req.html)]);
-    const queued = await serial(identityId, async () => {
+    const queued: { earlier: EarlierSend } | { messageId: string; position: string } = await serial(identityId, async () => {
       const messageId = newId();
       const internetMessageId = `<${messageId}@${config.mailDomain}>`;
       const original = req.original;
@@ -385,11 +416,14 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
         preview: previewOf(text, req.html),
         attachments,
         at: now,
+        ...(tag ? { idempotency: tag } : {}),
       };
-      const append = await appendWithinLimits(identityId, event(EMAIL_QUEUED, data), now);
+      const append = await appendWithinLimits(identityId, event(EMAIL_QUEUED, data), now, tag);
+      if (!('position' in append)) return { earlier: append };
       await settle(append.position);
       return { messageId, position: append.position };
     });
+    if ('earlier' in queued) return replay(queued.earlier);
     // Mail that stays within MAIL_DOMAIN is delivered in moments: answer with its outcome
     // (sent or failed), so the recipients can read it as soon as the sender has the 201.
     const everyone = [...req.to, ...req.cc, ...req.bcc];
@@ -397,7 +431,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       const outcome = await deliveryOutcome(queued.messageId, INTERNAL_DELIVERY_WAIT_MS);
       if (outcome) await settle(outcome);
     }
-    return (await messages().get(queued.messageId)) ?? (await waitForDoc(queued.messageId));
+    return { message: (await messages().get(queued.messageId)) ?? (await waitForDoc(queued.messageId)), replayed: false };
   }
 
   // ---- delivery outcomes of internal sends -------------------------------------------

@@ -3,7 +3,9 @@
  * from schemas/*.json into ./types.gen.ts), with the client behaviour SPEC "Errors" asks for:
  *
  * - retries with exponential backoff and full jitter on network errors and 5xx, for
- *   idempotent methods (GET, HEAD, PUT, DELETE) only, so a POST is never sent twice;
+ *   idempotent methods (GET, HEAD, PUT, DELETE) and mail sends, which carry an
+ *   Idempotency-Key (the service answers a repeat with the first send's message); no other
+ *   POST is ever sent twice;
  * - 429 (any method: the server did not act) waits for `Retry-After`, then retries, unless
  *   the server asks for longer than `maxDelayMs` (a send limit for the hour): then the
  *   error is thrown at once, with its `Retry-After`, instead of retrying too early;
@@ -234,6 +236,16 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /** Treat these statuses as answers rather than errors. */
   accept?: number[];
+  /**
+   * Sent as `Idempotency-Key`: the service answers a repeat with what the first did, so the
+   * request is retried on network errors and 5xx like an idempotent method (sends use one).
+   */
+  idempotencyKey?: string;
+}
+
+/** A send's options: its Idempotency-Key (default: a new UUID for this call and its retries). */
+export interface SendOptions {
+  idempotencyKey?: string;
 }
 
 interface Credentials {
@@ -348,10 +360,11 @@ export class AisClient {
   async send(method: string, path: string, o: RequestOptions = {}): Promise<Response> {
     method = method.toUpperCase();
     const retries = this.#options.retries ?? 3;
-    const idempotent = IDEMPOTENT.has(method);
+    const idempotent = IDEMPOTENT.has(method) || o.idempotencyKey !== undefined;
     let refreshed = false;
     for (let attempt = 0; ; attempt++) {
       const headers = this.headers(o);
+      if (o.idempotencyKey !== undefined) headers['idempotency-key'] = o.idempotencyKey;
       let body: RequestInit["body"];
       if (o.raw) {
         Object.assign(headers, o.raw.headers ?? {});
@@ -664,9 +677,13 @@ export class AisClient {
     messages: (q?: ListOptions): Promise<EmailMessage[]> => this.#list('/api/email-messages/', q),
     message: (id: string): Promise<EmailMessage> => this.request('GET', `/api/email-messages/${enc(id)}/`),
     markRead: (id: string, read = true): Promise<EmailMessage> => this.request('PATCH', `/api/email-messages/${enc(id)}/`, { body: { read } }),
-    compose: (body: Compose): Promise<EmailMessage> => this.request('POST', '/api/email-messages/compose/', { body: { cc: '', bcc: '', attachment_uuids: [], ...body } }),
-    reply: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply/`, { body }),
-    replyAll: (id: string, body: Reply): Promise<EmailMessage> => this.request('POST', `/api/email-messages/${enc(id)}/reply-all/`, { body }),
+    // Sends carry an Idempotency-Key, so a retry after a lost answer never sends twice.
+    compose: (body: Compose, o: SendOptions = {}): Promise<EmailMessage> =>
+      this.request('POST', '/api/email-messages/compose/', { body: { cc: '', bcc: '', attachment_uuids: [], ...body }, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() }),
+    reply: (id: string, body: Reply, o: SendOptions = {}): Promise<EmailMessage> =>
+      this.request('POST', `/api/email-messages/${enc(id)}/reply/`, { body, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() }),
+    replyAll: (id: string, body: Reply, o: SendOptions = {}): Promise<EmailMessage> =>
+      this.request('POST', `/api/email-messages/${enc(id)}/reply-all/`, { body, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() }),
     presign: (body: PresignRequest): Promise<Presigned> => this.request('POST', '/api/email-attachments/presign/', { body }),
     /** An attachment's bytes (of a received or sent message), by its uuid. */
     download: async (uuid: string): Promise<{ bytes: Uint8Array; contentType: string }> => {

@@ -51,9 +51,32 @@ describe('retries', () => {
   test('a POST answered 503 with Retry-After is NOT sent again (projection_lag: the write was saved)', async () => {
     handler = (_q, _b, res) => json(res, 503, { detail: 'The change was saved but is not readable yet; retry shortly.', code: 'projection_lag' }, { 'retry-after': '1' });
     const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1', backoffMs: 1 });
-    const err = await c.email.compose({ to: 'a@example.com', subject: 's', body: 'b' } as never).catch((e) => e);
+    const err = await c.identities.create({ name: 'x' }).catch((e) => e);
     expect(err).toMatchObject({ status: 503, code: 'projection_lag', retryAfter: 1 });
     expect(seen).toHaveLength(1);
+  });
+
+  test('a send carries an Idempotency-Key and is retried with the same key after a 5xx or a lost answer (the service answers the repeat with the first send)', async () => {
+    let n = 0;
+    handler = (_q, _b, res) => {
+      n += 1;
+      if (n === 1) return json(res, 503, { detail: 'saved, not readable yet', code: 'projection_lag' }, { 'retry-after': '0' });
+      if (n === 2) return res.destroy(); // the answer is lost
+      json(res, 201, { uuid: 'm1' });
+    };
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1', backoffMs: 1 });
+    await expect(c.email.compose({ to: 'a@example.com', subject: 's', body: 'b' })).resolves.toEqual({ uuid: 'm1' });
+    const keys = seen.map((r) => r.headers['idempotency-key']);
+    expect(keys).toHaveLength(3);
+    expect(new Set(keys).size).toBe(1);
+    expect(keys[0]).toMatch(/^[0-9a-f-]{36}$/);
+    // A key of the caller's own, and a new one for each call that names none.
+    seen.length = 0;
+    await c.email.reply('m1', { body: 'r' }, { idempotencyKey: 'my-key' });
+    await c.email.replyAll('m1', { body: 'r' });
+    await c.email.replyAll('m1', { body: 'r' });
+    expect(seen[0].headers['idempotency-key']).toBe('my-key');
+    expect(seen[1].headers['idempotency-key']).not.toBe(seen[2].headers['idempotency-key']);
   });
 
   test('gives up after `retries` attempts with the last error', async () => {
