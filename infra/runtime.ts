@@ -452,7 +452,8 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
       for (const p of parts) await p.drained?.().catch((err) => logger.error({ err, context: p.name }, 'final writes failed'));
       // The final writes reach the read models too (held key uses): a stopped service's read
       // models are those of its whole log, not behind it until the next start catches up.
-      await caughtUp(SHUTDOWN_CATCH_UP_MS).catch((err) => logger.warn({ err }, 'read models not caught up with the log at shutdown: the next start does it'));
+      // (A cluster gateway projects nothing: the worker takes them whenever it runs.)
+      if (role !== 'gateway') await caughtUp(SHUTDOWN_CATCH_UP_MS).catch((err) => logger.warn({ err }, 'read models not caught up with the log at shutdown: the next start does it'));
       await runner!.stop();
       await events.close();
       await reads.close();

@@ -11,8 +11,8 @@
  * a concurrent send with the same key makes the append fail and the check run again.
  *
  * Each outbox's keys of the window are kept with the revision they were read up to, so a check
- * reads only what was appended since (by this process or another); bounded, least recently
- * used out, as ./send-limits.ts keeps send times.
+ * reads only what was appended since (by this process or another); bounded in outboxes and in
+ * keys in all, least recently used out (an outbox read again comes back from the log).
  */
 import { createHash } from 'node:crypto';
 import type { EventStore, RecordedEvent } from '../../infra/ports/event-store.js';
@@ -46,22 +46,39 @@ export interface EarlierSend {
   fingerprint: string;
 }
 
+/** What a lookup found, and the outbox revision it read up to (null: no outbox yet). */
+export interface KeyLookup {
+  earlier: EarlierSend | null;
+  revision: number | null;
+}
+
 interface Kept {
   revision: number;
-  /** Key → the send and its time (ms), oldest first. */
+  /** Key → the send and its time (ms), oldest first (a key used again moves to the end). */
   keys: Map<string, EarlierSend & { at: number }>;
 }
 
 const PAGE = 256;
 
-export function createIdempotentSends(deps: { events: EventStore; held?: number }) {
+export function createIdempotentSends(deps: { events: EventStore; held?: number; maxKeys?: number }) {
   const held = deps.held ?? 2_000;
+  const maxKeys = deps.maxKeys ?? 100_000;
   const streams = new Map<string, Kept>();
+  let total = 0;
 
-  const tagOf = (e: RecordedEvent) => {
+  /** The key an `EmailQueued` carries, if any, with its send. */
+  function tagOf(e: RecordedEvent): { key: string; send: EarlierSend & { at: number } } | null {
     const d = e.data as { idempotency?: IdempotencyTag; messageId: string; at: string };
     return d.idempotency ? { key: d.idempotency.key, send: { messageId: d.messageId, fingerprint: d.idempotency.fingerprint, at: Date.parse(d.at) } } : null;
-  };
+  }
+
+  /** Keeps a key's latest send, at the end of the outbox's keys (newest last). */
+  function keep(kept: Kept, tag: { key: string; send: EarlierSend & { at: number } } | null): void {
+    if (!tag) return;
+    if (kept.keys.delete(tag.key)) total--;
+    kept.keys.set(tag.key, tag.send);
+    total++;
+  }
 
   /** The outbox's keys of the window, read up to its last revision. */
   async function current(stream: string, nowMs: number): Promise<Kept | null> {
@@ -69,47 +86,52 @@ export function createIdempotentSends(deps: { events: EventStore; held?: number 
     if (kept) {
       streams.delete(stream); // re-inserted below: most recently used last
       for (const e of await deps.events.readStream(stream, { fromRevision: kept.revision + 1 })) {
-        const tag = tagOf(e);
-        if (tag) kept.keys.set(tag.key, tag.send);
+        keep(kept, tagOf(e));
         kept.revision = e.revision;
       }
     } else {
-      // Back from the end until a send older than the window (send times are in log order).
-      const found: RecordedEvent[] = [];
+      // Back from the end, a page at a time, until a send older than the window (send times
+      // are in log order); only the keys are kept of each page, then taken oldest first.
+      const tags: Array<ReturnType<typeof tagOf>> = []; // newest first
       let from: number | undefined;
       let revision: number | null = null;
       for (;;) {
         const page = await deps.events.readStream(stream, { direction: 'backwards', maxCount: PAGE, ...(from === undefined ? {} : { fromRevision: from }) });
         if (!page.length) break;
         revision ??= page[0].revision;
-        found.push(...page);
+        for (const e of page) tags.push(tagOf(e));
         const last = page[page.length - 1];
         if (page.length < PAGE || last.revision === 0 || nowMs - Date.parse((last.data as { at: string }).at) > IDEMPOTENCY_WINDOW_MS) break;
         from = last.revision - 1;
       }
       if (revision === null) return null;
       kept = { revision, keys: new Map() };
-      for (const e of found.reverse()) {
-        const tag = tagOf(e);
-        if (tag) kept.keys.set(tag.key, tag.send);
-      }
+      for (let i = tags.length - 1; i >= 0; i--) keep(kept, tags[i]);
     }
     for (const [key, send] of kept.keys) {
       if (nowMs - send.at <= IDEMPOTENCY_WINDOW_MS) break; // oldest first: the rest are newer
       kept.keys.delete(key);
+      total--;
     }
     streams.set(stream, kept);
-    if (streams.size > held) streams.delete(streams.keys().next().value!);
+    // Least recently used out, past the outboxes held or the keys held in all.
+    while (streams.size > 1 && (streams.size > held || total > maxKeys)) {
+      const [oldest, dropped] = streams.entries().next().value!;
+      streams.delete(oldest);
+      total -= dropped.keys.size;
+    }
     return kept;
   }
 
-  /** The send of `stream` (an outbox) that carried `key` within the window at `nowMs`, if any. */
-  async function earlier(stream: string, key: string, nowMs: number): Promise<EarlierSend | null> {
-    const send = (await current(stream, nowMs))?.keys.get(key);
-    return send ? { messageId: send.messageId, fingerprint: send.fingerprint } : null;
+  /** The send of `stream` (an outbox) that carried `key` within the window at `nowMs`, if any, and the revision read. */
+  async function lookup(stream: string, key: string, nowMs: number): Promise<KeyLookup> {
+    const kept = await current(stream, nowMs);
+    const send = kept?.keys.get(key);
+    const earlier = send && nowMs - send.at <= IDEMPOTENCY_WINDOW_MS ? { messageId: send.messageId, fingerprint: send.fingerprint } : null;
+    return { earlier, revision: kept?.revision ?? null };
   }
 
-  return { earlier };
+  return { lookup, keys: () => total };
 }
 
 export type IdempotentSends = ReturnType<typeof createIdempotentSends>;

@@ -38,7 +38,7 @@ import {
 } from './events.js';
 import { decideThread, mayDependOn, type ThreadInput, type ThreadLookup } from './threading.js';
 import { createSendLimits } from './send-limits.js';
-import { createIdempotentSends, idempotencyTag, type EarlierSend, type IdempotencyTag } from './idempotency.js';
+import { createIdempotentSends, idempotencyTag, type EarlierSend, type IdempotencyTag, type KeyLookup } from './idempotency.js';
 import type { DeliveryReport } from './bounces.js';
 import { addressKey, domainOf, htmlToText, previewOf, replySubject, trimReferences } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
@@ -323,29 +323,34 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
 
   const idempotentSends = createIdempotentSends({ events });
 
-  /** The send an earlier request with `tag`'s key made (422 when it asked for something else), if any. */
-  async function earlierSend(identityId: string, tag: IdempotencyTag, now: string): Promise<EarlierSend | null> {
-    const earlier = await idempotentSends.earlier(streamName(OUTBOX, identityId), tag.key, Date.parse(now));
-    if (earlier && earlier.fingerprint !== tag.fingerprint) {
+  /** The send an earlier request with `tag`'s key made (422 when it asked for something else), if any, and the outbox revision read. */
+  async function earlierSend(identityId: string, tag: IdempotencyTag, now: string): Promise<KeyLookup> {
+    const found = await idempotentSends.lookup(streamName(OUTBOX, identityId), tag.key, Date.parse(now));
+    if (found.earlier && found.earlier.fingerprint !== tag.fingerprint) {
       throw new ApiError(422, 'idempotency_key_reused', 'This Idempotency-Key was sent with another request in the last 24 hours: use a new key for a new send.');
     }
-    return earlier;
+    return found;
   }
 
   /**
    * Appends to the identity's outbox if the rolling windows allow it (./send-limits.ts) and
    * no send with the same Idempotency-Key is there (else answers that send). The key is
    * checked before the limits (a retry of the send that used up the hour is answered, not
-   * refused), and both on every attempt: the append at the revision read makes them hold
-   * under concurrent sends, across processes too (another's append fails this one, and the
-   * checks run again).
+   * refused), and both on every attempt, at one revision: the append at that revision makes
+   * them hold under concurrent sends, across processes too (another's append between the two
+   * reads, or before the append, makes them run again).
    */
   async function appendWithinLimits(identityId: string, ev: EventData, now: string, tag: IdempotencyTag | null): Promise<AppendResult | EarlierSend> {
     const stream = streamName(OUTBOX, identityId);
     for (let attempt = 0; ; attempt++) {
-      const earlier = tag && (await earlierSend(identityId, tag, now));
-      if (earlier) return earlier;
+      const key = tag && (await earlierSend(identityId, tag, now));
+      if (key?.earlier) return key.earlier;
       const revision = await withinLimits(identityId, now);
+      if (key && key.revision !== revision) {
+        // Appended between the two reads (another process): the key was not looked at there.
+        if (attempt >= 10) throw new ApiError(503, 'service_unavailable', 'The outbox is too busy right now; send again shortly.', undefined, { 'Retry-After': '1' });
+        continue;
+      }
       try {
         return await events.append(stream, [ev], { expectedRevision: revision ?? 'no_stream' });
       } catch (err) {
@@ -359,16 +364,23 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     // What was asked (not when): a retry of it carries the same fingerprint.
     const tag = req.idempotencyKey === undefined ? null : idempotencyTag(identityId, req.idempotencyKey, [req.kind, req.original?.id ?? null, req.to, req.cc, req.bcc, req.subject, req.html, req.attachmentIds]);
     const replay = async (earlier: EarlierSend): Promise<SendResult> => ({ message: (await messages().get(earlier.messageId)) ?? (await waitForDoc(earlier.messageId)), replayed: true });
-    // Before the attachments (used once) and the limits (a retry of the hour's last send) are checked.
-    const known = tag && (await earlierSend(identityId, tag, now));
+    // Before the limits: a retry of the hour's last send is answered, not refused.
+    const known = tag && (await earlierSend(identityId, tag, now)).earlier;
     if (known) return replay(known);
     if (req.to.length + req.cc.length + req.bcc.length > MAX_RECIPIENTS) {
       throw badRequest({ non_field_errors: [`At most ${MAX_RECIPIENTS} recipients per message.`] });
     }
     const attachments = await resolveAttachments(identityId, req.attachmentIds, now);
     // Refused before the body is converted and stored: a sender past its limit would still
-    // write blobs nobody reads (the check that decides is the append's, below).
-    await withinLimits(identityId, now);
+    // write blobs nobody reads (the check that decides is the append's, below). A retry whose
+    // first send went out meanwhile (a client that timed out) finds it now.
+    try {
+      await withinLimits(identityId, now);
+    } catch (err) {
+      const meanwhile = tag && (await earlierSend(identityId, tag, now)).earlier;
+      if (meanwhile) return replay(meanwhile);
+      throw err;
+    }
     // Large bodies go to the blob store as inbound ones do (one group commit for both).
     const text = htmlToText(req.html);
     const [textBody, htmlBody] = await Promise.all([storeBody(text), storeBody(req.html)]);

@@ -237,8 +237,9 @@ export interface RequestOptions {
   /** Treat these statuses as answers rather than errors. */
   accept?: number[];
   /**
-   * Sent as `Idempotency-Key`: the service answers a repeat with what the first did, so the
-   * request is retried on network errors and 5xx like an idempotent method (sends use one).
+   * Sent as `Idempotency-Key`, and the request is then retried on network errors and 5xx like
+   * an idempotent method. Only for the mail sends, which the service answers again for a
+   * repeated key (MAIL.md "Sending"): on another POST a retry would apply it twice.
    */
   idempotencyKey?: string;
 }

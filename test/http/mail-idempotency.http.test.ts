@@ -95,6 +95,14 @@ describe('Idempotency-Key on sends', () => {
     const retry = await compose(fresh.uuid, 'file-key', withFile);
     expect([retry.status, retry.body.uuid, retry.body.attachments.length]).toEqual([201, sent.body.uuid, 1]);
 
+    // Copies sent at once, the first taking the hour's last place: every copy gets that send
+    // (a copy that looked for the key before the first was made found the hour full after).
+    const racer = (await server.api('POST', '/api/identities/', { token, body: { name: `racer ${Date.now()}` } })).body as { uuid: string };
+    for (let i = 0; i < 3; i++) expect((await compose(racer.uuid, null, { to: 'b@example.com', subject: `filler ${i}`, body: 'x' })).status).toBe(201);
+    const copies = await Promise.all(Array.from({ length: 8 }, () => compose(racer.uuid, 'last-place', { to: 'b@example.com', subject: 'last place', body: 'x' })));
+    expect(copies.map((r) => r.status)).toEqual(Array(8).fill(201));
+    expect(new Set(copies.map((r) => r.body.uuid)).size).toBe(1);
+
     // A reply repeated with its key: one reply (the limit is full, so a second would be a 429).
     const inbound = await server.api('POST', '/api/email-messages/compose/', { token, headers: { 'x-service-identity': sender.uuid }, body: { to: other.inbox, subject: 'ask me', body: 'q' } });
     expect(inbound.status).toBe(201);
