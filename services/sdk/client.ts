@@ -462,6 +462,11 @@ export class AisClient {
     onProgress?.(data.byteLength, data.byteLength);
   }
 
+  /** A mail send, with an Idempotency-Key (the caller's, or a new one for this call and its retries): a retry after a lost answer never sends twice. */
+  #sendMail(path: string, body: unknown, o: SendOptions): Promise<EmailMessage> {
+    return this.request('POST', path, { body, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() });
+  }
+
   #backoff(attempt: number): number {
     const base = this.#options.backoffMs ?? 250;
     const cap = this.#options.maxDelayMs ?? 30_000;
@@ -678,13 +683,10 @@ export class AisClient {
     messages: (q?: ListOptions): Promise<EmailMessage[]> => this.#list('/api/email-messages/', q),
     message: (id: string): Promise<EmailMessage> => this.request('GET', `/api/email-messages/${enc(id)}/`),
     markRead: (id: string, read = true): Promise<EmailMessage> => this.request('PATCH', `/api/email-messages/${enc(id)}/`, { body: { read } }),
-    // Sends carry an Idempotency-Key, so a retry after a lost answer never sends twice.
     compose: (body: Compose, o: SendOptions = {}): Promise<EmailMessage> =>
-      this.request('POST', '/api/email-messages/compose/', { body: { cc: '', bcc: '', attachment_uuids: [], ...body }, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() }),
-    reply: (id: string, body: Reply, o: SendOptions = {}): Promise<EmailMessage> =>
-      this.request('POST', `/api/email-messages/${enc(id)}/reply/`, { body, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() }),
-    replyAll: (id: string, body: Reply, o: SendOptions = {}): Promise<EmailMessage> =>
-      this.request('POST', `/api/email-messages/${enc(id)}/reply-all/`, { body, idempotencyKey: o.idempotencyKey ?? crypto.randomUUID() }),
+      this.#sendMail('/api/email-messages/compose/', { cc: '', bcc: '', attachment_uuids: [], ...body }, o),
+    reply: (id: string, body: Reply, o: SendOptions = {}): Promise<EmailMessage> => this.#sendMail(`/api/email-messages/${enc(id)}/reply/`, body, o),
+    replyAll: (id: string, body: Reply, o: SendOptions = {}): Promise<EmailMessage> => this.#sendMail(`/api/email-messages/${enc(id)}/reply-all/`, body, o),
     presign: (body: PresignRequest): Promise<Presigned> => this.request('POST', '/api/email-attachments/presign/', { body }),
     /** An attachment's bytes (of a received or sent message), by its uuid. */
     download: async (uuid: string): Promise<{ bytes: Uint8Array; contentType: string }> => {

@@ -4,36 +4,19 @@
  * send limit and with attachments already used; the key with another request is 422; keys
  * are per identity.
  */
-import { SMTPServer } from 'smtp-server';
 import { startTestServer, type TestServer } from '../support/server.js';
-import { freePort } from '../support/spawn.js';
+import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 import { eventually } from '../support/eventually.js';
 
-/** Subjects of the messages the relay took. */
-const relayed: string[] = [];
-const relay = new SMTPServer({
-  authOptional: true,
-  disabledCommands: ['AUTH', 'STARTTLS'],
-  logger: false,
-  onData(stream, _session, callback) {
-    let raw = '';
-    stream.on('data', (c: Buffer) => (raw += c.toString()));
-    stream.on('end', () => {
-      relayed.push(/^Subject: (.*)$/m.exec(raw)?.[1] ?? '');
-      callback();
-    });
-  },
-});
-
+let relay: SmtpSink;
 let server: TestServer;
 let token: string;
 let sender: { uuid: string; inbox: string };
 let other: { uuid: string; inbox: string };
 
 beforeAll(async () => {
-  const relayPort = await freePort();
-  await new Promise<void>((resolve) => relay.listen(relayPort, '127.0.0.1', () => resolve()));
-  server = await startTestServer({ EMAIL_LIMIT_HOUR: '4', SMTP_RELAY_URL: `smtp://127.0.0.1:${relayPort}` });
+  relay = await startSmtpSink();
+  server = await startTestServer({ EMAIL_LIMIT_HOUR: '4', SMTP_RELAY_URL: relay.url });
   token = (await server.signUp()).access;
   const create = (name: string) => server.api('POST', '/api/identities/', { token, body: { name } }).then((r) => r.body);
   sender = await create('Idempotent sender');
@@ -42,7 +25,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await new Promise<void>((resolve) => relay.close(() => resolve()));
+  await relay?.close();
 });
 
 const compose = (identity: string, key: string | null, body: Record<string, unknown>) =>
@@ -65,8 +48,9 @@ describe('Idempotency-Key on sends', () => {
     expect(new Set(together.map((r) => r.body.uuid)).size).toBe(1);
     expect(together.filter((r) => r.headers.get('idempotent-replayed') === 'true')).toHaveLength(4);
 
-    await eventually(() => relayed.includes('once only') && relayed.includes('together'), 10_000);
+    await Promise.all(['once only', 'together'].map((subject) => relay.waitFor((m) => m.parsed.subject === subject)));
     await new Promise((r) => setTimeout(r, 300));
+    const relayed = relay.messages.map((m) => m.parsed.subject);
     expect([relayed.filter((s) => s === 'once only').length, relayed.filter((s) => s === 'together').length]).toEqual([1, 1]);
     expect((await outbound(sender.uuid)).filter((m) => m.subject === 'once only' || m.subject === 'together')).toHaveLength(2);
   });
