@@ -343,7 +343,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     // The keys and identities contexts replace these two; alone, no key or identity exists.
     findKey: async () => null,
     findIdentity: async () => null,
-    verifyPassword: async (login, password, ip) => (await accounts.checkPassword(login, password, ip))?.pk ?? null,
+    verifyPassword: async (login, password, ip) => (await accounts.checkBasic(login, password, ip))?.pk ?? null,
     findSession: async (cookie) => {
       const claims = await tokens.verify(cookie, 'refresh').catch(() => null);
       if (!claims) return null;

@@ -43,6 +43,7 @@ import { failureBudgets } from '../kernel/failure-budgets.js';
 import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
 import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
 import { throttleAddress } from '../kernel/client-address.js';
+import { rememberedCredentials } from './remembered-credentials.js';
 
 const USERNAME_IS_AN_EMAIL = "This username is another account's e-mail address.";
 /** Why a sign-up is refused for a value another account has (the same from the early look and the reservations). */
@@ -332,6 +333,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   const loginFailures = failureBudgets(limiter);
+  const rememberedBasic = rememberedCredentials();
 
   /**
    * Checks a login (username or email) and password, with brute-force throttling: failures
@@ -341,6 +343,19 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
    * being compared.
    */
   async function checkPassword(login: string, password: string, ip: string, field: 'username' | 'email' = 'username'): Promise<UserDoc | null> {
+    return checkPasswordOf(login, password, ip, field, null);
+  }
+
+  /**
+   * HTTP basic sends the password with every request: a credential verified before against
+   * the account's current password hash is taken without argon2id (remembered-credentials.ts).
+   * The failure budgets apply as to any check (a locked-out account is refused either way).
+   */
+  async function checkBasic(login: string, password: string, ip: string): Promise<UserDoc | null> {
+    return checkPasswordOf(login, password, ip, 'username', rememberedBasic.tag(login, password));
+  }
+
+  async function checkPasswordOf(login: string, password: string, ip: string, field: 'username' | 'email', rememberAs: string | null): Promise<UserDoc | null> {
     const user = await findByLogin(login, field);
     const accountKey = user ? `login:acct:${user.pk}` : `login:name:${login.trim().toLowerCase()}`;
     const budgets = [
@@ -351,11 +366,18 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const refuse = (retryAfter: number) => throttled(retryAfter, `Too many failed sign-in attempts. Try again in ${retryAfter} seconds.`);
     return loginFailures.attempt(budgets, refuse, async (fail) => {
       // A right password in a burst waits for room; a guess beyond the budget is refused.
+      if (user && rememberAs !== null && rememberedBasic.holds(rememberAs, user)) {
+        platform.metrics.passwordCheck('remembered');
+        return user;
+      }
       const ok = await argon2.verify(user?.passwordHash ?? (await dummyHash), password).catch(() => false);
       if (!user || !user.passwordHash || !ok) {
+        platform.metrics.passwordCheck('refused');
         await fail();
         return null;
       }
+      platform.metrics.passwordCheck('verified');
+      if (rememberAs !== null) rememberedBasic.remember(rememberAs, user);
       return user;
     });
   }
@@ -698,6 +720,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   return {
     register,
     checkPassword,
+    checkBasic,
     startSession,
     tokenPair,
     refresh,

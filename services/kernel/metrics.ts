@@ -13,6 +13,8 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
+export type PasswordCheckResult = 'verified' | 'refused' | 'remembered';
+
 export type SmtpOutcome = 'accepted' | 'rejected' | 'failed' | 'recipient_rejected' | 'connection_refused';
 
 /** A gauge's samples, asked for at scrape time: a number, or one value per label set. */
@@ -28,6 +30,8 @@ export interface Metrics {
    * (`EmailSent`, `EmailDeliveryDeferred`, `EmailFailed`, `EmailBounced` for outbound mail), so they count nothing else.
    */
   eventsAppended(events: readonly { type: string }[]): void;
+  /** One password check (sign-in, HTTP basic): verified by argon2id, refused, or remembered (an HTTP basic credential verified before: no argon2id). */
+  passwordCheck(result: PasswordCheckResult): void;
   /** A gauge read at scrape time (the callback must be cheap and must not throw). */
   gauge(name: string, help: string, labelNames: string[], read: () => GaugeReading | Promise<GaugeReading>): void;
   /** The exposition text and its content type. */
@@ -58,6 +62,7 @@ const DISABLED: Metrics = {
   httpRequest() {},
   smtpMessage() {},
   eventsAppended() {},
+  passwordCheck() {},
   gauge() {},
   scrape: async () => ({ contentType: 'text/plain; version=0.0.4; charset=utf-8', text: '' }),
 };
@@ -76,6 +81,8 @@ export function createMetrics(options: { enabled: boolean } = { enabled: true })
   });
   const smtp = new Counter({ name: `${PREFIX}smtp_messages_total`, help: 'Inbound SMTP: messages at the end of DATA accepted (per recipient identity), rejected (5xx, nothing kept) or failed (4xx, the sender retries); recipients refused at RCPT (recipient_rejected); connections refused, too many from one address (connection_refused).', labelNames: ['outcome'], registers: [registry] });
   const appended = new Counter({ name: `${PREFIX}events_appended_total`, help: 'Events appended to the event store by this process, by type.', labelNames: ['type'], registers: [registry] });
+
+  const passwordChecks = new Counter({ name: `${PREFIX}password_checks_total`, help: 'Password checks (sign-in, HTTP basic) by result: verified (argon2id matched), refused (it did not, or no such account), remembered (an HTTP basic credential this process verified against the same password hash: no argon2id).', labelNames: ['result'], registers: [registry] });
 
   const appendedChildren = new Map<string, Counter.Internal>();
   // Children by label values: a request looks its pair up in a map instead of hashing labels.
@@ -101,6 +108,9 @@ export function createMetrics(options: { enabled: boolean } = { enabled: true })
         if (!child) appendedChildren.set(type, (child = appended.labels(type)));
         child.inc();
       }
+    },
+    passwordCheck(result) {
+      passwordChecks.inc({ result });
     },
     gauge(name, help, labelNames, read) {
       new Gauge({
