@@ -18,6 +18,7 @@ import { IdentityDeleted } from '../identities/events.js';
 import { ApiKeyRevoked } from '../keys/events.js';
 import { EMAIL_RECEIVED, MAILBOX } from '../mail/events.js';
 import { SMSBOX, SmsReceived } from '../sms/events.js';
+import { frameOf, type Frame } from './frames.js';
 
 /** A consumer group of this process alone: each gateway must see every event. */
 export function hubGroup(): string {
@@ -47,9 +48,10 @@ export interface Listener {
   session?: { id: string; userPk: number };
   /** The account whose password authorized it directly (HTTP basic): a password change ends the stream. */
   passwordOf?: number;
-  deliver(event: RecordedEvent): void;
-  /** The credential or the identity went away. */
-  revoke(reason: string): void;
+  /** An inbound message of its identity: the frame, made once for every stream. */
+  deliver(frame: Frame): void;
+  /** The credential or the identity went away (or, with `error`, its delivery failed). */
+  revoke(reason: string, error?: unknown): void;
 }
 
 /**
@@ -243,18 +245,27 @@ export class EventHub {
         if (!identityId) return;
         // The listeners of now: one added from here on starts after this position.
         const listeners = [...(this.#byIdentity.get(identityId) ?? [])];
-        if (listeners.length) this.#deliverWhenReadable(e, listeners);
+        const frame = listeners.length ? frameOf(e) : null;
+        if (frame) this.#deliverWhenReadable(frame, listeners);
       }
     }
   }
 
   /**
-   * Hands `e` to `listeners` once the read models hold it, in log order: the message and
-   * thread an event names answer a GET sent as it arrives (they answered 404 for some ms).
+   * Hands `frame` to `listeners` once the read models hold its event, in log order: the
+   * message and thread an event names answer a GET sent as it arrives (they answered 404
+   * for some ms). Only the frame waits, not the event (its bodies). A listener whose delivery
+   * throws is ended alone; the others still get the frame.
    */
-  #deliverWhenReadable(e: RecordedEvent, listeners: Listener[]): void {
+  #deliverWhenReadable(frame: Frame, listeners: Listener[]): void {
     const deliver = () => {
-      for (const l of listeners) l.deliver(e);
+      for (const l of listeners) {
+        try {
+          l.deliver(frame);
+        } catch (error) {
+          l.revoke('delivery failed', error);
+        }
+      }
     };
     const readModels = this.readModels;
     if (!readModels) return deliver();
@@ -262,7 +273,7 @@ export class EventHub {
     // stuck go out together when the first one's wait ends, not one wait after another.
     const deadline = performance.now() + READABLE_WAIT_MS;
     this.#readable = this.#readable
-      .then(() => untilReadable(readModels, e.position, deadline))
+      .then(() => untilReadable(readModels, frame.position, deadline))
       .then(deliver)
       .catch((error: unknown) => this.onFailure(error));
   }

@@ -12,13 +12,13 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ContextFactory } from '../../infra/runtime.js';
-import { comparePositions, InvalidPositionError, type RecordedEvent } from '../../infra/ports/event-store.js';
+import { comparePositions, InvalidPositionError } from '../../infra/ports/event-store.js';
 import { ApiError, tokenExpired } from '../gateway/errors.js';
 import { SseConnection } from '../gateway/sse.js';
 import { EventHub, MESSAGE_TYPES, READABLE_WAIT_MS, untilReadable, type Listener } from './hub.js';
-import { EMAIL_RECEIVED, mailboxStream } from '../mail/events.js';
-import { SmsReceived, smsboxStream } from '../sms/events.js';
-import { startOf } from '../kernel/text.js';
+import { mailboxStream } from '../mail/events.js';
+import { smsboxStream } from '../sms/events.js';
+import { frameOf, type Frame } from './frames.js';
 
 /** Reconnection delay announced to clients (`retry:`). */
 export const RETRY_MS = 3000;
@@ -30,12 +30,6 @@ const MAX_HELD_EVENTS = 10_000;
 const REPLAY_PAGE = 256;
 /** A reader that takes nothing for this long during a replay is cut. */
 const REPLAY_STALL_MS = 60_000;
-/**
- * A frame's subject and preview at most (UTF-16 units): a frame says that something came,
- * GET says what. A mail's subject may be a megabyte of folded header, which every open
- * stream would otherwise copy.
- */
-export const FRAME_TEXT_MAX = 1000;
 
 const EVENT_ID = /^\d{1,30}$/;
 
@@ -60,20 +54,6 @@ const invalidLastEventId = (why: string) => {
   const message = `Last-Event-ID is not an id received from this stream (${why}).`;
   return new ApiError(400, 'invalid_last_event_id', message, { last_event_id: [message] });
 };
-
-/** The frame of an inbound-message event: `email` or `sms`, all values strings. */
-export function frameOf(e: RecordedEvent): { event: string; data: Record<string, string> } | null {
-  const d = e.data ?? {};
-  const s = (v: unknown) => (v === undefined || v === null ? '' : startOf(String(v), FRAME_TEXT_MAX));
-  if (e.type === EMAIL_RECEIVED) {
-    const from = d.from && typeof d.from === 'object' ? d.from.address : d.from;
-    return { event: 'email', data: { thread_id: s(d.threadId), message_id: s(d.messageId), from_email: s(from), subject: s(d.subject), preview: s(d.preview) } };
-  }
-  if (e.type === SmsReceived) {
-    return { event: 'sms', data: { conversation_id: s(d.conversationId), message_id: s(d.messageId), from_number: s(d.from), preview: s(d.preview) } };
-  }
-  return null;
-}
 
 export const eventsContext: ContextFactory = (shared) => {
   const { platform } = shared;
@@ -144,31 +124,31 @@ export const eventsContext: ContextFactory = (shared) => {
     if (SseConnection.gone(ctx)) return;
 
     let lastSent: string | null = after;
-    let held: RecordedEvent[] | null = after === null ? null : []; // non-null while replaying
+    let held: Frame[] | null = after === null ? null : []; // non-null while replaying
 
-    const sendFrame = (position: string, frame: ReturnType<typeof frameOf>) => {
-      if (comparePositions(position, lastSent) <= 0 || !frame) return; // already sent (replay/live overlap)
-      conn.send(position, frame.event, frame.data);
-      lastSent = position;
+    const send = (frame: Frame) => {
+      if (comparePositions(frame.position, lastSent) <= 0) return; // already sent (replay/live overlap)
+      conn.send(frame.text);
+      lastSent = frame.position;
     };
-    const send = (e: RecordedEvent) => sendFrame(e.position, frameOf(e));
 
     const listener: Listener = {
       identityId,
       keyId: principal.kind === 'management_key' || principal.kind === 'identity_key' ? principal.keyId : undefined,
       session: principal.sessionId ? { id: principal.sessionId, userPk: principal.userPk } : undefined,
       passwordOf: principal.kind === 'basic' ? principal.userPk : undefined,
-      deliver(e) {
+      deliver(frame) {
         if (conn.closed) return;
         if (held) {
           if (held.length >= MAX_HELD_EVENTS) return conn.destroy();
-          held.push(e);
+          held.push(frame);
           return;
         }
-        send(e);
+        send(frame);
       },
-      revoke(reason) {
-        log.debug({ identityId, reason }, 'event stream closed');
+      revoke(reason, error) {
+        if (error) log.error({ err: error, identityId, reason }, 'event stream closed');
+        else log.debug({ identityId, reason }, 'event stream closed');
         conn.end();
       },
     };
@@ -205,12 +185,12 @@ export const eventsContext: ContextFactory = (shared) => {
         // What the page names is readable before it is sent, as for live events (the hub).
         if (page.length) await untilReadable(platform.progress, page[page.length - 1]!.position, readableBy);
         // Only the frames are kept while a slow reader takes them: the events (bodies, headers) go now.
-        const frames = page.map((e) => [e.position, frameOf(e)] as const);
+        const frames = page.map(frameOf);
         const full = page.length === REPLAY_PAGE;
         page.length = 0;
-        for (const [position, frame] of frames) {
+        for (const frame of frames) {
           if (conn.closed) return;
-          sendFrame(position, frame);
+          if (frame) send(frame);
           // Paced per frame: a page of large frames written at once would count as a slow reader.
           if (!conn.writable) await stalled(conn);
         }
@@ -220,7 +200,7 @@ export const eventsContext: ContextFactory = (shared) => {
       // Synchronous from here: no live event can slip between the flush and going live.
       const pending = held ?? [];
       held = null;
-      for (const e of pending) send(e);
+      for (const frame of pending) send(frame);
     } catch (err) {
       log.error({ err, identityId }, 'event stream replay failed');
       conn.destroy();

@@ -81,10 +81,15 @@ export class SseConnection {
     return !this.#closed && !this.#res.writableNeedDrain;
   }
 
-  /** One event frame. `id` and `event` never contain line breaks (we make them). */
-  send(id: string, event: string, data: unknown): void {
+  /** The text of one event frame. `id` and `event` never contain line breaks (we make them). */
+  static frame(id: string, event: string, data: unknown): string {
     // JSON.stringify escapes line breaks inside strings, so the data is one `data:` line.
-    this.#write(`id: ${id}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    return `id: ${id}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+  }
+
+  /** Writes a frame made by {@link SseConnection.frame} (made once, for every stream it goes to). */
+  send(frame: string): void {
+    this.#write(frame);
   }
 
   /** A comment line (ignored by clients; keeps intermediaries from timing out). */

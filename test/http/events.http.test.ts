@@ -12,7 +12,7 @@ import { openSse, type SseReader } from '../support/sse-client.js';
 import { eventually } from '../support/eventually.js';
 import { newId, nowIso } from '../../services/kernel/ids.js';
 import type { EmailReceivedData } from '../../services/mail/events.js';
-import { FRAME_TEXT_MAX } from '../../services/events/index.js';
+import { FRAME_TEXT_MAX } from '../../services/events/frames.js';
 import { InvalidPositionError } from '../../infra/ports/event-store.js';
 
 let s: TestServer;
@@ -598,14 +598,14 @@ describe('what an event names is readable when the event arrives', () => {
     }
   });
 
-  it('replayed: the same for an event the log has and the read models may not have yet', async () => {
+  it('replayed: the same for an event the log has and the read models may not have yet (email and SMS)', async () => {
     const fresh = await createIdentity(owner.access, `replayed-${Date.now()}`);
     for (let i = 0; i < 15; i++) {
       const before = (await s.runtime.events.headPosition()) ?? '0';
-      await email(fresh);
+      await Promise.all([email(fresh), sms(fresh)]);
       const reader = readOnArrival(fresh, `?last_event_id=${before}`);
       try {
-        await eventually(() => reader.answers.length >= 2, 10_000);
+        await eventually(() => reader.answers.length >= 4, 10_000);
         expect((await Promise.all(reader.answers)).filter((a) => !a.startsWith('200 '))).toEqual([]);
       } finally {
         reader.close();

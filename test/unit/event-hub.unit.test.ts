@@ -10,10 +10,13 @@ import type { EventStore, Subscription } from '../../infra/ports/event-store.js'
 
 const received = (identityId: string, subject: string) => ({ id: crypto.randomUUID(), type: 'EmailReceived', data: { identityId, subject } });
 
+/** The subject in an `email` frame's data line. */
+const subjectOf = (frame: string) => String(JSON.parse(/^data: (.*)$/m.exec(frame)![1]!).subject);
+
 function listener(identityId: string) {
   const delivered: string[] = [];
   const revoked: string[] = [];
-  const l: Listener = { identityId, deliver: (e) => delivered.push(String(e.data.subject)), revoke: (reason) => revoked.push(reason) };
+  const l: Listener = { identityId, deliver: (frame) => delivered.push(subjectOf(frame.text)), revoke: (reason) => revoked.push(reason) };
   return { l, delivered, revoked };
 }
 
@@ -120,5 +123,34 @@ it('read models that do not catch up (or failed) delay message events by the wai
   // All three at the end of their own waits, which began together: not one wait after another.
   await jest.advanceTimersByTimeAsync(5_000);
   expect(stream.delivered).toEqual(['late 1', 'late 2', 'late 3']);
+  hub.stop();
+});
+
+it('a stream whose delivery throws is ended alone (with the error); the others get the frame, and later ones too', async () => {
+  const memory = createMemoryEventStore();
+  const failures: unknown[] = [];
+  const hub = new EventHub(memory, (error) => failures.push(error), undefined, { waitFor: async () => {} });
+  await hub.start();
+  const broken = listener('id-1');
+  const errors: unknown[] = [];
+  broken.l.deliver = () => {
+    if (broken.revoked.length) return; // ended (as a closed stream takes nothing): 'two' was dispatched to it before
+    throw new Error('socket gone wrong');
+  };
+  broken.l.revoke = (reason, error) => {
+    broken.revoked.push(reason);
+    errors.push(error);
+    hub.remove(broken.l);
+  };
+  const [before, after] = [listener('id-1'), listener('id-1')];
+  hub.add(before.l);
+  hub.add(broken.l);
+  hub.add(after.l);
+  await memory.append('mailbox-id-1', [received('id-1', 'one')]);
+  await memory.append('mailbox-id-1', [received('id-1', 'two')]);
+  for (let i = 0; i < 20 && after.delivered.length < 2; i++) await new Promise((r) => setImmediate(r));
+  expect([before.delivered, after.delivered, broken.revoked]).toEqual([['one', 'two'], ['one', 'two'], ['delivery failed']]);
+  expect(String(errors[0])).toContain('socket gone wrong');
+  expect([failures, hub.live, before.revoked, after.revoked]).toEqual([[], true, [], []]);
   hub.stop();
 });
