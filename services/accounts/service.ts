@@ -409,7 +409,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (!user) throw tokenNotValid('User not found.');
     const stream = sessionStream(claims.sessionId);
     let reused = false;
-    const { result, append } = await execute(store, stream, sessionEvolver, async (s) => {
+    const { result, position } = await execute(store, stream, sessionEvolver, async (s) => {
       // A dashboard cookie is a browser session, not a refresh token of the API (refreshing it would end the session).
       if (!s.exists || s.userPk !== claims.userPk || s.kind === 'cookie') throw tokenNotValid('Token is invalid');
       if (s.revoked || s.generation !== user.sessionGeneration) throw tokenExpired('Token has been revoked; sign in again.');
@@ -424,7 +424,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         result: { access: access.token, refresh: next.token },
       };
     });
-    await settle(append?.position); // read-your-writes: verify and the cookie check read the session's current token
+    await settle(position); // read-your-writes: verify and the cookie check read the session's current token
     if (reused || !result) {
       logger.warn({ session: claims.sessionId, user: claims.userPk }, 'refresh token reuse: session family revoked');
       throw tokenExpired('Token has been revoked; sign in again.');
@@ -434,19 +434,19 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
 
   /** Ends every session of the user (logout, password change, password reset). */
   async function revokeAllSessions(pk: number, reason: string): Promise<void> {
-    const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+    const { position } = await execute(store, userStream(pk), userEvolver, (s) => {
       if (!s.exists) return { events: [], result: undefined };
       return { events: [event(UserSessionsRevoked, { reason, at: nowIso() })], result: undefined };
     });
-    await settle(append?.position);
+    await settle(position);
   }
 
   async function revokeSession(sessionId: string, reason: string): Promise<void> {
-    const { append } = await execute(store, sessionStream(sessionId), sessionEvolver, (s) => {
+    const { position } = await execute(store, sessionStream(sessionId), sessionEvolver, (s) => {
       if (!s.exists || s.revoked) return { events: [], result: undefined };
       return { events: [event(SessionRevoked, { reason, at: nowIso() })], result: undefined };
     });
-    await settle(append?.position);
+    await settle(position);
   }
 
   /** Ends the sessions handed out with a management key (a device sign-up) once the key is revoked. */
@@ -523,7 +523,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         if (reserving && outlivedReservations(started)) {
           throw tookTooLong('The rename');
         }
-        const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+        const { position } = await execute(store, userStream(pk), userEvolver, (s) => {
           if (!s.exists) throw tokenNotValid('User not found.');
           // Another process renamed the user since this rename read it: its reservations were
           // decided against a name that is gone (and may have been reclaimed).
@@ -535,7 +535,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
           if (!Object.keys(changes).length) return { events: [], result: undefined };
           return { events: [event(UserProfileUpdated, { ...changes, at: nowIso() })], result: undefined };
         });
-        await settle(append?.position);
+        await settle(position);
       } catch (err) {
         // Only what this request took, and only if no duplicate of it renewed it meanwhile.
         await undo(store, taken);
@@ -556,7 +556,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
 
   async function setPassword(pk: number, password: string, reason: 'change' | 'reset'): Promise<void> {
     const hash = await hashPassword(password);
-    const { append } = await execute(store, userStream(pk), userEvolver, (s) => {
+    const { position } = await execute(store, userStream(pk), userEvolver, (s) => {
       if (!s.exists) throw tokenNotValid('User not found.');
       return {
         events: [
@@ -566,7 +566,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         result: undefined,
       };
     });
-    await settle(append?.position);
+    await settle(position);
   }
 
 
@@ -655,10 +655,10 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     const user = await users.get(userDocId(pk));
     if (!user || !sameSecret(sig, macOf(hmacKey, 'verify-email', String(pk), user.emailKey, String(exp)))) throw invalid();
     if (user.emailVerified) return;
-    const { append } = await execute(store, userStream(user.pk), userEvolver, (s) =>
+    const { position } = await execute(store, userStream(user.pk), userEvolver, (s) =>
       s.emailVerified ? { events: [], result: undefined } : { events: [event(UserEmailVerified, { at: nowIso() })], result: undefined },
     );
-    await settle(append?.position);
+    await settle(position);
   }
 
   // Reset tokens are bound to the current password hash: they die once used (or on any change).

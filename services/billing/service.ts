@@ -31,12 +31,12 @@ export function createBilling(platform: Platform) {
   }
 
   async function change(pk: number, next: { plan: PlanName; status: SubscriptionStatus }, by: string) {
-    const { append } = await execute(store, subscriptionStream(pk), subEvolver, (s) => {
+    const { position } = await execute(store, subscriptionStream(pk), subEvolver, (s) => {
       if (s.plan === next.plan && s.status === next.status) return { events: [], result: undefined };
       const data: SubscriptionChangedData = { pk, plan: next.plan, status: next.status, previousPlan: s.plan, previousStatus: s.status, by, at: nowIso() };
       return { events: [event(SubscriptionChanged, data)], result: undefined };
     });
-    if (append) await progress.waitFor(append.position);
+    if (position) await progress.waitFor(position);
     return view(pk);
   }
 

@@ -198,13 +198,13 @@ export function createDeviceService(deps: DeviceServiceDeps) {
 
   /** Records the lazy expiry of an authorization observed past its lifetime. */
   async function recordExpiry(id: string): Promise<void> {
-    const { append } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
+    const { position } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
       const already = s.status === 'expired' || s.status === 'none' || s.status === 'denied' || s.status === 'redeemed';
       if (already || effectiveStatus(s, Date.now()) !== 'expired') return { events: [], result: undefined };
       return { events: [event(DeviceAuthorizationExpired, { deviceAuthId: id, at: nowIso() })], result: undefined };
     });
     lastPoll.delete(id);
-    await settle(append?.position);
+    await settle(position);
   }
 
   async function load(id: string): Promise<DeviceAuthState> {
@@ -271,12 +271,12 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   }
 
   async function increaseInterval(id: string): Promise<void> {
-    const { append } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
+    const { position } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
       if (s.status !== 'pending' || s.interval >= MAX_INTERVAL_S) return { events: [], result: undefined };
       const interval = Math.min(MAX_INTERVAL_S, s.interval + SLOW_DOWN_STEP_S);
       return { events: [event(DeviceAuthorizationIntervalIncreased, { deviceAuthId: id, interval, at: nowIso() })], result: undefined };
     });
-    await settle(append?.position);
+    await settle(position);
   }
 
   /** Runs `fn` alone per authorization in this process (concurrent polls of one code queue up). */
@@ -316,7 +316,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       const client = fresh.clientId && withoutControls(fresh.clientId).trim();
       const label = client ? [...`${stamp} (${client})`].slice(0, 100).join('') : stamp;
       const minted = await deps.keys.mint({ ownerPk: user.pk, label });
-      const { result: won, append } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
+      const { result: won, position } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
         if (s.status !== 'approved' || effectiveStatus(s, Date.now()) !== 'approved') return { events: [], result: false };
         const data: RedeemedData = { deviceAuthId: id, userPk: user.pk, keyId: minted.keyId, at: nowIso() };
         return { events: [event(DeviceAuthorizationRedeemed, data)], result: true };
@@ -330,7 +330,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
         return err('invalid_grant');
       }
       lastPoll.delete(id);
-      await settle(append?.position);
+      await settle(position);
       const session = await accounts.startSession(user, { via: 'device', kind: 'token', keyId: minted.keyId });
       logger.info({ deviceAuthId: id, userPk: user.pk, keyId: minted.keyId }, 'device authorization redeemed');
       return { status: 200, body: { access: session.access, refresh: session.refresh, management_key: minted.key, user: toPublicUser(user) } };
@@ -387,7 +387,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
   async function decide(input: { userPk: number; userCode: string; action: DecideAction; via: string; ip: string }): Promise<{ userCode: string; clientId: string | null }> {
     const { normalized, id } = await locate(input, 'guess');
     type Outcome = 'done' | 'expired' | 'conflict' | 'used';
-    const { result, append, state } = await execute<DeviceAuthState, Outcome>(store, deviceStream(id), deviceEvolver, (s) => {
+    const { result, position, state } = await execute<DeviceAuthState, Outcome>(store, deviceStream(id), deviceEvolver, (s) => {
       const status = effectiveStatus(s, Date.now());
       if (status === 'none') return { events: [], result: 'conflict' };
       if (status === 'expired') {
@@ -406,7 +406,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       const same = s.userPk === input.userPk && ((input.action === 'approve' && status === 'approved') || (input.action === 'deny' && status === 'denied'));
       return { events: [], result: same ? 'done' : status === 'redeemed' ? 'used' : 'conflict' };
     });
-    await settle(append?.position);
+    await settle(position);
     if (result === 'expired') throw new ApiError(400, 'device_code_expired', CODE_MESSAGES.expired);
     if (result === 'used') throw new ApiError(409, 'conflict', CODE_MESSAGES.used);
     if (result === 'conflict') {

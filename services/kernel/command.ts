@@ -55,9 +55,11 @@ export interface StreamState<S> {
   state: S;
   /** -1 when the stream does not exist. */
   revision: number;
+  /** The log position of the stream's last event (null when it does not exist). */
+  position: string | null;
 }
 
-const unborn = <S>(evolver: Evolver<S>): StreamState<S> => ({ state: evolver.initial(), revision: -1 });
+const unborn = <S>(evolver: Evolver<S>): StreamState<S> => ({ state: evolver.initial(), revision: -1, position: null });
 
 /**
  * The stream's state and revision. Kept per event store and stream (for the evolver that
@@ -69,7 +71,7 @@ export async function loadStream<S>(store: EventStore, stream: string, evolver: 
   const folds = foldsOf(store);
   const kept = folds.get(stream, evolver);
   if (evolver.copy) {
-    const own = kept ? { state: evolver.copy(kept.state), revision: kept.revision } : unborn(evolver);
+    const own = kept ? { ...kept, state: evolver.copy(kept.state) } : unborn(evolver);
     return catchUp(store, stream, evolver, own);
   }
   const loaded = await catchUp(store, stream, evolver, kept ?? unborn(evolver));
@@ -94,7 +96,8 @@ function foldOnto<S>(evolver: Evolver<S>, from: StreamState<S>, events: Recorded
   if (events.length === 0) return from;
   let state = from.state;
   for (const e of events) state = evolver.evolve(state, e);
-  return { state, revision: events[events.length - 1].revision };
+  const last = events[events.length - 1];
+  return { state, revision: last.revision, position: last.position };
 }
 
 /**
@@ -180,6 +183,20 @@ export function event<T>(type: string, data: T, metadata?: Record<string, unknow
 export const expectedFor = (revision: number): ExpectedRevision => (revision < 0 ? 'no_stream' : revision);
 
 /**
+ * What a command did: `append` is null when it changed nothing. `position` is the log
+ * position of the stream's last event after the command, its own append's or, when it changed
+ * nothing, the one its decision read: a caller that waits for the read models to reach it
+ * reads what the answer says also after a no-op that followed an identical write still being
+ * projected (null: the stream does not exist).
+ */
+export interface Executed<S, R> {
+  result: R;
+  append: AppendResult | null;
+  state: S;
+  position: string | null;
+}
+
+/**
  * Decide-and-append with optimistic concurrency. `decide` may throw (an ApiError, say) to
  * refuse the command; it returns [] when nothing needs to change.
  */
@@ -189,7 +206,7 @@ export async function execute<S, R = void>(
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => { events: EventData[]; result: R } | Promise<{ events: EventData[]; result: R }>,
   retries = 5,
-): Promise<{ result: R; append: AppendResult | null; state: S }> {
+): Promise<Executed<S, R>> {
   let serial = queues.get(store);
   if (!serial) queues.set(store, (serial = keyedSerial()));
   return serial(stream, () => decideAndAppend(store, stream, evolver, decide, retries));
@@ -204,7 +221,7 @@ async function decideAndAppend<S, R>(
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => { events: EventData[]; result: R } | Promise<{ events: EventData[]; result: R }>,
   retries: number,
-): Promise<{ result: R; append: AppendResult | null; state: S }> {
+): Promise<Executed<S, R>> {
   const folds = foldsOf(store);
   for (let attempt = 0; ; attempt++) {
     // Commands on this stream take turns here, so one may hold its kept state (see Evolver.copy).
@@ -214,13 +231,13 @@ async function decideAndAppend<S, R>(
     let keeping: StreamState<S> | null = loaded;
     try {
       const { events, result } = await decide(loaded.state, loaded.revision);
-      if (events.length === 0) return { result, append: null, state: loaded.state };
+      if (events.length === 0) return { result, append: null, state: loaded.state, position: loaded.position };
       const append = await store.append(stream, events, { expectedRevision: expectedFor(loaded.revision) });
       keeping = null;
       // An idempotent append answers with the events as recorded earlier, maybe after others.
       const next = append.events[0]?.revision === loaded.revision + 1 ? foldOnto(evolver, loaded, append.events) : await catchUp(store, stream, evolver, loaded);
       keeping = next;
-      return { result, append, state: next.state };
+      return { result, append, state: next.state, position: next.position };
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= retries) throw err;
     } finally {

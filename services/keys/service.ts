@@ -106,12 +106,12 @@ export function createKeys(platform: Platform) {
 
   /** Revokes a key of `ownerPk` and `kind`; 404 when it is not one (unknown, revoked, other account). */
   async function revoke(ownerPk: number, kind: KeyKind, keyId: string): Promise<void> {
-    const { append } = await execute(store, apiKeyStream(keyId), keyEvolver, (s) => {
+    const { position } = await execute(store, apiKeyStream(keyId), keyEvolver, (s) => {
       if (!s.exists || s.revoked || s.ownerPk !== ownerPk || s.kind !== kind) throw notFound('Key not found.');
       return { events: [event(ApiKeyRevoked, revokedData(s, keyId, 'owner'))], result: undefined };
     });
     uses.forget(keyId);
-    if (append) await progress.waitFor(append.position);
+    if (position) await progress.waitFor(position);
   }
 
   const revokedData = (s: KeyState, keyId: string, reason: string): ApiKeyRevokedData => ({

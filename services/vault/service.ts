@@ -153,7 +153,7 @@ export function createVault(platform: Platform) {
   }
 
   async function rewrapEncryption(userPk: number, input: EncryptionRewrapInput): Promise<EncryptionKeysDoc> {
-    const { append } = await execute(
+    const { position } = await execute(
       store,
       encryptionStream(userPk),
       encryptionEvolver,
@@ -170,7 +170,7 @@ export function createVault(platform: Platform) {
         return { events: [event(EncryptionKeysRewrapped, data)], result: undefined };
       },
     );
-    await settle(append?.position);
+    await settle(position);
     return (await encryptionOf(userPk))!;
   }
 
@@ -184,7 +184,7 @@ export function createVault(platform: Platform) {
 
   async function createEntry(identityId: string, input: PasswordFields & { uuid?: string }): Promise<PasswordEntryDoc> {
     const entryId = (input.uuid ?? newId()).toLowerCase();
-    const { append } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
+    const { position } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
       if (s.entries.has(entryId)) throw conflict('A password entry with this uuid already exists.');
       const data: PasswordEntryCreatedData = {
         identityId,
@@ -197,18 +197,18 @@ export function createVault(platform: Platform) {
       };
       return { events: [event(PasswordEntryCreated, data)], result: undefined };
     });
-    await settle(append?.position);
+    await settle(position);
     return (await getEntry(identityId, entryId))!;
   }
 
   /** `changes` holds only the fields to set (PUT passes all four). */
   async function updateEntry(identityId: string, entryId: string, changes: PasswordFields): Promise<PasswordEntryDoc> {
-    const { append, result: at } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
+    const { append, position, result: at } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
       if (s.entries.get(entryId) !== true) throw notFound('Password entry not found.');
       const data: PasswordEntryUpdatedData = { identityId, entryId, ...changes, at: nowIso() };
       return { events: Object.keys(changes).length ? [event(PasswordEntryUpdated, data)] : [], result: data.at };
     });
-    await settle(append?.position);
+    await settle(position);
     const doc = await getEntry(identityId, entryId);
     if (!doc) throw notFound('Password entry not found.');
     // The entry as this write left it (a concurrent later write may already show in the read model).
@@ -216,11 +216,11 @@ export function createVault(platform: Platform) {
   }
 
   async function deleteEntry(identityId: string, entryId: string): Promise<void> {
-    const { append } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
+    const { position } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
       if (s.entries.get(entryId) !== true) throw notFound('Password entry not found.');
       return { events: [event(PasswordEntryDeleted, { identityId, entryId, at: nowIso() })], result: undefined };
     });
-    await settle(append?.position);
+    await settle(position);
   }
 
   // --- secrets (per identity) ---------------------------------------------------------------
@@ -233,13 +233,13 @@ export function createVault(platform: Platform) {
 
   /** Creates or replaces the secret named `key`; names are unique per identity (the stream revision guards it). */
   async function upsertSecret(identityId: string, key: string, value: string): Promise<{ doc: VaultSecretDoc; created: boolean }> {
-    const { append, result } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
+    const { append, position, result } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
       const existing = s.secretByKey.get(key);
       const secretId = existing ?? newId();
       const data: VaultSecretWrittenData = { identityId, secretId, key, value, at: nowIso() };
       return { events: [event(existing ? VaultSecretUpdated : VaultSecretCreated, data)], result: { secretId, created: !existing, at: data.at } };
     });
-    await settle(append?.position);
+    await settle(position);
     // The secret as this write left it: a concurrent later upsert may already show in the
     // read model, and its value is not this request's answer.
     const read = await getSecret(identityId, result.secretId);
@@ -250,12 +250,12 @@ export function createVault(platform: Platform) {
   }
 
   async function deleteSecret(identityId: string, secretId: string): Promise<void> {
-    const { append } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
+    const { position } = await execute(store, vaultStream(identityId), vaultEvolver, (s) => {
       const key = s.keyBySecret.get(secretId);
       if (key === undefined) throw notFound('Secret not found.');
       return { events: [event(VaultSecretDeleted, { identityId, secretId, key, at: nowIso() })], result: undefined };
     });
-    await settle(append?.position);
+    await settle(position);
   }
 
   return {

@@ -61,6 +61,19 @@ describe('admin API', () => {
     expect([token.status, token.body.plan]).toEqual([200, 'team']);
   });
 
+  it('the same change sent twice at once: both answers show it (the one that changed nothing waited for the read models too)', async () => {
+    const plans = ['team', 'developer'] as const;
+    for (let i = 0; i < 12; i++) {
+      const u = await s.signUp();
+      const plan = plans[i % 2]!;
+      const answers = await Promise.all([admin(u.user.pk, { plan }), admin(u.user.pk, { plan })]);
+      expect(answers.map((a) => [a.status, a.body.plan])).toEqual([
+        [200, plan],
+        [200, plan],
+      ]);
+    }
+  });
+
   it('404 for an unknown user; 400 for an unknown plan or status', async () => {
     const u = await s.signUp();
     expect((await admin(999999, { plan: 'team' })).status).toBe(404);

@@ -30,9 +30,19 @@ describe('commands over kept folds', () => {
     expect(read()).toBe(100);
 
     // Another process appends: the next load reads just that.
-    await base.append('tally-a', [add(5)]);
-    expect(await loadStream(store, 'tally-a', sum)).toEqual({ state: 206, revision: 102 });
+    const other = await base.append('tally-a', [add(5)]);
+    expect(await loadStream(store, 'tally-a', sum)).toEqual({ state: 206, revision: 102, position: other.position });
     expect(read()).toBe(101);
+  });
+
+  it("says the position of the stream's last event: its own append's, or the one read when it changed nothing", async () => {
+    const store = createMemoryEventStore();
+    expect((await execute(store, 'tally-p', sum, () => ({ events: [], result: undefined }))).position).toBeNull(); // no stream
+    const made = await execute(store, 'tally-p', sum, () => ({ events: [add(1), add(2)], result: undefined }));
+    expect(made.position).toBe(made.append!.position);
+    await store.append('elsewhere', [add(1)]); // the log moves on; the stream does not
+    const same = await execute(store, 'tally-p', sum, () => ({ events: [], result: undefined }));
+    expect([same.append, same.position]).toEqual([null, made.append!.position]);
   });
 
   it('never changes a state already handed out, even with an evolver that works in place', async () => {
