@@ -154,6 +154,8 @@ export function accountRoutes(deps: AccountRoutesDeps): HttpModule {
         if (claims.tokenType === 'refresh') {
           const session = await accounts.liveSession(claims.sessionId);
           if (!session) throw tokenExpired('Token has been revoked.');
+          // A dashboard cookie is a browser session, no refresh token of the API (refresh refuses it too).
+          if (session.kind === 'cookie') throw tokenNotValid('Token is invalid');
           // Rotated away: only the family's newest refresh token is valid (using this one would revoke the family).
           if (session.tokenId !== claims.jti) throw tokenNotValid('Token has already been used (refresh tokens rotate).');
         }

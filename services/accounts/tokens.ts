@@ -91,7 +91,7 @@ export function createTokenService(opts: TokenServiceOptions) {
   async function verifySignature(token: string, expected: TokenType | 'any'): Promise<TokenClaims> {
     let payload;
     try {
-      ({ payload } = await jwtVerify(token, keys.verifyKey, { issuer, algorithms: ['EdDSA'] }));
+      ({ payload } = await jwtVerify(token, keys.verifyKey, { issuer, algorithms: ['EdDSA'], requiredClaims: ['exp', 'iat', 'sub', 'jti'] })); // we always set them: a token without is none of ours
     } catch (err) {
       if (err instanceof joseErrors.JWTExpired) throw tokenExpired('Token is expired');
       throw tokenNotValid('Token is invalid');

@@ -5,6 +5,7 @@
  * and retried after a failure, so a provider that is down at start does not stop the service.
  */
 import * as oidc from 'openid-client';
+import { startOf, withoutControls } from '../kernel/text.js';
 
 export interface OidcSettings {
   issuer: string;
@@ -120,13 +121,15 @@ export function createOidcClient(settings: OidcSettings, redirectUri: string) {
       }
     }
     const str = (v: unknown) => (typeof v === 'string' && v.trim() ? v.trim() : undefined);
+    // Names as the API takes them (accounts.json PersonName): no control characters, at most 150.
+    const personName = (v: unknown) => str(startOf(withoutControls(str(v) ?? ''), 150));
     return {
       issuer: config.serverMetadata().issuer,
       subject: claims.sub,
       email: str(info.email) ?? null,
       emailVerified: typeof info.email_verified === 'boolean' ? info.email_verified : info.email_verified === 'true' ? true : null,
-      firstName: str(info.given_name),
-      lastName: str(info.family_name),
+      firstName: personName(info.given_name),
+      lastName: personName(info.family_name),
       username: str(info.preferred_username) ?? str(info.nickname),
     };
   }

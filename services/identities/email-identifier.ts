@@ -12,9 +12,27 @@ const DOT_ATOM = new RegExp(`^${ATEXT}+(\\.${ATEXT}+)*$`);
 
 /**
  * Mailboxes every mail domain must keep for its operators (RFC 5321 §4.5.1 postmaster,
- * RFC 2142 abuse & co.); an identity never gets them.
+ * RFC 2142 abuse & co.), and those a certificate authority may mail to prove control of the
+ * domain (CA/Browser Forum Baseline Requirements §3.2.2.4.4: admin, administrator, webmaster,
+ * hostmaster, postmaster; root and the ssl* ones some CAs used): a tenant holding one could
+ * get a TLS certificate for MAIL_DOMAIN. An identity never gets them.
  */
-export const RESERVED_LOCAL_PARTS = new Set(['postmaster', 'abuse', 'mailer-daemon', 'hostmaster', 'webmaster', 'security', 'noreply', 'no-reply']);
+export const RESERVED_LOCAL_PARTS = new Set([
+  'postmaster',
+  'abuse',
+  'mailer-daemon',
+  'hostmaster',
+  'webmaster',
+  'security',
+  'noreply',
+  'no-reply',
+  'admin',
+  'administrator',
+  'root',
+  'ssladmin',
+  'ssladministrator',
+  'sslwebmaster',
+]);
 
 /** The normalized local part, or an error message. */
 export function normalizeLocalPart(raw: string): { value: string } | { error: string } {

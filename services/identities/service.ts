@@ -262,7 +262,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     const local = normalizeLocalPart(emailIdentifier);
     if ('error' in local) throw badRequest({ email_identifier: [local.error] });
     const address = `${local.value}@${config.mailDomain}`;
-    if (RESERVED_LOCAL_PARTS.has(local.value)) throw conflict(`The address ${address} is reserved for the mail domain's operators (RFC 2142); choose another.`);
+    if (RESERVED_LOCAL_PARTS.has(local.value)) throw conflict(`The address ${address} is reserved for the mail domain's operators (RFC 2142, and the addresses certificate authorities mail); choose another.`);
     return address;
   }
 

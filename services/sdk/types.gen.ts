@@ -14,6 +14,10 @@
  * Letters (any script), digits and @ . + - _ (as Django's username validator).
  */
 export type AccountsUsername = string;
+/**
+ * A first or last name: at most 150 characters, no control characters (a name may end up in a mail header or a page).
+ */
+export type AccountsPersonName = string;
 export type AccountsPassword = string;
 /**
  * Phones included: free 0, email 0, developer 3, team 25.
@@ -129,8 +133,8 @@ export interface AccountsRegister {
   email: string;
   password1: AccountsPassword;
   password2: AccountsPassword;
-  first_name?: string;
-  last_name?: string;
+  first_name?: AccountsPersonName;
+  last_name?: AccountsPersonName;
 }
 export interface AccountsLogin {
   username?: string;
@@ -183,13 +187,13 @@ export interface AccountsPasswordResetConfirm {
 }
 export interface AccountsUserPut {
   username: AccountsUsername;
-  first_name?: string;
-  last_name?: string;
+  first_name?: AccountsPersonName;
+  last_name?: AccountsPersonName;
 }
 export interface AccountsUserPatch {
   username?: AccountsUsername;
-  first_name?: string;
-  last_name?: string;
+  first_name?: AccountsPersonName;
+  last_name?: AccountsPersonName;
 }
 /**
  * A live session of the account: a browser's (the dashboard's cookie) or a token family (a sign-in through the API, the device flow, a bind-identity).

@@ -2,7 +2,7 @@
  * SPEC "Sign-up and tokens" and DECISIONS "Auth" / "Wire conventions", through a real
  * server on port 0 and a real SMTP relay sink for the mails.
  */
-import { createLocalJWKSet, jwtVerify } from 'jose';
+import { createLocalJWKSet, jwtVerify, SignJWT } from 'jose';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 import { freePort } from '../support/spawn.js';
@@ -87,6 +87,20 @@ describe('registration (POST /api/auth/social/)', () => {
       expect([method, res.status, res.body]).toEqual([method, 400, { first_name: ['Not a valid string.'], last_name: ['This field may not be null.'] }]);
     }
     expect((await s.api('GET', '/api/auth/user/', { token: u.access })).body).toMatchObject({ first_name: '', last_name: '' });
+  });
+
+  it('first and last names with a line break or another control character are 400 (a name may end up in a mail header), at sign-up and on the user', async () => {
+    const name = uniq();
+    const base = { username: name, email: `${name}@example.com`, password1: 'long enough', password2: 'long enough' };
+    const signup = await s.api('POST', '/api/auth/social/', { body: { ...base, first_name: 'A\r\nBcc: z@evil.example' } });
+    expect([signup.status, Object.keys(signup.body)]).toEqual([400, ['first_name']]);
+    const u = await s.signUp();
+    for (const [method, value] of [['PATCH', 'L\nX: y'], ['PUT', 'tab\there'], ['PATCH', 'nul\u0000'], ['PATCH', 'sep\u2028']] as const) {
+      const res = await s.api(method, '/api/auth/user/', { token: u.access, body: { username: u.user.username, last_name: value } });
+      expect([method, value, res.status, res.body.last_name]).toEqual([method, value, 400, [expect.stringMatching(/control characters/)]]);
+    }
+    const fine = await s.api('PATCH', '/api/auth/user/', { token: u.access, body: { first_name: 'Zoë-Ann', last_name: "O'Brien 李" } });
+    expect([fine.status, fine.body.first_name, fine.body.last_name]).toEqual([200, 'Zoë-Ann', "O'Brien 李"]);
   });
 
   it('an email is trimmed, as Django REST framework\'s EmailField does: at sign-up, login, resend and reset', async () => {
@@ -397,6 +411,32 @@ describe('tokens', () => {
     expect(bad.status).toBe(401);
     expect(bad.body.code).toBe('token_not_valid');
     expect((await s.api('POST', '/api/auth/token/verify/', { body: {} })).status).toBe(400);
+  });
+
+  it('a token signed with the service\'s own key but without an expiry (or issue time) is not one of ours: 401 token_not_valid', async () => {
+    const u = await s.signUp();
+    const { keys } = s.runtime.shared;
+    const claims = JSON.parse(Buffer.from(u.access.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>;
+    for (const left of ['exp', 'iat']) {
+      const { [left]: _gone, ...rest } = claims;
+      const token = await new SignJWT(rest).setProtectedHeader({ alg: 'EdDSA', kid: keys.kid, typ: 'JWT' }).sign(keys.signingKey);
+      const res = await s.api('GET', '/api/auth/user/', { token });
+      expect([left, res.status, res.body.code]).toEqual([left, 401, 'token_not_valid']);
+    }
+    // The same claims with both, signed the same way, are accepted: the test is about the claims.
+    const whole = await new SignJWT(claims).setProtectedHeader({ alg: 'EdDSA', kid: keys.kid, typ: 'JWT' }).sign(keys.signingKey);
+    expect((await s.api('GET', '/api/auth/user/', { token: whole })).status).toBe(200);
+  });
+
+  it('verify refuses the dashboard\'s session cookie (a browser session, no refresh token of the API; refresh refuses it too)', async () => {
+    const u = await s.signUp();
+    const user = await s.runtime.shared.accounts.getUser(u.user.pk);
+    const cookie = await s.runtime.shared.accounts.startSession(user, { via: 'test', kind: 'cookie' });
+    for (const [p, body] of [['/api/auth/token/verify/', { token: cookie.refresh }], ['/api/auth/token/refresh/', { refresh: cookie.refresh }]] as const) {
+      const res = await s.api('POST', p, { body });
+      expect([p, res.status, res.body.code]).toEqual([p, 401, 'token_not_valid']);
+    }
+    expect((await s.api('GET', '/api/auth/user/', { headers: { cookie: `ais_session=${cookie.refresh}` } })).status).toBe(200); // still the browser's session
   });
 
   it('verify refuses a rotated (spent) refresh token without revoking its family', async () => {

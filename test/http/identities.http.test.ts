@@ -151,6 +151,11 @@ describe('conflicts (409)', () => {
     expect(pm.status).toBe(409);
     expect(pm.body.detail).toMatch(/postmaster@.* is reserved/);
     expect((await create(owner.access, { name: 'ab', email_identifier: 'Abuse' })).status).toBe(409);
+    // A certificate authority's validation addresses (CA/B Forum BR 3.2.2.4.4): one who reads them can get a certificate for the domain.
+    for (const local of ['admin', 'Administrator', 'root', 'ssladmin']) {
+      const res = await create(owner.access, { name: `ca ${local}`, email_identifier: local });
+      expect([local, res.status, res.body.code]).toEqual([local, 409, 'conflict']);
+    }
   });
 
   it('200 concurrent creates of one name give exactly one 201 (the rest 409)', async () => {
