@@ -15,7 +15,7 @@
  */
 export type AccountsUsername = string;
 /**
- * A first or last name: at most 150 characters, no control characters (a name may end up in a mail header or a page).
+ * A first or last name: at most 150 characters, no control characters (a name may end up in a mail header or a page). NUL is refused with Django REST framework's message, as in any text field.
  */
 export type AccountsPersonName = string;
 export type AccountsPassword = string;
