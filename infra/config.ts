@@ -32,6 +32,8 @@ export interface Config {
   sseStreamsPerAccount: number;
   /** Identities one account may hold (403 `identity_limit_reached` beyond; SPEC: bulk limits are arranged through support). */
   identityLimit: number;
+  /** Live API keys one account may hold; a POST of a key beyond is 403 `key_limit_reached` (device sign-ups are not refused). */
+  keyLimit: number;
   /** Sign-ups that reach password hashing, per client address per rolling hour (429 beyond). */
   signupLimitPerHour: number;
   emailLimitHour: number;
@@ -240,6 +242,7 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     sseKeepaliveMs: int('SSE_KEEPALIVE_MS', 30_000, 10, 3_600_000),
     sseStreamsPerAccount: int('SSE_STREAMS_PER_ACCOUNT', 200, 1, 1_000_000),
     identityLimit: int('IDENTITY_LIMIT', 1000, 1, 10_000_000),
+    keyLimit: int('KEY_LIMIT', 1000, 1, 10_000_000),
     signupLimitPerHour: int('SIGNUP_LIMIT_PER_HOUR', 5000, 1, 10_000_000),
     emailLimitHour: int('EMAIL_LIMIT_HOUR', 60, 0, 1_000_000),
     emailLimitDay: int('EMAIL_LIMIT_DAY', 500, 0, 10_000_000),

@@ -18,7 +18,8 @@ import type { Page } from '../../infra/ports/read-store.js';
 import type { Platform } from '../kernel/platform.js';
 import { event, execute, type Evolver } from '../kernel/command.js';
 import { newId, nowIso, randomBase62 } from '../kernel/ids.js';
-import { notFound } from '../gateway/errors.js';
+import { ApiError, notFound } from '../gateway/errors.js';
+import { keyedSerial } from '../kernel/serial.js';
 import { KEY_PREFIXES, type KeyRecord } from '../gateway/auth.js';
 import { APIKEYS, type ApiKeyDoc } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -102,6 +103,23 @@ export function createKeys(platform: Platform) {
     const appended = await store.append(apiKeyStream(keyId), [event(ApiKeyMinted, data)], { expectedRevision: 'no_stream' });
     await progress.waitFor(appended.position);
     return { doc: (await keys.get(keyId))!, secret };
+  }
+
+  /**
+   * Mints a key an account asked for (POST of a key): refused with 403 `key_limit_reached`
+   * when it holds KEY_LIMIT live keys already (the read model keeps live keys only). The
+   * mints of one account take turns in this process, so concurrent ones cannot pass the limit
+   * together; across gateways (cluster mode), by the mints in flight on the others at most.
+   * The device flow's keys are not refused (each took a person's approval), but count.
+   */
+  const mintTurns = keyedSerial();
+  function mintAsked(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
+    return mintTurns(String(ownerPk), async () => {
+      const held = await keys.count({ ownerPk });
+      const limit = platform.config.keyLimit;
+      if (held >= limit) throw new ApiError(403, 'key_limit_reached', `This account holds ${held} API keys, its limit (${limit}); revoke one, or ask support to raise the limit.`);
+      return mint(ownerPk, input);
+    });
   }
 
   /** Revokes a key of `ownerPk` and `kind`; 404 when it is not one (unknown, revoked, other account). */
@@ -211,7 +229,7 @@ export function createKeys(platform: Platform) {
 
   const get = (keyId: string) => keys.get(keyId);
 
-  return { mint, revoke, revokeForIdentity, findKey, touchKey, flushUses, list, get };
+  return { mint, mintAsked, revoke, revokeForIdentity, findKey, touchKey, flushUses, list, get };
 }
 
 export type Keys = ReturnType<typeof createKeys>;

@@ -309,3 +309,44 @@ describe('whoami', () => {
     expect(res.body.code).toBe('not_authenticated');
   });
 });
+
+describe('limit per account (KEY_LIMIT)', () => {
+  let limited: TestServer;
+  beforeAll(async () => {
+    limited = await startTestServer({ KEY_LIMIT: '3', DEVICE_POLL_INTERVAL: '0' });
+  });
+  afterAll(async () => {
+    await limited?.close();
+  });
+
+  it('concurrent creates past the limit: exactly the limit succeed, the rest 403 key_limit_reached; a revocation frees a place; another account has its own', async () => {
+    const u = await limited.signUp();
+    const other = await limited.signUp();
+    const id = (await limited.api('POST', '/api/identities/', { token: u.access, body: { name: 'Keyed' } })).body.uuid;
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        i % 2 ? limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: `m${i}` } }) : limited.api('POST', '/api/auth/keys/identity/', { token: u.access, body: { label: `i${i}`, identity_uuid: id } }),
+      ),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([201, 201, 201, 403, 403, 403, 403, 403]);
+    expect(results.find((r) => r.status === 403)!.body).toEqual({ detail: expect.stringMatching(/3 API keys, its limit \(3\).*support/), code: 'key_limit_reached' });
+    expect((await limited.api('POST', '/api/auth/keys/management/', { token: other.access, body: { label: 'theirs' } })).status).toBe(201);
+    const made = results.find((r) => r.status === 201)!.body as { uuid: string; identity_uuid?: string };
+    const kind = made.identity_uuid ? 'identity' : 'management';
+    expect((await limited.api('DELETE', `/api/auth/keys/${kind}/${made.uuid}/`, { token: u.access })).status).toBe(204);
+    expect((await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'again' } })).status).toBe(201);
+    expect((await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'one more' } })).status).toBe(403);
+  });
+
+  it("a device sign-up's key is not refused at the limit (a person approved it), and counts", async () => {
+    const u = await limited.signUp();
+    for (let i = 0; i < 3; i++) expect((await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: `k${i}` } })).status).toBe(201);
+    const d = (await limited.api('POST', '/api/auth/device/', { body: { client_id: 'agent' } })).body as { device_code: string; user_code: string };
+    expect((await limited.api('POST', '/api/auth/device/approve/', { token: u.access, body: { user_code: d.user_code } })).status).toBe(200);
+    const redeemed = await limited.api('POST', '/api/auth/device/token/', { body: { device_code: d.device_code } });
+    expect([redeemed.status, redeemed.body.management_key]).toEqual([200, expect.stringMatching(/^svc_mgmt_/)]);
+    expect((await limited.api('GET', '/api/auth/keys/management/', { token: u.access })).body).toHaveLength(4);
+    const refused = await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'past it' } });
+    expect([refused.status, refused.body.detail]).toEqual([403, expect.stringMatching(/holds 4 API keys/)]);
+  });
+});
