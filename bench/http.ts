@@ -32,6 +32,8 @@ export async function httpSection(): Promise<void> {
       { name: 'GET /api/health/', path: '/api/health/', headers: undefined, goal: 'goal ≥ 45%' },
       { name: 'GET /api/auth/user/ (JWT)', path: '/api/auth/user/', headers: { authorization: `Bearer ${access}` }, goal: 'goal ≥ 30%, p99 ≤ 25 ms' },
       { name: 'GET /api/identities/ (management key, 20 identities)', path: '/api/identities/', headers: { authorization: `Bearer ${key}` }, goal: 'goal ≥ 40%, p99 ≤ 20 ms' },
+      // Username and password on every request: argon2id once, then the remembered credential.
+      { name: 'GET /api/auth/user/ (HTTP basic)', path: '/api/auth/user/', headers: { authorization: `Basic ${Buffer.from('bench:bench-pw-123').toString('base64')}` }, goal: 'measured (no goal)' },
     ];
     for (const t of targets) {
       const pairs: { baseline: LoadResult; target: LoadResult }[] = [];
