@@ -215,7 +215,7 @@ class EventStoreDbStore implements EventStore {
           if (out.length >= maxCount) return out;
         }
       } catch (err) {
-        throw translateError(err, { operation: 'read of $all' });
+        throw translateError(err, { operation: 'read of $all', position: options.after });
       }
       // fromPosition is inclusive: a full page re-reads its last event, skipped above.
       if (count < PAGE) return out;
@@ -259,7 +259,7 @@ class EventStoreDbStore implements EventStore {
         if (out.length >= maxCount || event.position === endPosition) break;
       }
     } catch (err) {
-      if (!finished) throw translateError(err, { operation: 'filtered read of $all' });
+      if (!finished) throw translateError(err, { operation: 'filtered read of $all', position: after });
     } finally {
       finish();
     }
@@ -429,7 +429,7 @@ class EsdbSubscription implements Subscription {
       }
     } catch (err) {
       if (this.closed) return null;
-      const translated = translateError(err, { operation: 'subscription to $all' });
+      const translated = translateError(err, { operation: 'subscription to $all', position: this.last });
       if (translated instanceof EventStoreUnavailableError) return { error: translated, progressed };
       this.closed = true;
       throw translated;

@@ -204,13 +204,31 @@ export class AppendTooLargeError extends Error {
 }
 
 /**
- * A client error → the port's error: WrongExpectedVersion becomes WrongExpectedRevisionError
- * with the actual revision; an append over the server's size limit AppendTooLargeError;
- * connection-level failures (unavailable, deadline, not leader) become
- * EventStoreUnavailableError; anything else is returned unchanged.
+ * gRPC status codes the client leaves as `unknown` errors (it names only a few): INTERNAL (a
+ * call reset by a restarting node or a proxy: "Received RST_STREAM with code 2") and
+ * RESOURCE_EXHAUSTED are the connection's, not the request's; INVALID_ARGUMENT is the server
+ * refusing a `fromPosition` that is no record's ("Trying to read from an invalid position").
  */
-export function translateError(err: unknown, context: { stream?: string; expected?: ExpectedRevision; operation: string }): Error {
+const GRPC_INVALID_ARGUMENT = 3;
+const GRPC_RESOURCE_EXHAUSTED = 8;
+const GRPC_INTERNAL = 13;
+
+/**
+ * A client error → the port's error: WrongExpectedVersion becomes WrongExpectedRevisionError
+ * with the actual revision; an append over the server's size limit AppendTooLargeError; a
+ * read of $all from a position the server says is no record's InvalidPositionError (with
+ * `position`, the one read from); connection-level failures (unavailable, deadline, not
+ * leader, a call reset) become EventStoreUnavailableError; anything else is returned unchanged.
+ */
+export function translateError(err: unknown, context: { stream?: string; expected?: ExpectedRevision; operation: string; position?: string | null }): Error {
   const type = (err as { type?: unknown } | null)?.type;
+  const code = (err as { code?: unknown } | null)?.code; // a gRPC status (a number), or a Node error's code
+  if (type === 'unknown' && code === GRPC_INVALID_ARGUMENT && context.position && /invalid position/i.test(messageOf(err))) {
+    return new InvalidPositionError(context.position, 'EventStoreDB has no record there');
+  }
+  if (type === 'unknown' && (code === GRPC_INTERNAL || code === GRPC_RESOURCE_EXHAUSTED)) {
+    return new EventStoreUnavailableError(`EventStoreDB ${context.operation} failed (gRPC status ${code}): ${messageOf(err)}`, { cause: err });
+  }
   if (type === 'wrong-expected-version' && context.stream !== undefined) {
     const actual = fromEsdbActualRevision((err as { actualVersion?: unknown }).actualVersion);
     return new WrongExpectedRevisionError(context.stream, context.expected ?? 'any', actual);
@@ -222,7 +240,6 @@ export function translateError(err: unknown, context: { stream?: string; expecte
   if (typeof type === 'string' && UNAVAILABLE_TYPES.has(type)) {
     return new EventStoreUnavailableError(`EventStoreDB ${context.operation} failed (${type}): ${messageOf(err)}`, { cause: err });
   }
-  const code = (err as { code?: unknown } | null)?.code;
   if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'ECONNRESET') {
     return new EventStoreUnavailableError(`EventStoreDB ${context.operation} failed: ${messageOf(err)}`, { cause: err });
   }

@@ -158,7 +158,9 @@ export function createKafkaFeed(options: KafkaFeedOptions): EventFeed {
       let last: string | null = feedOptions.after;
       let closed = false;
       let failed = false;
-      let commits: Promise<void> = Promise.resolve();
+      /** The latest offset to commit per partition, not sent yet; one commit is in flight at a time and takes them all. */
+      const toCommit = new Map<number, string>();
+      let committing: Promise<void> | null = null;
       let starting: Promise<void> = Promise.resolve();
       let onClosing!: () => void;
       const closing = new Promise<void>((resolve) => (onClosing = resolve));
@@ -173,20 +175,37 @@ export function createKafkaFeed(options: KafkaFeedOptions): EventFeed {
         onClosing();
         // Still connecting or subscribing: disconnecting now would leave run() to start a live consumer.
         await starting;
-        await commits;
+        await committing;
         await consumer.disconnect().catch((err: unknown) => options.logger?.error({ err, group }, 'Kafka feed disconnect failed'));
         if (error !== undefined) rejectDone(error instanceof Error ? error : new Error(String(error)));
         else resolveDone();
       };
 
+      /**
+       * Commits after `lastOffset` on `partition`. Offsets settled while a commit is in flight
+       * are coalesced: the next commit sends only the latest per partition (one round trip per
+       * batch, not per event; a backlog of commits would grow without bound under load). The
+       * latest, not the greatest: after a rebalance the window starts again lower.
+       */
       const commit = (partition: number, lastOffset: string | null) => {
         if (lastOffset === null || closed) return;
-        commits = commits
-          .then(() => consumer.commitOffsets([offsetCommit(topic, partition, lastOffset)]))
-          .then(() => void committed.add(partition))
-          // A commit refused during a rebalance is harmless: a later one (or the next owner) covers it.
-          .catch((err: unknown) => options.logger?.error({ err, group, partition }, 'Kafka offset commit failed'));
+        toCommit.set(partition, lastOffset);
+        committing ??= Promise.resolve().then(sendCommits); // from the next tick: the offsets settled in this one go together
       };
+      async function sendCommits(): Promise<void> {
+        while (toCommit.size > 0) {
+          const batch = [...toCommit];
+          toCommit.clear();
+          try {
+            await consumer.commitOffsets(batch.map(([partition, offset]) => offsetCommit(topic, partition, offset)));
+            for (const [partition] of batch) committed.add(partition);
+          } catch (err) {
+            // A commit refused during a rebalance is harmless: a later one (or the next owner) covers it.
+            options.logger?.error({ err, group, partitions: batch.map(([partition]) => partition) }, 'Kafka offset commit failed');
+          }
+        }
+        committing = null;
+      }
 
       async function eachMessage(payload: { topic: string; partition: number; message: IncomingMessage; heartbeat(): Promise<void> }): Promise<void> {
         if (closed || failed) return;
@@ -236,8 +255,11 @@ export function createKafkaFeed(options: KafkaFeedOptions): EventFeed {
           const position = event.position;
           const effects = result.settled;
           unsettled.set(position, effects);
-          const forget = () => void unsettled.delete(position);
-          effects.then(forget, forget);
+          // Kept when they fail: a redelivery (after a rebalance) must not count as settled and be committed past.
+          effects.then(
+            () => void unsettled.delete(position),
+            () => {},
+          );
           settleWith(effects);
         } else settleWith(null);
       }

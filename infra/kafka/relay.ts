@@ -272,10 +272,12 @@ export async function startKafkaRelay(options: KafkaRelayOptions): Promise<Kafka
       if (stopped) return;
       stopped = true;
       subscription.close();
-      await subscription.done.catch(() => {});
-      // Publish what was buffered, for a while (see STOP_FLUSH_MS).
+      // Publish what was buffered, for a while (see STOP_FLUSH_MS). The subscription's end is
+      // inside the same bound: its handler may be waiting for a full batch to go out (Kafka
+      // away: the producer retries without end), and a stop must not hang on it.
       let timer: NodeJS.Timeout | undefined;
-      const flushed = await Promise.race([kick().then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), options.stopFlushMs ?? STOP_FLUSH_MS)))]);
+      const flush = subscription.done.catch(() => {}).then(() => kick());
+      const flushed = await Promise.race([flush.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), options.stopFlushMs ?? STOP_FLUSH_MS)))]);
       clearTimeout(timer);
       if (!flushed) options.logger?.warn({ topic, acknowledged }, 'Kafka relay stopped before Kafka took its last events; the next start publishes them from its checkpoint');
       await producer.disconnect();

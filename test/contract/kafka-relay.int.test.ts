@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { startKafkaRelay } from '../../infra/kafka/relay.js';
-import { startEventConsumer } from '../../infra/kafka/consumer.js';
+import { startEventConsumer } from '../support/kafka-consumer.js';
 import type { RecordedEvent } from '../../infra/ports/event-store.js';
 import { createMemoryEventStore } from '../support/memory-event-store.js';
 

@@ -2,6 +2,7 @@
 import {
   comparePositions,
   EventStoreUnavailableError,
+  InvalidPositionError,
   WrongExpectedRevisionError,
 } from '../../infra/ports/event-store.js';
 import {
@@ -190,6 +191,25 @@ describe('error translation', () => {
     expect(translateError(Object.assign(new Error('refused'), { code: 'ECONNREFUSED' }), { operation: 'read' })).toBeInstanceOf(
       EventStoreUnavailableError,
     );
+  });
+
+  it('turns a call reset (gRPC INTERNAL, RESOURCE_EXHAUSTED: the client\'s `unknown` errors) into EventStoreUnavailableError', () => {
+    for (const code of [13, 8]) {
+      const cause = Object.assign(new esdb.UnknownError(undefined, 'Received RST_STREAM with code 2'), { code });
+      const err = translateError(cause, { operation: 'subscription to $all' });
+      expect([code, err instanceof EventStoreUnavailableError, err.cause]).toEqual([code, true, cause]);
+    }
+  });
+
+  it("turns the server's refusal of a read position into InvalidPositionError (a forged Last-Event-ID is a 400, not a 500)", () => {
+    const cause = Object.assign(new esdb.UnknownError(undefined, 'Trying to read from an invalid position.'), { code: 3 });
+    const err = translateError(cause, { operation: 'read of $all', position: '18446744073709551617' });
+    expect(err).toBeInstanceOf(InvalidPositionError);
+    expect(err).toMatchObject({ position: '18446744073709551617', code: 'invalid_position' });
+    // Without a position read from, or for another invalid argument: as it came.
+    expect(translateError(cause, { operation: 'read of $all' })).toBe(cause);
+    const other = Object.assign(new esdb.UnknownError(undefined, 'bad filter'), { code: 3 });
+    expect(translateError(other, { operation: 'read of $all', position: '5' })).toBe(other);
   });
 
   it('returns other errors unchanged', () => {

@@ -74,7 +74,11 @@ class FakeConsumer {
     this.join();
     this.#eachMessage = config.eachMessage;
   }
+  /** Calls to commitOffsets (a round trip each). */
+  commitCalls = 0;
   async commitOffsets(offsets: TopicPartitionOffset[]): Promise<void> {
+    this.commitCalls += 1;
+    await new Promise((r) => setImmediate(r)); // a round trip to the broker
     this.commits.push(...offsets);
   }
   seek(tp: TopicPartitionOffset): void {
@@ -227,6 +231,31 @@ describe('Kafka event feed', () => {
     await delivered;
     await settle();
     expect(consumer.commits).toEqual([{ topic: TOPIC, partition: 0, offset: '11' }]);
+  });
+
+  it('coalesces commits: what settles while one is in flight goes in the next, the latest offset per partition (one round trip per batch, not per event)', async () => {
+    const { consumer } = setup();
+    for (let i = 0; i < 50; i++) await consumer.deliver(100 + i, event(i + 1), i % 2);
+    await settle();
+    expect([consumer.lastCommit(0), consumer.lastCommit(1)]).toEqual(['149', '150']);
+    expect(consumer.commitCalls).toBeLessThanOrEqual(3);
+    // Every commit sent moves forward: none of an older offset after a newer one.
+    for (const partition of [0, 1]) {
+      const offsets = consumer.commits.filter((c) => c.partition === partition).map((c) => Number(c.offset));
+      expect(offsets).toEqual([...offsets].sort((a, b) => a - b));
+    }
+  });
+
+  it('effects that failed hold the offset, also when the message is delivered again (a rebalance)', async () => {
+    const { consumer, setHandler } = setup();
+    const jobs = settleLater(setHandler);
+    await consumer.deliver(5, event(1));
+    jobs.get('1')!.reject(new Error('projection failed'));
+    await settle();
+    consumer.join();
+    await consumer.deliver(5, event(1)); // redelivered from the last commit: already handled here
+    await settle();
+    expect(consumer.commits).toEqual([]);
   });
 
   it('commits up to the watermark: never past an event whose effects are not settled', async () => {
@@ -551,5 +580,38 @@ describe('the relay stopping', () => {
     await relay.stop(); // returns (it waited for good before)
     expect([disconnected, checkpoint, warnings.length, errors]).toEqual([true, null, 1, []]);
     await expect(relay.done).resolves.toBeUndefined(); // a stop, not a failure
+  });
+
+  it('does not hang when its subscription waits on a full batch Kafka does not take (the bound covers the subscription\'s end too)', async () => {
+    const events = createMemoryEventStore();
+    let disconnected = false;
+    let sends = 0;
+    const producer = {
+      connect: async () => {},
+      send: () => {
+        sends += 1;
+        return new Promise<never>((_, reject) => {
+          const poll = setInterval(() => disconnected && (clearInterval(poll), reject(new Error('The producer is disconnected'))), 5);
+          poll.unref(); // a stop that hangs fails the test instead of holding jest open
+        });
+      },
+      disconnect: async () => void (disconnected = true),
+    };
+    const relay = await startKafkaRelay({
+      brokers: ['kafka:9092'],
+      topic: TOPIC,
+      events,
+      checkpoints: { get: async () => null, set: async () => {} },
+      kafka: { admin: () => relayAdmin(1, { replicas: 1 }).admin, producer: () => producer as never },
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      stopFlushMs: 50,
+      maxBatch: 1, // every event a full batch: the subscription's handler waits for Kafka
+    });
+    await events.append('outbox-1', [{ id: '0190a1b2-0000-7000-8000-000000000002', type: 'EmailQueued', data: {} }]);
+    for (let i = 0; i < 100 && sends === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(sends).toBe(1);
+    const stopped = relay.stop().then(() => 'stopped');
+    expect(await Promise.race([stopped, new Promise((r) => setTimeout(() => r('hung'), 2_000))])).toBe('stopped');
+    expect(disconnected).toBe(true);
   });
 });

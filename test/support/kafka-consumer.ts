@@ -1,15 +1,14 @@
 /**
- * A consumer-group helper for projections and reactors fed from the Kafka topic: events of
+ * A plain consumer-group reader of the relay's topic, for the relay's contract test (the
+ * service itself reads the topic through infra/kafka/feed.ts, the EventFeed port): events of
  * one stream arrive in order (one partition per key), the handler is awaited, and offsets
- * are committed only AFTER the handler's effects, every `commitEvery` messages and at the
- * end of each batch. A consumer killed mid-batch (or a partition moved by a rebalance)
- * resumes from the last committed offset: delivery is at least once, so handlers must be
- * idempotent (the redelivery filter skips what this process already handled).
+ * are committed after the handler, every `commitEvery` messages and at the end of each batch;
+ * redeliveries this process already handled are skipped.
  */
 import type { Consumer } from 'kafkajs';
-import type { RecordedEvent } from '../ports/event-store.js';
-import { checkTopic, createRedeliveryFilter, fromMessage, offsetCommit } from './messages.js';
-import { kafkaClient } from './relay.js';
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import { checkTopic, createRedeliveryFilter, fromMessage, offsetCommit } from '../../infra/kafka/messages.js';
+import { kafkaClient } from '../../infra/kafka/relay.js';
 
 export interface ConsumerLogger {
   info(obj: object, msg?: string): void;
