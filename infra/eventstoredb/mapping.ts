@@ -226,7 +226,9 @@ export function translateError(err: unknown, context: { stream?: string; expecte
   if (type === 'unknown' && code === GRPC_INVALID_ARGUMENT && context.position && /invalid position/i.test(messageOf(err))) {
     return new InvalidPositionError(context.position, 'EventStoreDB has no record there');
   }
-  if (type === 'unknown' && (code === GRPC_INTERNAL || code === GRPC_RESOURCE_EXHAUSTED)) {
+  // RESOURCE_EXHAUSTED also says a message exceeded gRPC's size cap ("Received message larger
+  // than max"): that one is the request's and fails again, so it is not the connection's.
+  if (type === 'unknown' && (code === GRPC_INTERNAL || (code === GRPC_RESOURCE_EXHAUSTED && !/larger than max/i.test(messageOf(err))))) {
     return new EventStoreUnavailableError(`EventStoreDB ${context.operation} failed (gRPC status ${code}): ${messageOf(err)}`, { cause: err });
   }
   if (type === 'wrong-expected-version' && context.stream !== undefined) {

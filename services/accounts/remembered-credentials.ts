@@ -7,8 +7,10 @@
  * key dies with the process), and holds the account and the password hash it was verified
  * against. It answers only while the account found by the same login still has that very
  * hash: a password change or reset, a rename (the login finds another account, or none) or
- * a deletion is seen on the next request, with no invalidation to get right. Entries also
- * lapse after `ttlMs`, and the least recently used go first beyond `max`.
+ * a deletion is seen on the next request, with no invalidation to get right. Entries lapse
+ * after `ttlMs` and are then swept (a minute later at most: an HMAC of a password is not left
+ * in the heap for a guesser with a memory dump), and the least recently used go first
+ * beyond `max`.
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import { sameSecret } from '../kernel/secrets.js';
@@ -20,7 +22,11 @@ export interface RememberedCredentials {
   holds(tag: string, account: { pk: number; passwordHash: string | null }, nowMs?: number): boolean;
   /** Notes that `tag` verified against the account's current password hash. */
   remember(tag: string, account: { pk: number; passwordHash: string | null }, nowMs?: number): void;
+  /** Entries held now (lapsed ones until the next sweep). */
+  readonly size: number;
 }
+
+const SWEEP_MS = 60_000;
 
 export function rememberedCredentials(opts: { max?: number; ttlMs?: number } = {}): RememberedCredentials {
   const max = opts.max ?? 10_000;
@@ -28,6 +34,16 @@ export function rememberedCredentials(opts: { max?: number; ttlMs?: number } = {
   const key = randomBytes(32);
   /** Map order is recency: a hit moves its entry to the end, the oldest go first. */
   const entries = new Map<string, { pk: number; passwordHash: string; until: number }>();
+  /** Runs while anything is held: drops what lapsed. */
+  let sweeper: NodeJS.Timeout | null = null;
+  const sweep = () => {
+    const now = Date.now();
+    for (const [tag, entry] of entries) if (entry.until <= now) entries.delete(tag);
+    if (entries.size === 0 && sweeper) {
+      clearInterval(sweeper);
+      sweeper = null;
+    }
+  };
 
   return {
     tag(login, password) {
@@ -45,11 +61,18 @@ export function rememberedCredentials(opts: { max?: number; ttlMs?: number } = {
       entries.set(tag, entry);
       return true;
     },
+    get size() {
+      return entries.size;
+    },
     remember(tag, account, nowMs = Date.now()) {
       if (!account.passwordHash) return;
       entries.delete(tag);
       entries.set(tag, { pk: account.pk, passwordHash: account.passwordHash, until: nowMs + ttlMs });
       while (entries.size > max) entries.delete(entries.keys().next().value!);
+      if (!sweeper) {
+        sweeper = setInterval(sweep, Math.min(ttlMs, SWEEP_MS));
+        sweeper.unref();
+      }
     },
   };
 }

@@ -19,5 +19,14 @@ export const identitiesContext: ContextFactory = (shared) => {
     projections: [identitiesProjection],
     module: identityRoutes({ identities, auth: () => shared.auth, publicUrl: platform.config.publicUrl }),
     resolvers: { findIdentity: identities.findIdentity },
+    async start(role) {
+      if (role === 'gateway') return; // said once, by the worker (cluster) or the one process
+      for (const doc of await identities.heldReservedAddresses()) {
+        platform.logger.warn(
+          { identityId: doc.id, inbox: doc.inbox, ownerPk: doc.ownerPk },
+          'an identity holds an address reserved for the mail domain\'s operators (a certificate authority may send domain validation mail there); it keeps it: delete the identity, or make sure no certificate authority validates MAIL_DOMAIN by email (docs/IDENTITIES.md)',
+        );
+      }
+    },
   };
 };

@@ -346,7 +346,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
   async function updateNow(id: string, input: { name?: string; provisionPhone?: boolean }): Promise<IdentityDoc> {
     const started = Date.now();
-    const { state } = await load(id);
+    const { state, position: loadedAt } = await load(id);
     const owner = identityStream(id);
     const name = input.name !== undefined ? cleanName(input.name) : state.name;
     const renaming = name !== state.name;
@@ -357,9 +357,11 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     return withKeys(locks, reserving ? [`name:${oldKey}`, `name:${newKey}`] : [], async () => {
       const taken = reserving ? await hold(store, NAME_KIND, newKey, owner, false, names) : null;
       if (taken?.outcome === 'taken') throw nameTaken();
-      let position: string | null = null;
+      // Nothing to change (the same name, a phone it has): the answer still waits for what the
+      // stream says, as an identical update just before (another gateway's) may be on its way.
+      let position: string | null = loadedAt;
       try {
-        if (input.provisionPhone && !state.phone) position = await provisionPhone(id, state.ownerPk);
+        if (input.provisionPhone && !state.phone) position = (await provisionPhone(id, state.ownerPk)) ?? position;
         if (renaming) {
           if (outlivedReservations(started)) throw tookTooLong('The request');
           const { append } = await execute(store, identityStream(id), identityEvolver, (s) => {
@@ -454,7 +456,17 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
     return doc ? { id: doc.id, ownerPk: doc.ownerPk } : null;
   }
 
-  return { create, update, releasePhone, remove, get, list, findIdentity, collection: identities as Collection<IdentityDoc> };
+  /**
+   * Identities holding an address reserved since they took it (RESERVED_LOCAL_PARTS grew:
+   * admin@ and the other addresses certificate authorities mail). They keep it, so the
+   * operator is told at each start, to move them if a certificate authority may write there.
+   */
+  async function heldReservedAddresses(): Promise<IdentityDoc[]> {
+    const found = await Promise.all([...RESERVED_LOCAL_PARTS].map((local) => identities.findOne({ inbox: `${local}@${config.mailDomain}` })));
+    return found.filter((doc): doc is IdentityDoc => doc !== null);
+  }
+
+  return { create, update, releasePhone, remove, get, list, findIdentity, heldReservedAddresses, collection: identities as Collection<IdentityDoc> };
 }
 
 export type Identities = ReturnType<typeof createIdentities>;

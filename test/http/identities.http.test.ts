@@ -1,8 +1,16 @@
 /** Identities over HTTP (SPEC "Identities", "Authentication" 5 and 8; DECISIONS "Auth"). */
 import http from 'node:http';
 import net from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import pino from 'pino';
 import { createClient } from '../../services/sdk/index.js';
-import { startTestServer, type TestServer } from '../support/server.js';
+import { IdentityCreated, identityStream, type IdentityCreatedData } from '../../services/identities/events.js';
+import { loadConfig } from '../../infra/config.js';
+import { startRuntime } from '../../infra/runtime.js';
+import { apiClient, startTestServer, type TestServer } from '../support/server.js';
 
 let s: TestServer;
 let owner: { access: string; user: { pk: number } };
@@ -157,6 +165,33 @@ describe('conflicts (409)', () => {
       expect([local, res.status, res.body.code]).toEqual([local, 409, 'conflict']);
     }
   });
+
+  it('an identity that took an address before it was reserved keeps it, and every start warns about it', async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-reserved-'));
+    const config = loadConfig({ PORT: '0', SMTP_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', PASSWORD_HASH_MEMORY_KIB: '19456' });
+    try {
+      const first = await startRuntime(config, { logger: pino({ level: 'silent' }) });
+      const api = apiClient(() => first.url);
+      const { access, user } = (await api('POST', '/api/auth/social/', { body: { username: 'legacy', email: 'legacy@example.com', password1: 'pw-Secret-1', password2: 'pw-Secret-1' } })).body;
+      // As an older release recorded it, when admin@ was not reserved yet.
+      const legacyId = randomUUID();
+      const data: IdentityCreatedData = { identityId: legacyId, ownerPk: user.pk, name: 'Old admin', inbox: `admin@${config.mailDomain}`, phone: null, at: new Date().toISOString() };
+      await first.events.append(identityStream(legacyId), [{ id: randomUUID(), type: IdentityCreated, data }], { expectedRevision: 'no_stream' });
+      await first.close();
+      const lines: string[] = [];
+      const second = await startRuntime(config, { logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) }) });
+      try {
+        const warned = lines.map((l) => JSON.parse(l) as { inbox?: string; identityId?: string; msg: string }).filter((l) => l.inbox);
+        expect(warned).toEqual([expect.objectContaining({ inbox: `admin@${config.mailDomain}`, identityId: legacyId, msg: expect.stringMatching(/reserved.*certificate authority/) })]);
+        const kept = await apiClient(() => second.url)('GET', `/api/identities/${legacyId}/`, { token: access });
+        expect([kept.status, kept.body.inbox]).toEqual([200, `admin@${config.mailDomain}`]);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 30_000);
 
   it('200 concurrent creates of one name give exactly one 201 (the rest 409)', async () => {
     const results = await Promise.all(Array.from({ length: 200 }, () => create(owner.access, { name: 'Race Condition' })));

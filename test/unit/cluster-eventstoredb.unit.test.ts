@@ -199,6 +199,9 @@ describe('error translation', () => {
       const err = translateError(cause, { operation: 'subscription to $all' });
       expect([code, err instanceof EventStoreUnavailableError, err.cause]).toEqual([code, true, cause]);
     }
+    // A message over gRPC's size cap is the request's own failure (it would fail again): as it came.
+    const tooLarge = Object.assign(new esdb.UnknownError(undefined, 'Received message larger than max (18874368 vs 17825792)'), { code: 8 });
+    expect(translateError(tooLarge, { operation: 'read of $all' })).toBe(tooLarge);
   });
 
   it("turns the server's refusal of a read position into InvalidPositionError (a forged Last-Event-ID is a 400, not a 500)", () => {

@@ -1,4 +1,5 @@
 /** services/accounts/remembered-credentials.ts: what HTTP basic may take without argon2id. */
+import { jest } from '@jest/globals';
 import { rememberedCredentials } from '../../services/accounts/remembered-credentials.js';
 
 const account = { pk: 7, passwordHash: '$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA' };
@@ -44,4 +45,21 @@ describe('remembered credentials', () => {
     r.remember(c, account); // b goes
     expect([r.holds(a, account), r.holds(b, account), r.holds(c, account)]).toEqual([true, false, true]);
   });
+});
+
+it('sweeps lapsed entries even when nobody asks for them again (nothing of a password lingers in the heap)', async () => {
+  jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
+  try {
+    const r = rememberedCredentials({ ttlMs: 1000 });
+    r.remember(r.tag('alice', 'secret'), account);
+    r.remember(r.tag('bob', 'secret'), account, Date.now() + 5000); // verified later: lives on
+    expect(r.size).toBe(2);
+    await jest.advanceTimersByTimeAsync(1000);
+    expect(r.size).toBe(1);
+    await jest.advanceTimersByTimeAsync(5000);
+    expect(r.size).toBe(0);
+    expect(jest.getTimerCount()).toBe(0); // nothing held: no timer either
+  } finally {
+    jest.useRealTimers();
+  }
 });
