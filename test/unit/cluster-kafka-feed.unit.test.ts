@@ -546,72 +546,59 @@ describe('the relay topic', () => {
   });
 });
 
+/** A producer of a Kafka that is away: kafkajs retries each send until the producer is disconnected. */
+function stuckProducer() {
+  const state = { sends: 0, disconnected: false };
+  const producer = {
+    connect: async () => {},
+    send: () => {
+      state.sends += 1;
+      return new Promise<never>((_, reject) => {
+        const poll = setInterval(() => state.disconnected && (clearInterval(poll), reject(new Error('The producer is disconnected'))), 5);
+        poll.unref(); // a stop that hangs fails its test instead of holding jest open
+      });
+    },
+    disconnect: async () => void (state.disconnected = true),
+  };
+  return { state, producer };
+}
+
+/** A relay over `events` sending through `producer`, its first send under way. */
+async function relayWithOneSend(producer: unknown, state: { sends: number }, options: { checkpoints?: { get(): Promise<string | null>; set(p: string): Promise<void> }; maxBatch?: number; warnings?: object[]; errors?: object[] } = {}) {
+  const events = createMemoryEventStore();
+  const relay = await startKafkaRelay({
+    brokers: ['kafka:9092'],
+    topic: TOPIC,
+    events,
+    checkpoints: options.checkpoints ?? { get: async () => null, set: async () => {} },
+    kafka: { admin: () => relayAdmin(1, { replicas: 1 }).admin, producer: () => producer as never },
+    logger: { info: () => {}, warn: (o) => void options.warnings?.push(o), error: (o) => void options.errors?.push(o) },
+    stopFlushMs: 50,
+    ...(options.maxBatch ? { maxBatch: options.maxBatch } : {}),
+  });
+  await events.append('outbox-1', [{ id: '0190a1b2-0000-7000-8000-000000000001', type: 'EmailQueued', data: {} }]);
+  for (let i = 0; i < 100 && state.sends === 0; i++) await new Promise((r) => setTimeout(r, 5));
+  expect(state.sends).toBe(1);
+  return relay;
+}
+
 describe('the relay stopping', () => {
   it('waits for its last sends no longer than stopFlushMs when Kafka does not take them (retried without end), and keeps its checkpoint at what Kafka acknowledged', async () => {
-    const events = createMemoryEventStore();
     let checkpoint: string | null = null;
-    let disconnected = false;
-    let sends = 0;
-    const producer = {
-      connect: async () => {},
-      // Kafka away: kafkajs retries the send until the producer is disconnected.
-      send: () => {
-        sends += 1;
-        return new Promise<never>((_, reject) => {
-          const poll = setInterval(() => disconnected && (clearInterval(poll), reject(new Error('The producer is disconnected'))), 5);
-        });
-      },
-      disconnect: async () => void (disconnected = true),
-    };
+    const { state, producer } = stuckProducer();
     const warnings: object[] = [];
     const errors: object[] = [];
-    const relay = await startKafkaRelay({
-      brokers: ['kafka:9092'],
-      topic: TOPIC,
-      events,
-      checkpoints: { get: async () => checkpoint, set: async (p) => void (checkpoint = p) },
-      kafka: { admin: () => relayAdmin(1, { replicas: 1 }).admin, producer: () => producer as never },
-      logger: { info: () => {}, warn: (o) => void warnings.push(o), error: (o) => void errors.push(o) },
-      stopFlushMs: 50,
-    });
-    await events.append('outbox-1', [{ id: '0190a1b2-0000-7000-8000-000000000001', type: 'EmailQueued', data: {} }]);
-    for (let i = 0; i < 100 && sends === 0; i++) await new Promise((r) => setTimeout(r, 5));
-    expect(sends).toBe(1);
+    const relay = await relayWithOneSend(producer, state, { checkpoints: { get: async () => checkpoint, set: async (p) => void (checkpoint = p) }, warnings, errors });
     await relay.stop(); // returns (it waited for good before)
-    expect([disconnected, checkpoint, warnings.length, errors]).toEqual([true, null, 1, []]);
+    expect([state.disconnected, checkpoint, warnings.length, errors]).toEqual([true, null, 1, []]);
     await expect(relay.done).resolves.toBeUndefined(); // a stop, not a failure
   });
 
   it('does not hang when its subscription waits on a full batch Kafka does not take (the bound covers the subscription\'s end too)', async () => {
-    const events = createMemoryEventStore();
-    let disconnected = false;
-    let sends = 0;
-    const producer = {
-      connect: async () => {},
-      send: () => {
-        sends += 1;
-        return new Promise<never>((_, reject) => {
-          const poll = setInterval(() => disconnected && (clearInterval(poll), reject(new Error('The producer is disconnected'))), 5);
-          poll.unref(); // a stop that hangs fails the test instead of holding jest open
-        });
-      },
-      disconnect: async () => void (disconnected = true),
-    };
-    const relay = await startKafkaRelay({
-      brokers: ['kafka:9092'],
-      topic: TOPIC,
-      events,
-      checkpoints: { get: async () => null, set: async () => {} },
-      kafka: { admin: () => relayAdmin(1, { replicas: 1 }).admin, producer: () => producer as never },
-      logger: { info: () => {}, warn: () => {}, error: () => {} },
-      stopFlushMs: 50,
-      maxBatch: 1, // every event a full batch: the subscription's handler waits for Kafka
-    });
-    await events.append('outbox-1', [{ id: '0190a1b2-0000-7000-8000-000000000002', type: 'EmailQueued', data: {} }]);
-    for (let i = 0; i < 100 && sends === 0; i++) await new Promise((r) => setTimeout(r, 5));
-    expect(sends).toBe(1);
+    const { state, producer } = stuckProducer();
+    const relay = await relayWithOneSend(producer, state, { maxBatch: 1 }); // every event a full batch: the subscription's handler waits for Kafka
     const stopped = relay.stop().then(() => 'stopped');
     expect(await Promise.race([stopped, new Promise((r) => setTimeout(() => r('hung'), 2_000))])).toBe('stopped');
-    expect(disconnected).toBe(true);
+    expect(state.disconnected).toBe(true);
   });
 });
