@@ -680,6 +680,37 @@ describe('logout', () => {
     }
   });
 
+  test('logout --all with no login saved fails rather than claim it; with a management key or user token of this run it ends every session of that account', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-logout-all-'));
+    try {
+      const login = await deviceLogin(home);
+      const username = login.json.user.username as string;
+      expect((await runCli(['logout'], { url: svc.url, home })).code).toBe(0);
+      const again = await runCli(['logout', '--all', '--json'], { url: svc.url, home });
+      expect([again.code, again.error?.code, again.error?.message]).toEqual([10, 'not_authenticated', expect.stringMatching(/no session was ended.*AIS_TOKEN or AIS_API_KEY/)]);
+      // Not logged in, no --all: nothing to end, said as such.
+      expect((await runCli(['logout'], { url: svc.url, home })).stdout.trim()).toBe('Not logged in here: no session to end.');
+      const post = async (p: string, body: unknown, token?: string) =>
+        (await fetch(svc.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })).json() as Promise<any>;
+      const { access } = await post('/api/auth/login/', { username, password: 'Secret-pass-1' });
+      const key = (await post('/api/auth/keys/management/', { label: 'ops' }, access)).key as string;
+      const identity = (await post('/api/identities/', { name: `Agent ${Date.now()}` }, access)).uuid as string;
+      const idKey = (await post('/api/auth/keys/identity/', { label: 'agent', identity_uuid: identity }, access)).key as string;
+      const fenced = await runCli(['logout', '--all'], { url: svc.url, home, env: { AIS_API_KEY: idKey } });
+      expect([fenced.code, fenced.stderr]).toEqual([2, expect.stringMatching(/identity key cannot sign out/)]);
+      const refused = await runCli(['logout', '--all', '--json'], { url: svc.url, home, env: { AIS_TOKEN: `${access}x` } });
+      expect([refused.code, refused.error?.code]).toEqual([10, 'not_authenticated']);
+      const browser = await dashboardSignIn(username, 'Secret-pass-1');
+      expect(await dashboard(browser)).toBe(200);
+      const ended = await runCli(['logout', '--all', '--json'], { url: svc.url, home, env: { AIS_API_KEY: key } });
+      expect([ended.code, ended.json?.session_ended]).toEqual([0, true]);
+      expect(await dashboard(browser)).toBe(303);
+      expect((await fetch(`${svc.url}/api/auth/user/`, { headers: { authorization: `Bearer ${access}` } })).status).toBe(200); // an access token lives until it expires (the sessions it refreshes from are over)
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
+
   test('a login to another service revokes the earlier key at its own service (it is never sent to the other)', async () => {
     const otherData = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-other-'));
     const other = await spawnService({ DATA_DIR: otherData, LOG_LEVEL: 'warn', PASSWORD_HASH_MEMORY_KIB: '1024' });

@@ -6,7 +6,7 @@ import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.
 import { client, defaultIdentity, identityLabel, otherThanStoredLogin, requestTimeoutMs, sameService, storedService, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
 import { formatDuration, kv, show, table } from '../output.js';
-import { usage } from '../errors.js';
+import { CliError, EXIT, usage } from '../errors.js';
 
 /**
  * Saves a new login over the stored one. A login of the same account at the same service
@@ -94,6 +94,24 @@ async function endOwnSession(baseUrl: string, access: string, refresh: string | 
  * Always with the stored login, never an AIS_API_KEY / AIS_TOKEN of this run: those are not
  * what `logout` forgets.
  */
+/**
+ * `logout --all` with no login saved here: every session of the account the credential of
+ * this run names (AIS_TOKEN, a management key) is ended. The credential is checked first: the
+ * service skips an expired or unknown one (logout is anonymous-friendly) and would answer
+ * 200 having ended nothing. An identity key ends none (it is one agent's, not a sign-in).
+ */
+async function endAllWithCredentialOfThisRun(ctx: Ctx): Promise<void> {
+  if (ctx.env.AIS_API_KEY?.startsWith('svc_id_')) {
+    throw new CliError('usage', "An identity key cannot sign out the account's sessions: set AIS_API_KEY to a management key, or AIS_TOKEN to a user token.", EXIT.usage);
+  }
+  if (!ctx.env.AIS_TOKEN && !ctx.env.AIS_API_KEY && !ctx.config.management_key) {
+    throw new CliError('not_authenticated', 'Not logged in here, so no session was ended: sign in (`ais login`), or set AIS_TOKEN or AIS_API_KEY (a management key) to sign out every session of that account.');
+  }
+  const c = client(ctx);
+  await c.auth.user(); // a refused credential fails here (token_expired, not_authenticated), not silently below
+  await c.request('POST', '/api/auth/logout/', { identity: false });
+}
+
 async function endSessions(ctx: Ctx, all: boolean): Promise<void> {
   // At the service the login was made at (a --base-url of this run is not where its tokens go).
   const c = client({ ...ctx, baseUrl: storedService(ctx.config), env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
@@ -160,7 +178,12 @@ export const authCommands: Record<string, Command> = {
     options: { all: { type: 'boolean' }, 'keep-key': { type: 'boolean' } },
     async run(ctx, _p, v) {
       // An expired session needs no ending; a service out of reach does: said, not hidden.
-      const ended = ctx.config.access ? await endSessions(ctx, !!v.all).then(() => true, (err: unknown) => !unreached(err)) : true;
+      // No login saved here: nothing of this machine's to end, unless --all names an account
+      // with another credential (then it is ended, or the command fails).
+      const loggedIn = !!ctx.config.access;
+      let ended = true;
+      if (loggedIn) ended = await endSessions(ctx, !!v.all).then(() => true, (err: unknown) => !unreached(err));
+      else if (v.all) await endAllWithCredentialOfThisRun(ctx);
       // The device flow's key is a full account credential: forgotten here but left valid, it
       // would be a live key nobody holds. A key already refused (401) is as good as revoked.
       const key = v['keep-key'] ? undefined : ctx.config.management_key;
@@ -179,7 +202,9 @@ export const authCommands: Record<string, Command> = {
       if (!ended) ctx.err(`warning: the service could not be reached (or failed), so ${v.all ? 'the sessions were' : 'the session was'} not ended there (its refresh token stays valid until it expires).`);
       if (revoked === false) ctx.err(`warning: ${refused}, so the management key was not revoked; it stays saved here: run \`ais logout\` again.`);
       const done = v.all ? 'Logged out: every session of the account ended (the dashboard\'s too).' : 'Logged out (this login\'s session ended; the account\'s other sessions, the dashboard\'s included, go on).';
-      show(ctx, { logged_out: true, session_ended: ended, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => (ended ? done : 'Logged out on this machine only.'));
+      const sessionEnded = loggedIn || v.all ? ended : false;
+      const said = !loggedIn && !v.all ? 'Not logged in here: no session to end.' : ended ? done : 'Logged out on this machine only.';
+      show(ctx, { logged_out: true, session_ended: sessionEnded, ...(revoked === null ? {} : { key_revoked: revoked }) }, () => said);
     },
   },
   'sessions list': {
