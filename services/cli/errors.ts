@@ -13,6 +13,8 @@ export const EXIT = {
   wrong_pin: 16,
   api_error: 20,
   network_error: 21,
+  /** Ctrl-C at a prompt (128 + SIGINT, as a shell reports a process the signal ended). */
+  interrupted: 130,
 } as const;
 type Condition = keyof typeof EXIT;
 

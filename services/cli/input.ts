@@ -54,7 +54,17 @@ export async function readSecret(ctx: Ctx, envName: string, prompt: string, opts
     }
   };
   try {
-    const answer = await new Promise<string>((r) => rl.question(`${prompt}: `, r));
+    // Ctrl-C (readline takes it from the terminal, so no signal comes) or Ctrl-D ends the
+    // prompt with an error: left unanswered, the process would exit 0 with nothing read.
+    const answer = await new Promise<string>((resolve, reject) => {
+      let answered = false;
+      rl.on('SIGINT', () => reject(new CliError('interrupted', 'Interrupted.', EXIT.interrupted)));
+      rl.on('close', () => answered || reject(missing()));
+      rl.question(`${prompt}: `, (a) => {
+        answered = true;
+        resolve(a);
+      });
+    });
     return opts.value ? answer : answer.trim();
   } finally {
     rl.close();

@@ -14,7 +14,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { jest } from '@jest/globals';
-import { runCli, type CliRun } from '../support/cli.js';
+import { runCli, runCliOnTerminal, type CliRun } from '../support/cli.js';
 import { forTerminal, main, progressReporter } from '../../services/cli/main.js';
 import { requestTimeoutMs } from '../../services/cli/context.js';
 import { parseKdf, setupEncryption } from '../../services/sdk/crypto.js';
@@ -601,6 +601,20 @@ describe('a logged-in agent', () => {
     expect(r.code).toBe(11);
     expect(r.error.code).toBe('token_expired');
     expect(r.error.message).toMatch(/log ?in/i);
+  });
+});
+
+describe('prompts on a terminal', () => {
+  test('Ctrl-C at a password or PIN prompt exits 130 (Interrupted.), Ctrl-D a usage error: never 0 with nothing read', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-tty-'));
+    try {
+      const interrupted = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, when: /Password: /, keys: '\x03' });
+      expect([interrupted.code, interrupted.output]).toEqual([130, expect.stringContaining('Interrupted.')]);
+      const ended = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, when: /Password: /, keys: '\x04' });
+      expect([ended.code, ended.output]).toEqual([2, expect.stringMatching(/Password needed/)]);
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 });
 

@@ -61,3 +61,36 @@ export function runCli(args: string[], o: CliOptions): Promise<CliRun> {
     });
   });
 }
+
+/**
+ * Runs the CLI on a pseudo-terminal (util-linux `script`, as a person at a terminal runs it):
+ * once its output matches `when`, `keys` are typed (`\x03` is Ctrl-C, `\x04` Ctrl-D). Stdout
+ * and stderr arrive together, as a terminal shows them.
+ */
+export function runCliOnTerminal(args: string[], o: CliOptions & { when: RegExp; keys: string }): Promise<{ code: number | null; output: string }> {
+  const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+  const command = [process.execPath, path.join(ROOT, 'services/cli/bin.js'), ...args].map(quote).join(' ');
+  return new Promise((resolve) => {
+    const child = spawn('script', ['-qefc', command, '/dev/null'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: o.home, XDG_CONFIG_HOME: o.home, AIS_BASE_URL: o.url, TERM: 'dumb', ...o.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let output = '';
+    let typed = false;
+    const read = (d: Buffer) => {
+      output += d;
+      if (!typed && o.when.test(output)) {
+        typed = true;
+        child.stdin!.write(o.keys);
+      }
+    };
+    child.stdout!.on('data', read);
+    child.stderr!.on('data', read);
+    const guard = setTimeout(() => child.kill('SIGKILL'), 20_000); // a prompt that never ends fails the test
+    child.on('close', (code) => {
+      clearTimeout(guard);
+      resolve({ code, output });
+    });
+  });
+}
