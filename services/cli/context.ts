@@ -233,6 +233,12 @@ export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env
   }
   if (err instanceof ApiRequestError) {
     if (err.code === 'device_code_expired') return new CliError('device_code_expired', 'The login code expired before it was approved: run `ais login` again.');
+    if (err.code === 'access_denied') return new CliError('access_denied', 'The sign-in was denied on the approval page: run `ais login` again, and approve it there.', EXIT.api_error);
+    // A credential given for this run wins over the stored login: `ais login` would not help.
+    if (err.status === 401 && env.AIS_TOKEN && !env.AIS_API_KEY) {
+      const why = err.code === 'token_expired' ? 'it expired or its session ended' : err.detail;
+      return new CliError(err.code === 'token_expired' ? 'token_expired' : 'not_authenticated', `AIS_TOKEN was refused (${why}): set a fresh access token, or unset AIS_TOKEN to use the stored login.`);
+    }
     if (err.status === 401 && err.code === 'token_expired') return new CliError('token_expired', 'Your session has ended (signed out or password changed elsewhere): run `ais login` again.');
     if (err.status === 401 && env.AIS_API_KEY) return new CliError('not_authenticated', `AIS_API_KEY was refused (${err.detail}): set a valid key, or unset AIS_API_KEY to use the stored login.`);
     if (err.status === 401) return new CliError('not_authenticated', `Not authenticated (${err.detail}): run \`ais login\`.`);

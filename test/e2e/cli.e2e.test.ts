@@ -618,6 +618,36 @@ describe('prompts on a terminal', () => {
   });
 });
 
+describe('what a refusal says', () => {
+  test('a denied device login says it was denied (exit 20, access_denied); a refused AIS_TOKEN names AIS_TOKEN, not `ais login`', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-denied-'));
+    try {
+      let denied: Promise<unknown> | undefined;
+      const r = await runCli(['login', '--json', '--no-qr'], {
+        url: svc.url,
+        home,
+        onStderr: (err) => {
+          const m = /"user_code":"([A-Z-]+)"/.exec(err);
+          if (!m || denied) return;
+          denied = (async () => {
+            const post = async (p: string, body: unknown, token?: string) =>
+              (await fetch(svc.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })).json() as Promise<any>;
+            const u = `deny${Date.now() % 1e6}`;
+            const reg = await post('/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
+            await post('/api/auth/device/deny/', { user_code: m[1] }, reg.access);
+          })();
+        },
+      });
+      await denied;
+      expect([r.code, r.error?.code, r.error?.message]).toEqual([20, 'access_denied', expect.stringMatching(/denied.*ais login/)]);
+      const garbage = await runCli(['whoami', '--json'], { url: svc.url, home, env: { AIS_TOKEN: 'garbage' } });
+      expect([garbage.code, garbage.error?.code, garbage.error?.message]).toEqual([10, 'not_authenticated', expect.stringMatching(/^AIS_TOKEN was refused .*unset AIS_TOKEN/)]);
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('logout', () => {
   /** `ais login` through the device flow, approved through the API by a new account, in `home`. */
   async function deviceLogin(home: string, url = svc.url, opts: { env?: Record<string, string>; approveAfterMs?: number } = {}): Promise<CliRun> {
