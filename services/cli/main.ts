@@ -4,6 +4,7 @@
  * each have a message, an exit code ({@link EXIT}) and their exact name in `--json` output:
  * `{"error": {"code": "token_expired", "message": ...}}` on stderr.
  */
+import { readFileSync } from 'node:fs';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiRequestError, type AisClient } from '../sdk/client.js';
 import { commands } from './commands/index.js';
@@ -77,7 +78,7 @@ function help(prefix?: string): string {
     '',
     ...names.map((n) => `  ${n.padEnd(20)} ${commands[n].summary}`),
     '',
-    'Global (before or after the command): --json, --base-url URL (AIS_BASE_URL), --identity UUID|NAME (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help',
+    'Global (before or after the command): --json, --base-url URL (AIS_BASE_URL), --identity UUID|NAME (AIS_IDENTITY), --no-input (AIS_NO_INPUT=1), -h/--help; `ais --version` (-V) prints the version',
     'Config: $XDG_CONFIG_HOME/agent-identity/config.json (default ~/.config/..., mode 0600).',
     `Env: AIS_API_KEY or AIS_TOKEN (a credential instead of the stored login); AIS_TIMEOUT (seconds a request waits for an answer, default ${DEFAULT_TIMEOUT_S}; 0: no limit); read by the commands whose --help lists them (values instead of prompts): ${PROMPT_ENV.join(', ')}.`,
     `Exit codes: ${Object.entries(EXIT).map(([k, v]) => `${v} ${k}`).join(', ')}`,
@@ -103,6 +104,9 @@ function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored
   }
   return raw.replace(/\/+$/, '');
 }
+
+/** The package's version (`ais --version`). */
+const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** Global options that take a value (`--identity X`); the others are flags. */
 const GLOBAL_WITH_VALUE = new Set(['--identity', '--base-url']);
@@ -130,13 +134,20 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       return sub ? EXIT.usage : EXIT.ok;
     }
   }
-  if (!name || (!commands[name] && (argv.includes('--help') || argv.includes('-h')))) {
+  const asksHelp = argv.includes('--help') || argv.includes('-h');
+  if (!name && (asksHelp || argv.length === 0)) {
     io.out(help());
-    return name || !(argv.includes('--help') || argv.includes('-h')) ? EXIT.usage : EXIT.ok;
+    return asksHelp ? EXIT.ok : EXIT.usage;
   }
-  const cmd = commands[name];
+  if (!name && (argv.includes('--version') || argv.includes('-V'))) {
+    io.out(json ? JSON.stringify({ version: VERSION }) : `ais ${VERSION}`);
+    return EXIT.ok;
+  }
+  const cmd = name ? commands[name] : undefined;
   let ctx: Ctx | undefined;
   try {
+    // Options and no command (`ais --json`, `ais --identity scout`): an error like any, also as JSON.
+    if (!name) throw new CliError('usage', `No command given (only ${argv.join(' ')}). Run \`ais --help\` for the commands.`, EXIT.usage);
     if (!cmd) {
       const group = GROUPS.find((g) => name!.startsWith(`${g} `)) ?? (GROUPS.includes(name!) ? name : undefined);
       const what = group && rest[0] ? `${group} ${rest[0]}` : name;

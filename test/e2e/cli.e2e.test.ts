@@ -355,6 +355,7 @@ describe('a logged-in agent', () => {
       ['sms', 'watch', '--since', 'abc'], // was the service's 400: exit 20
       ['inbox', 'watch', '--since', '-1'],
       ['keys', 'list', '--kind', 'bogus'], // listed every key, exit 0
+      ['passwords', 'add', 'x.example', '--username', 'u', '--password', 'given', '--generate'], // stored the generated one, dropped the given one
     ]) {
       const r = await ais([...args, '--json']);
       expect([args.join(' '), r.code, r.error?.code]).toEqual([args.join(' '), 2, 'usage']);
@@ -612,6 +613,25 @@ describe('prompts on a terminal', () => {
       expect([interrupted.code, interrupted.output]).toEqual([130, expect.stringContaining('Interrupted.')]);
       const ended = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, when: /Password: /, keys: '\x04' });
       expect([ended.code, ended.output]).toEqual([2, expect.stringMatching(/Password needed/)]);
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('options without a command', () => {
+  test('--version prints the version; options alone are a usage error (as JSON with --json); help of an unknown command names it', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-opts-'));
+    try {
+      const { version } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+      expect(await runCli(['--version'], { url: svc.url, home })).toMatchObject({ code: 0, stdout: `ais ${version}\n` });
+      expect((await runCli(['--json', '-V'], { url: svc.url, home })).json).toEqual({ version });
+      const alone = await runCli(['--json'], { url: svc.url, home });
+      expect([alone.code, alone.stdout, alone.error?.code, alone.error?.message]).toEqual([2, '', 'usage', expect.stringMatching(/No command given/)]);
+      const flagged = await runCli(['--identity', 'scout'], { url: svc.url, home });
+      expect([flagged.code, flagged.stdout, flagged.stderr]).toEqual([2, '', expect.stringMatching(/^error: No command given \(only --identity scout\)/)]);
+      const unknown = await runCli(['help', 'nonexist'], { url: svc.url, home });
+      expect([unknown.code, unknown.stderr]).toEqual([2, expect.stringMatching(/Unknown command: nonexist/)]);
     } finally {
       rmSync(home, { recursive: true, force: true });
     }

@@ -25,6 +25,8 @@ export const passwordsCommands: Record<string, Command> = {
     options: { username: { type: 'string' }, password: { type: 'string' }, generate: { type: 'boolean' }, notes: { type: 'string' } },
     async run(ctx, p, o) {
       if (!p[0] || !o.username) throw usage('ais passwords add <domain> --username U --password P');
+      // Both would store one and drop the other (the given one also showed in `ps` for nothing).
+      if (o.generate && o.password !== undefined) throw usage('ais passwords add <domain> --username U [--password P | --generate] (one of them, not both)');
       const v = await unlocked(ctx);
       const password = o.generate ? (await v.client.passwords.generate()).password : (o.password ?? (await readSecret(ctx, 'AIS_ENTRY_PASSWORD', 'Password to store', { value: true })));
       const e = await v.addPassword({ domain: p[0], username: o.username, password, notes: o.notes ?? '' });
