@@ -47,6 +47,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): CliConfig {
 export function saveConfig(config: CliConfig, env: NodeJS.ProcessEnv = process.env): void {
   const dir = configDir(env);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // Ours alone: a directory made looser before (by hand, by an older release) is tightened.
+  if ((statSync(dir).mode & 0o077) !== 0) chmodSync(dir, 0o700);
   const file = configFile(env);
   const tmp = `${file}.${process.pid}.tmp`;
   writeFileSync(tmp, JSON.stringify(config, null, 2) + '\n', { mode: 0o600 });

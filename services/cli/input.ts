@@ -11,7 +11,7 @@ let stdin: { text: string; at: number } | null = null;
  * prompt on the terminal with echo off.
  * With --no-input (AIS_NO_INPUT=1) it never prompts.
  */
-export async function readSecret(ctx: Ctx, envName: string, prompt: string, opts: { value?: boolean } = {}): Promise<string> {
+export async function readSecret(ctx: Ctx, envName: string, prompt: string, opts: { value?: boolean; confirm?: boolean } = {}): Promise<string> {
   const fromEnv = ctx.env[envName];
   // A stored value is kept exactly (spaces, tabs); PINs, keys and passwords to sign in are trimmed.
   if (fromEnv) return opts.value ? fromEnv : fromEnv.trim();
@@ -43,6 +43,16 @@ export async function readSecret(ctx: Ctx, envName: string, prompt: string, opts
     return line.trim();
   }
   if (ctx.noInput) throw missing();
+  const answer = await promptHidden(prompt, missing);
+  // A new PIN typed blind: once more, so one typo does not lock its owner out.
+  if (opts.confirm && (await promptHidden(`${prompt} (again)`, missing)) !== answer) {
+    throw new CliError('usage', `${prompt}: the two entries differ, nothing was changed.`, EXIT.usage);
+  }
+  return opts.value ? answer : answer.trim();
+}
+
+/** One line typed on the terminal with echo off; Ctrl-C and Ctrl-D end it with an error. */
+async function promptHidden(prompt: string, missing: () => CliError): Promise<string> {
   const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
   // Echo off: readline writes typed characters through _writeToOutput; keep only the prompt.
   const muted = rl as unknown as { _writeToOutput: (s: string) => void; output: NodeJS.WritableStream };
@@ -65,7 +75,7 @@ export async function readSecret(ctx: Ctx, envName: string, prompt: string, opts
         resolve(a);
       });
     });
-    return opts.value ? answer : answer.trim();
+    return answer;
   } finally {
     rl.close();
     process.stderr.write('\n');

@@ -8,7 +8,7 @@
  * Mail and SMS commands: cli-messaging.e2e.test.ts.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -108,7 +108,8 @@ test('output larger than a pipe holds reaches a slow reader whole: the CLI exits
 
 test('logout with the service out of reach says the session was not ended there, and forgets the tokens here', async () => {
   const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-offline-'));
-  mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o700 });
+  mkdirSync(path.join(home, 'agent-identity'), { recursive: true, mode: 0o755 }); // made looser by hand: tightened at the next write
+  chmodSync(path.join(home, 'agent-identity'), 0o755);
   const file = path.join(home, 'agent-identity/config.json');
   // A login of that service (one stored without base_url is the default service's: it would be ended there).
   writeFileSync(file, JSON.stringify({ base_url: 'http://127.0.0.1:9', access: 'a.b.c', refresh: 'r.s.t', identity: 'keep-me' }), { mode: 0o600 });
@@ -116,6 +117,7 @@ test('logout with the service out of reach says the session was not ended there,
   expect([run.code, run.json]).toEqual([0, { logged_out: true, session_ended: false }]);
   expect(run.stderr).toMatch(/could not be reached/);
   expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ base_url: 'http://127.0.0.1:9', identity: 'keep-me' });
+  expect(statSync(path.join(home, 'agent-identity')).mode & 0o777).toBe(0o700);
   // A service answering 5xx did not end the session either.
   const failing = http.createServer((_req, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"detail":"boom","code":"server_error"}'));
   await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
@@ -403,6 +405,15 @@ describe('a logged-in agent', () => {
     // The server holds ciphertext only.
     const raw = await api('GET', `/api/passwords/${pw.json.uuid}/?identity=${identity}`, undefined, config().management_key);
     expect(raw.body.password).toMatch(/^e2e::/);
+    // rm takes a domain as get does (no PIN: domains are stored in the clear); two entries of one domain need the uuid.
+    const twice = await ais(['passwords', 'add', 'dup.example', '--username', 'a', '--password', 'p1', '--json'], { env: { AIS_PIN: '123456' } });
+    await ais(['passwords', 'add', 'dup.example', '--username', 'b', '--password', 'p2', '--json'], { env: { AIS_PIN: '123456' } });
+    const ambiguous = await ais(['passwords', 'rm', 'dup.example', '--json']);
+    expect([ambiguous.code, ambiguous.error?.message]).toEqual([2, expect.stringMatching(/2 entries are for dup\.example: give the uuid/)]);
+    expect((await ais(['passwords', 'rm', twice.json.uuid, '--json'])).json).toEqual({ deleted: twice.json.uuid });
+    const byDomain = await ais(['passwords', 'rm', 'dup.example', '--json']);
+    expect([byDomain.code, typeof byDomain.json?.deleted]).toEqual([0, 'string']);
+    expect((await ais(['passwords', 'rm', 'dup.example', '--json'])).error?.code).toBe('not_found');
     const wrong1 = await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '000000' } });
     expect(wrong1.error.code).toBe('wrong_pin');
     await ais(['secrets', 'get', 'api-token', '--json'], { env: { AIS_PIN: '000000' } });
@@ -606,12 +617,30 @@ describe('a logged-in agent', () => {
 });
 
 describe('prompts on a terminal', () => {
+  test('a new PIN typed on a terminal is asked twice; two that differ change nothing', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-pin-tty-'));
+    try {
+      const post = async (p: string, body: unknown, token?: string) =>
+        (await fetch(svc.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })).json() as Promise<any>;
+      const u = `pintty${Date.now() % 1e6}`;
+      const reg = await post('/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
+      const key = (await post('/api/auth/keys/management/', { label: 'tty' }, reg.access)).key as string;
+      const env = { AIS_API_KEY: key, AIS_PIN_KDF: FAST_KDF };
+      const differ = await runCliOnTerminal(['pin', 'setup'], { url: svc.url, home, env, typing: [{ when: /New 6-digit PIN: /, keys: '123456\r' }, { when: /\(again\): /, keys: '654321\r' }] });
+      expect([differ.code, differ.output]).toEqual([2, expect.stringMatching(/the two entries differ, nothing was changed/)]);
+      const same = await runCliOnTerminal(['pin', 'setup'], { url: svc.url, home, env, typing: [{ when: /New 6-digit PIN: /, keys: '123456\r' }, { when: /\(again\): /, keys: '123456\r' }] });
+      expect([same.code, same.output]).toEqual([0, expect.stringMatching(/recovery key/i)]);
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
+
   test('Ctrl-C at a password or PIN prompt exits 130 (Interrupted.), Ctrl-D a usage error: never 0 with nothing read', async () => {
     const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-tty-'));
     try {
-      const interrupted = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, when: /Password: /, keys: '\x03' });
+      const interrupted = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, typing: [{ when: /Password: /, keys: '\x03' }] });
       expect([interrupted.code, interrupted.output]).toEqual([130, expect.stringContaining('Interrupted.')]);
-      const ended = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, when: /Password: /, keys: '\x04' });
+      const ended = await runCliOnTerminal(['login', '--username', 'someone'], { url: 'http://127.0.0.1:9', home, typing: [{ when: /Password: /, keys: '\x04' }] });
       expect([ended.code, ended.output]).toEqual([2, expect.stringMatching(/Password needed/)]);
     } finally {
       rmSync(home, { recursive: true, force: true });

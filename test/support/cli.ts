@@ -63,11 +63,12 @@ export function runCli(args: string[], o: CliOptions): Promise<CliRun> {
 }
 
 /**
- * Runs the CLI on a pseudo-terminal (util-linux `script`, as a person at a terminal runs it):
- * once its output matches `when`, `keys` are typed (`\x03` is Ctrl-C, `\x04` Ctrl-D). Stdout
- * and stderr arrive together, as a terminal shows them.
+ * Runs the CLI on a pseudo-terminal (util-linux `script`, as a person at a terminal runs it),
+ * typing each of `typing` in turn once the output (since the previous one was typed) matches
+ * its `when` (`\x03` is Ctrl-C, `\x04` Ctrl-D, `\r` Enter). Stdout and stderr arrive together,
+ * as a terminal shows them.
  */
-export function runCliOnTerminal(args: string[], o: CliOptions & { when: RegExp; keys: string }): Promise<{ code: number | null; output: string }> {
+export function runCliOnTerminal(args: string[], o: CliOptions & { typing: Array<{ when: RegExp; keys: string }> }): Promise<{ code: number | null; output: string }> {
   const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
   const command = [process.execPath, path.join(ROOT, 'services/cli/bin.js'), ...args].map(quote).join(' ');
   return new Promise((resolve) => {
@@ -77,12 +78,15 @@ export function runCliOnTerminal(args: string[], o: CliOptions & { when: RegExp;
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let output = '';
-    let typed = false;
+    let seenFrom = 0;
+    let next = 0;
     const read = (d: Buffer) => {
       output += d;
-      if (!typed && o.when.test(output)) {
-        typed = true;
-        child.stdin!.write(o.keys);
+      const step = o.typing[next];
+      if (step && step.when.test(output.slice(seenFrom))) {
+        next += 1;
+        seenFrom = output.length;
+        child.stdin!.write(step.keys);
       }
     };
     child.stdout!.on('data', read);

@@ -47,19 +47,27 @@ export const passwordsCommands: Record<string, Command> = {
         const { entries, failed } = await v.listPasswordsReport();
         e = entries.find((x) => x.domain === p[0]);
         const bad = failed.find((x) => x.domain === p[0]);
-        if (!e && bad) throw new CliError(bad.error, `The entry for ${p[0]} (${bad.uuid}) does not decrypt: written by another client, or changed without this PIN's key.`, EXIT.api_error);
+        if (!e && bad) throw new CliError(bad.error, `The entry for ${p[0]} (${bad.uuid}) does not decrypt: written by another client, or changed without this PIN's key.`, EXIT.error);
       }
       if (!e) throw new CliError('not_found', `No password entry for ${p[0]}.`, EXIT.api_error);
       show(ctx, e, () => kv(e as any));
     },
   },
   'passwords rm': {
-    usage: 'ais passwords rm <uuid>',
-    summary: 'Delete an entry.',
+    usage: 'ais passwords rm <uuid|domain>',
+    summary: 'Delete an entry (by domain when only one entry has it; the domain is stored in the clear, so no PIN is needed).',
     async run(ctx, p) {
-      if (!p[0]) throw usage('ais passwords rm <uuid>');
-      await client(ctx, { identity: true }).passwords.delete(p[0]);
-      show(ctx, { deleted: p[0] }, () => `Deleted ${p[0]}.`);
+      if (!p[0]) throw usage('ais passwords rm <uuid|domain>');
+      const c = client(ctx, { identity: true });
+      let id = p[0];
+      if (!isUuid(id)) {
+        const matching = (await c.passwords.list()).filter((x) => x.domain === p[0]);
+        if (matching.length === 0) throw new CliError('not_found', `No password entry for ${p[0]}.`, EXIT.api_error);
+        if (matching.length > 1) throw new CliError('usage', `${matching.length} entries are for ${p[0]}: give the uuid of the one to delete (${matching.map((x) => x.uuid).join(', ')}).`, EXIT.usage);
+        id = matching[0]!.uuid;
+      }
+      await c.passwords.delete(id);
+      show(ctx, { deleted: id }, () => `Deleted ${p[0]}${id === p[0] ? '' : ` (${id})`}.`);
     },
   },
   'passwords generate': {

@@ -37,7 +37,7 @@ export const pinCommands: Record<string, Command> = {
         if (!meta.wrapped_key) throw foreignSetup();
         throw new CliError('already_set_up', 'A PIN is already set up for this account: use `ais pin change` or `ais pin recover`.', EXIT.api_error);
       }
-      const pin = await readSecret(ctx, 'AIS_PIN', 'New 6-digit PIN');
+      const pin = await readSecret(ctx, 'AIS_PIN', 'New 6-digit PIN', { confirm: true });
       // The device secret is kept only beside the stored login of this same account at this
       // service (as `pin recover` keeps it): another account's login has a vault of its own,
       // which its saved secret must go on opening. Else a new one, printed to keep (not the
@@ -65,7 +65,7 @@ export const pinCommands: Record<string, Command> = {
       const c = client(ctx);
       const metadata = await metadataFor(c);
       const pin = await readSecret(ctx, 'AIS_PIN', 'Current PIN');
-      const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN');
+      const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN', { confirm: true });
       const { upload } = await changePin({ pin, newPin, deviceSecret: deviceSecret(ctx), metadata, lockStore: lockStore(ctx, metadata.salt) });
       await c.encryption.rewrap(upload);
       show(ctx, { changed: true }, () => 'PIN changed.');
@@ -79,7 +79,7 @@ export const pinCommands: Record<string, Command> = {
       const c = client(ctx);
       const metadata = await metadataFor(c);
       const recoveryKey = await readSecret(ctx, 'AIS_RECOVERY_KEY', 'Recovery key');
-      const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN');
+      const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN', { confirm: true });
       const known = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
       const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx, metadata.salt) });
       await c.encryption.rewrap(r.upload);
