@@ -620,8 +620,7 @@ describe('prompts on a terminal', () => {
   test('a new PIN typed on a terminal is asked twice; two that differ change nothing', async () => {
     const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-pin-tty-'));
     try {
-      const post = async (p: string, body: unknown, token?: string) =>
-        (await fetch(svc.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })).json() as Promise<any>;
+      const post = async (p: string, body: unknown, token?: string) => (await api('POST', p, body, token)).body;
       const u = `pintty${Date.now() % 1e6}`;
       const reg = await post('/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
       const key = (await post('/api/auth/keys/management/', { label: 'tty' }, reg.access)).key as string;
@@ -679,8 +678,7 @@ describe('what a refusal says', () => {
           const m = /"user_code":"([A-Z-]+)"/.exec(err);
           if (!m || denied) return;
           denied = (async () => {
-            const post = async (p: string, body: unknown, token?: string) =>
-              (await fetch(svc.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })).json() as Promise<any>;
+            const post = async (p: string, body: unknown, token?: string) => (await api('POST', p, body, token)).body;
             const u = `deny${Date.now() % 1e6}`;
             const reg = await post('/api/auth/social/', { username: u, email: `${u}@example.com`, password1: 'Secret-pass-1', password2: 'Secret-pass-1' });
             await post('/api/auth/device/deny/', { user_code: m[1] }, reg.access);
@@ -783,8 +781,7 @@ describe('logout', () => {
       expect([again.code, again.error?.code, again.error?.message]).toEqual([10, 'not_authenticated', expect.stringMatching(/no session was ended.*AIS_TOKEN or AIS_API_KEY/)]);
       // Not logged in, no --all: nothing to end, said as such.
       expect((await runCli(['logout'], { url: svc.url, home })).stdout.trim()).toBe('Not logged in here: no session to end.');
-      const post = async (p: string, body: unknown, token?: string) =>
-        (await fetch(svc.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })).json() as Promise<any>;
+      const post = async (p: string, body: unknown, token?: string) => (await api('POST', p, body, token)).body;
       const { access } = await post('/api/auth/login/', { username, password: 'Secret-pass-1' });
       const key = (await post('/api/auth/keys/management/', { label: 'ops' }, access)).key as string;
       const identity = (await post('/api/identities/', { name: `Agent ${Date.now()}` }, access)).uuid as string;
