@@ -639,7 +639,8 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     await requestMail(user.pk, 'verify-email', VERIFY_LINK_TTL_S);
   }
 
-  async function verifyEmail(key: string): Promise<void> {
+  /** Verifies the address a mailed link was made for; the address (the page says whose it was). */
+  async function verifyEmail(key: string): Promise<string> {
     const invalid = () => badRequest({ key: ['Invalid or expired verification key.'] });
     const [payload, sig] = key.split('.');
     if (!payload || !sig) throw invalid();
@@ -654,11 +655,12 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
     if (typeof pk !== 'number' || typeof exp !== 'number' || !Number.isSafeInteger(pk) || !Number.isSafeInteger(exp) || exp * 1000 < Date.now()) throw invalid();
     const user = await users.get(userDocId(pk));
     if (!user || !sameSecret(sig, macOf(hmacKey, 'verify-email', String(pk), user.emailKey, String(exp)))) throw invalid();
-    if (user.emailVerified) return;
+    if (user.emailVerified) return user.email;
     const { position } = await execute(store, userStream(user.pk), userEvolver, (s) =>
       s.emailVerified ? { events: [], result: undefined } : { events: [event(UserEmailVerified, { at: nowIso() })], result: undefined },
     );
     await settle(position);
+    return user.email;
   }
 
   // Reset tokens are bound to the current password hash: they die once used (or on any change).

@@ -314,13 +314,15 @@ ${u
 
   r.get('/verify-email', async (ctx) => {
     const s = await session(ctx);
+    let email: string;
     try {
-      await accounts.verifyEmail(str(ctx.query.key));
+      email = await accounts.verifyEmail(str(ctx.query.key));
     } catch (err) {
       fieldsOf(err);
       return deadVerifyLink(ctx, s);
     }
-    send(ctx, 'Email verification', html`<p><a href="/">Continue</a></p>`, s, { kind: 'ok', text: 'Your email address is verified.' });
+    // Named: whoever opens the link (signed in as someone else, or no one) learns whose address it was.
+    send(ctx, 'Email verification', html`<p><a href="/">Continue</a></p>`, s, { kind: 'ok', text: `The email address ${email} is verified.` });
   });
   // A new verification link for a person who is not signed in: the rules of POST
   // /api/auth/social/resend-email/ (nothing for an unknown or verified address, throttled per

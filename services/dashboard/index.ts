@@ -20,6 +20,9 @@
  */
 import { readFileSync } from 'node:fs';
 import type Router from '@koa/router';
+import type { Context } from 'koa';
+import type { ApiError } from '../gateway/errors.js';
+import { html } from '../gateway/html.js';
 import type { ContextFactory, Shared } from '../../infra/runtime.js';
 import { pageKit } from './plumbing.js';
 import { webSignIn } from './sign-in.js';
@@ -34,6 +37,15 @@ const STATIC: Record<string, { type: string; body: Buffer }> = {
   '/static/dashboard.css': { type: 'text/css; charset=utf-8', body: readFileSync(new URL('./static/dashboard.css', import.meta.url)) },
   '/static/dashboard.js': { type: 'text/javascript; charset=utf-8', body: readFileSync(new URL('./static/dashboard.js', import.meta.url)) },
 };
+
+/** The page a dashboard form is on, for a GET of the form's address. */
+function formPageOf(path: string): string {
+  const identity = /^\/identities\/[0-9a-fA-F-]{36}(?=\/|$)/.exec(path);
+  if (identity) return identity[0];
+  if (path.startsWith('/account/')) return '/account';
+  if (path.startsWith('/keys/')) return '/keys';
+  return '/';
+}
 
 export const dashboardContext: ContextFactory = (shared: Shared) => {
   const kit = pageKit(shared, webSignIn(shared));
@@ -61,5 +73,21 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
     keyRoutes(r, kit);
   }
 
-  return { name: 'dashboard', module: { routes } };
+  /**
+   * A browser at an address with no page: 404, a page with the menu (signed in) and a way
+   * home, not the API's JSON. An address that only takes a form (a refused form leaves the
+   * browser there; Enter in the address bar GETs it) goes back to the page the form is on.
+   */
+  async function errorPage(ctx: Context, error: ApiError): Promise<boolean> {
+    if (error.status === 405) {
+      ctx.status = 303;
+      ctx.redirect(formPageOf(ctx.path));
+      return true;
+    }
+    const s = await kit.session(ctx).catch(() => null);
+    kit.send(ctx, 'Page not found', html`<p>There is no page at this address.</p><p><a href="/">Go to the dashboard</a></p>`, s, null, 404);
+    return true;
+  }
+
+  return { name: 'dashboard', module: { routes, errorPage } };
 };

@@ -20,6 +20,11 @@ import type { Metrics } from '../kernel/metrics.js';
 export interface HttpModule {
   /** Adds the module's routes. Paths are written with their trailing slash. */
   routes(router: Router): void;
+  /**
+   * A page for a browser's GET outside /api/ that found nothing (404) or only a form (405):
+   * answers `ctx` and returns true, or returns false to leave the spec's JSON error.
+   */
+  errorPage?(ctx: Context, error: ApiError): Promise<boolean>;
 }
 
 export interface AppDeps {
@@ -56,6 +61,10 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
   // there, after the routes (the router has recorded the paths that matched).
   const allowedMethods = router.allowedMethods();
   const answered = async () => {};
+  const errorPages = deps.modules.flatMap((m) => (m.errorPage ? [m.errorPage.bind(m)] : []));
+  /** A browser (it asks for HTML by name; fetch and curl send *\/*) visiting a page address that has none. */
+  const pageWanted = (ctx: Context, err: ApiError) =>
+    (err.status === 404 || err.status === 405) && (ctx.method === 'GET' || ctx.method === 'HEAD') && !ctx.path.startsWith('/api/') && ctx.get('accept').includes('text/html');
 
   // One edge middleware (each Koa layer costs a closure and a promise on every request):
   // request id, security headers, trailing-slash folding, error mapping, 404 shape, access log.
@@ -98,7 +107,11 @@ export function createApp(deps: AppDeps): Koa & { routeTable: RouteTable } {
     } catch (raw) {
       failure = raw;
       refusal = toApiError(raw);
-      answerError(ctx, refusal);
+      let paged = false;
+      if (pageWanted(ctx, refusal)) {
+        for (const page of errorPages) if ((paged = await page(ctx, refusal).catch(() => false))) break;
+      }
+      if (!paged) answerError(ctx, refusal);
     } finally {
       // A write held its identity (services/gateway/identity-gate.ts): its answer is decided.
       (ctx.state.releaseIdentity as (() => void) | undefined)?.();

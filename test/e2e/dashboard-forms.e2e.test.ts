@@ -50,6 +50,27 @@ afterAll(async () => {
 });
 
 describe('dashboard forms and page answers', () => {
+  it('answers an address with no page with a page (the menu, a way home), and a form\'s address re-opened (Enter in the address bar after a refusal) with the page the form is on; the API keeps its JSON', async () => {
+    const ident = await s.createIdentity(me.access, 'Address bar');
+    const missing = await page.goto(`${s.url}/no-such-page`);
+    expect(missing?.status()).toBe(404);
+    expect(await page.textContent('h1')).toBe('Page not found');
+    expect(await page.getByRole('link', { name: 'Go to the dashboard' }).count()).toBe(1);
+    expect(await page.getByRole('button', { name: 'Sign out' }).count()).toBe(1); // the menu of a signed-in page
+    for (const [form, lands] of [
+      [`/identities/${ident.uuid}/rename`, `/identities/${ident.uuid}`],
+      ['/account/password', '/account'],
+      ['/keys/management', '/keys'],
+      ['/identities', '/'],
+    ]) {
+      const res = await page.goto(`${s.url}${form}`);
+      expect([form, res?.status(), new URL(page.url()).pathname]).toEqual([form, 200, lands]);
+    }
+    // A client of the API (no text/html asked for) still gets the spec's JSON.
+    const api = await fetch(`${s.url}/no-such-page`);
+    expect([api.status, await api.json()]).toEqual([404, { detail: 'Not found.', code: 'not_found' }]);
+  });
+
   it('keeps the name typed in the rename form when the rename is refused (a name in use, a blank one)', async () => {
     await s.createIdentity(me.access, 'Taken name');
     const ident = await s.createIdentity(me.access, 'Renamed one');

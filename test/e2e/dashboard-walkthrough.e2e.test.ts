@@ -191,7 +191,7 @@ describe('dashboard: the walkthrough', () => {
       expect(await p.getByRole('status').textContent()).toContain('a new verification link is on its way');
       const link = await newVerifyLink(me.user.email, seen);
       await p.goto(`${s.url}${link}`);
-      expect(await p.getByRole('status').textContent()).toBe('Your email address is verified.');
+      expect(await p.getByRole('status').textContent()).toBe(`The email address ${me.user.email} is verified.`); // named: whoever opens a link learns whose it was
       // An address nobody uses gets the same answer.
       await p.goto(`${s.url}/verify-email/resend`);
       await p.getByLabel('Email of your account').fill('nobody@example.com');
