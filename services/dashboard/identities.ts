@@ -155,7 +155,7 @@ ${threads.status !== 200
   : threadList.length === 0
     ? html`<p>No mail yet.</p>`
     : tableRegion('Email threads', html`<table><thead><tr><th scope="col">Subject</th><th scope="col">With</th><th scope="col">Messages</th><th scope="col">Last</th></tr></thead><tbody>
-${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || NO_SUBJECT}${t.unread ? UNREAD : ''}</a></td><td>${threadWith(t, str(i.inbox))}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
+${threadList.map((t) => html`<tr${t.unread ? new Safe(' class="unread"') : ''}><td class="subject"><a href="/identities/${id}/mail/${str(t.uuid)}">${str(t.subject) || NO_SUBJECT}${t.unread ? UNREAD : ''}</a></td><td class="with">${threadWith(t, str(i.inbox))}</td><td>${String(t.message_count ?? '')}</td><td class="when">${fmtDate(t.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
 ${pager('threads', threads, 'Older threads')}
 </section>
@@ -165,7 +165,7 @@ ${convs.status !== 200
   : convList.length === 0
     ? html`<p>No SMS yet.</p>`
     : tableRegion('SMS conversations', html`<table><thead><tr><th scope="col">With</th><th scope="col">Last message</th><th scope="col">Messages</th><th scope="col">When</th></tr></thead><tbody>
-${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}${Number(c.unread_count) > 0 ? UNREAD : ''}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
+${convList.map((c) => html`<tr${Number(c.unread_count) > 0 ? new Safe(' class="unread"') : ''}><td class="with"><a href="/identities/${id}/sms/${str(c.conversation_id)}">${str(c.peer) || '—'}${Number(c.unread_count) > 0 ? UNREAD : ''}</a></td><td>${str(c.preview)}</td><td>${String(c.message_count ?? '')}</td><td>${fmtDate(c.last_message_at)}</td></tr>`)}
 </tbody></table>`)}
 ${pager('sms', convs, 'Older conversations')}
 </section>

@@ -79,7 +79,7 @@ export function keyRoutes(r: Router, kit: PageKit): void {
       if (!rows.length) return html`<p>No ${kind} key.</p>`;
       return html`${answer.capped ? html`<p class="note">The first ${rows.length} ${kind} keys are shown; the API and the CLI list them all.</p>` : ''}${tableRegion(kind === 'management' ? 'Management keys' : 'Identity keys', html`<table><thead><tr><th scope="col">Label</th><th scope="col">Key</th>${kind === 'identity' ? html`<th scope="col">Identity</th>` : ''}<th scope="col">Last used</th><th scope="col">Created</th><th scope="col" class="actions"><span class="sr-only">Actions</span></th></tr></thead><tbody>
 ${rows.map((k) => html`<tr><td>${str(k.label)}</td><td><code>${str(k.masked_key)}</code></td>${kind === 'identity' ? html`<td>${names.get(str(k.identity ?? k.identity_uuid)) ?? str(k.identity ?? k.identity_uuid)}</td>` : ''}<td>${fmtDate(k.last_used_at)}</td><td>${fmtDate(k.created_dt)}</td>
-<td class="actions"><form method="get" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline"><button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)}">Revoke</button></form></td></tr>`)}
+<td class="actions"><form method="get" action="/keys/${kind}/${str(k.uuid)}/revoke" class="inline"><button type="submit" class="danger" aria-label="Revoke ${kind} key ${str(k.label)} (${str(k.masked_key)})">Revoke</button></form></td></tr>`)}
 </tbody></table>`)}`;
     };
     send(
