@@ -6,4 +6,6 @@
 'use strict';
 const { availableParallelism } = require('node:os');
 
-process.env.UV_THREADPOOL_SIZE ??= String(Math.max(8, 4 * availableParallelism()));
+// Set but empty or no whole number from 1 to 1024 (libuv's range): the default, as for every other variable.
+const asked = Number(process.env.UV_THREADPOOL_SIZE);
+if (!(Number.isInteger(asked) && asked >= 1 && asked <= 1024)) process.env.UV_THREADPOOL_SIZE = String(Math.max(8, 4 * availableParallelism()));

@@ -4,12 +4,18 @@
  * embedded store has one writer per DATA_DIR; in the cluster deployment, stop the worker:
  * the rebuild takes the projections lease it holds and writes as the worker would).
  */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { MongoClient } from 'mongodb';
 import { loadConfig, ConfigError } from '../infra/config.js';
 import { startRuntime } from '../infra/runtime.js';
 import { PROJECTIONS_LEASE, mongoDatabaseName, useWorkerRole } from '../infra/cluster.js';
 import { acquireLease, type HeldLease } from '../infra/mongodb/lease.js';
 import { newLeaseOwner } from '../infra/mongodb/read-store.js';
+
+// What it writes (the read models: password hashes among them) is the service user's only,
+// whatever the shell's umask, as `npm start` makes DATA_DIR (services/main.ts).
+process.umask(0o077);
 
 /** Longer than the lease's time to live: a worker stopped just before has let go of it by then. */
 const LEASE_WAIT_MS = 30_000;
@@ -28,6 +34,10 @@ try {
       throw gaveUp.aborted ? new Error('a worker holds the projections lease: stop `npm run worker` first, then rebuild') : err;
     });
     useWorkerRole({ name: PROJECTIONS_LEASE, owner });
+  }
+  // Embedded: a DATA_DIR without an event log is a mistyped one (rebuilding would make a new, empty service there).
+  if (config.store !== 'cluster' && !existsSync(path.join(config.dataDir, 'events.sqlite'))) {
+    throw new Error(`DATA_DIR: ${config.dataDir} holds no event log (events.sqlite): nothing to rebuild from`);
   }
   const runtime = await startRuntime(config, { serve: false });
   const names = process.argv.slice(2);

@@ -37,33 +37,43 @@ const port = parentPort;
 /** @type {{ file: string }} */
 const { file } = workerData;
 
-const db = openDatabase(file);
-// WAL lets the main thread's reader run while we write; FULL syncs the WAL on every commit,
-// so an acknowledged batch survives kill -9 and power loss.
-const journalMode = db.pragma('journal_mode = WAL');
-if (String(journalMode).toLowerCase() !== 'wal') {
-  throw new Error(`${file}: cannot enable WAL journal mode (got ${journalMode}); is it on a network file system?`);
-}
-db.pragma('synchronous = FULL');
+const db = (() => {
+  try {
+    const d = openDatabase(file);
+    // WAL lets the main thread's reader run while we write; FULL syncs the WAL on every commit,
+    // so an acknowledged batch survives kill -9 and power loss.
+    const journalMode = d.pragma('journal_mode = WAL');
+    if (String(journalMode).toLowerCase() !== 'wal') {
+      throw new Error(`${file}: cannot enable WAL journal mode (got ${journalMode}); is it on a network file system?`);
+    }
+    d.pragma('synchronous = FULL');
 
-// AUTOINCREMENT: positions are never reused, even if the tail were ever deleted by hand.
-db.exec(`
-  CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY AUTOINCREMENT,
-    id          TEXT    NOT NULL UNIQUE,
-    stream      TEXT    NOT NULL,
-    revision    INTEGER NOT NULL,
-    type        TEXT    NOT NULL,
-    data        TEXT    NOT NULL,
-    metadata    TEXT    NOT NULL,
-    recorded_at TEXT    NOT NULL,
-    UNIQUE (stream, revision)
-  );
-  -- readAll filtered by streams or stream prefixes, in position order.
-  CREATE INDEX IF NOT EXISTS events_stream_position ON events (stream, position);
-  -- readAll filtered by event types, in position order.
-  CREATE INDEX IF NOT EXISTS events_type_position ON events (type, position);
-`);
+    // AUTOINCREMENT: positions are never reused, even if the tail were ever deleted by hand.
+    d.exec(`
+      CREATE TABLE IF NOT EXISTS events (
+        position    INTEGER PRIMARY KEY AUTOINCREMENT,
+        id          TEXT    NOT NULL UNIQUE,
+        stream      TEXT    NOT NULL,
+        revision    INTEGER NOT NULL,
+        type        TEXT    NOT NULL,
+        data        TEXT    NOT NULL,
+        metadata    TEXT    NOT NULL,
+        recorded_at TEXT    NOT NULL,
+        UNIQUE (stream, revision)
+      );
+      -- readAll filtered by streams or stream prefixes, in position order.
+      CREATE INDEX IF NOT EXISTS events_stream_position ON events (stream, position);
+      -- readAll filtered by event types, in position order.
+      CREATE INDEX IF NOT EXISTS events_type_position ON events (type, position);
+    `);
+    return d;
+  } catch (err) {
+    // A SqliteError reaches the main thread without its message (structured cloning keeps only
+    // its `code`): a plain Error keeps the reason ("file is not a database") for the start-up error.
+    const e = /** @type {{ message?: string, code?: string }} */ (err);
+    throw new Error(`${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}`);
+  }
+})();
 
 const selectById = db.prepare(
   'SELECT position, id, stream, revision, type, data, metadata, recorded_at AS recordedAt FROM events WHERE id = ?',

@@ -679,6 +679,10 @@ function checkNonNegativeInteger(name: string, value: number): void {
   if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got ${value}`);
 }
 
+/** An error's words; one thrown in the writer thread may arrive as a plain object (its `message` and `code` kept). */
 function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+  if (err instanceof Error) return err.message;
+  const e = err as { message?: unknown; code?: unknown } | null;
+  if (e && typeof e === 'object' && typeof e.message === 'string') return typeof e.code === 'string' ? `${e.message} (${e.code})` : e.message;
+  return String(err);
 }

@@ -28,6 +28,17 @@ eventStoreContract('sqlite', async () => {
 });
 
 describe('SQLite event store', () => {
+  it('a file that is no database is refused in words (SQLite\'s reason, not [object Object])', async () => {
+    const file = newDbFile();
+    fs.writeFileSync(file, Buffer.alloc(8192, 0x5a));
+    const refused = await openSqliteEventStore({ file, logger: quiet }).then(
+      () => null,
+      (err: Error) => err,
+    );
+    expect(refused).toBeInstanceOf(EventStoreUnavailableError);
+    expect(refused!.message).toMatch(/cannot open event store .*: file is not a database/);
+  });
+
   it('starts empty: no head position', async () => {
     const store = await openSqliteEventStore({ file: newDbFile(), logger: quiet });
     expect(await store.headPosition()).toBeNull();

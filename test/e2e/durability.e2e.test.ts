@@ -3,7 +3,7 @@
  * exits 0; bad configuration stops the start with one line naming the variable; a rebuild
  * of the read models from the log equals the live ones.
  */
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import nodemailer from 'nodemailer';
@@ -597,7 +597,14 @@ describe('durability', () => {
     expect([refused.code, refused.err.trim()]).toEqual([1, expect.stringMatching(/^rebuild failed: DATA_DIR: \/\S+ is in use by another process/)]);
     running.child.kill('SIGTERM');
     expect(await running.exited).toBe(0);
+    // Read models deleted by hand (they can always be rebuilt): made again, the service user's only (0600).
+    for (const f of ['read-models.sqlite', 'read-models.sqlite-wal', 'read-models.sqlite-shm']) rmSync(path.join(dataDir, f), { force: true });
     expect((await rebuild({})).code).toBe(0);
+    expect(statSync(path.join(dataDir, 'read-models.sqlite')).mode & 0o077).toBe(0);
+    // A DATA_DIR with no event log (a typo) is refused, not made into a new, empty service.
+    const typo = `${dataDir}-typo`;
+    const nothing = await rebuild({ DATA_DIR: typo });
+    expect([nothing.code, nothing.err.trim(), existsSync(typo)]).toEqual([1, expect.stringMatching(/^rebuild failed: DATA_DIR: \S+ holds no event log/), false]);
     // The rebuild let go of DATA_DIR: the service starts on it again.
     const after = await spawnService({ DATA_DIR: dataDir });
     expect((await fetch(`${after.url}/api/health/`)).status).toBe(200);
