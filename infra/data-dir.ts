@@ -3,11 +3,25 @@
  * would not fail: it would create what is missing (a new key ring) and serve, with every
  * token, session and signed link of the old keys silently ended, or attachments gone.
  */
-import { accessSync, constants, existsSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { openDatabase } from './sqlite/driver.js';
 
 /** Written first into a backup's directory by services/backup.ts, removed once the copy is whole. */
+/**
+ * `mkdir -p` one level at a time: Node's recursive mkdir never returns when a parent refuses
+ * children with ENOENT (e.g. under /proc), so a bad DATA_DIR (or backup target) would hang
+ * instead of failing with a line naming it.
+ */
+export function createDirectory(dir: string, mode?: number): void {
+  const missing: string[] = [];
+  for (let d = path.resolve(dir); !existsSync(d); d = path.dirname(d)) {
+    missing.unshift(d);
+    if (path.dirname(d) === d) break;
+  }
+  for (const d of missing) mkdirSync(d, mode === undefined ? undefined : { mode });
+}
+
 export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';
 
 /** The directories the service writes under DATA_DIR (besides its databases): its own, 0700. */

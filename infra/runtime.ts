@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { openDatabase, type Database } from './sqlite/driver.js';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
@@ -16,7 +16,7 @@ import type { EventStore } from './ports/event-store.js';
 import { eventStoreFeed, type EventFeed } from './ports/event-feed.js';
 import type { ReadStore } from './ports/read-store.js';
 import { loadKeyRing, recordIssuer, type KeyRing } from './keyring.js';
-import { refusePartialDataDir, requireWritable, SERVICE_DIRS } from './data-dir.js';
+import { createDirectory, refusePartialDataDir, requireWritable, SERVICE_DIRS } from './data-dir.js';
 import { openSqliteEventStore } from './sqlite/event-store.js';
 import { openSqliteReadStore } from './sqlite/read-store.js';
 import type { RateLimiter } from './ports/rate-limiter.js';
@@ -139,20 +139,6 @@ export interface StartOptions {
    * cluster worker, which then calls `part.start(runtime.role)` itself).
    */
   serve?: boolean;
-}
-
-/**
- * `mkdir -p` one level at a time: Node's recursive mkdir never returns when a parent refuses
- * children with ENOENT (e.g. under /proc), so a bad DATA_DIR would hang the start instead
- * of failing with a line naming it.
- */
-function createDirectory(dir: string): void {
-  const missing: string[] = [];
-  for (let d = path.resolve(dir); !existsSync(d); d = path.dirname(d)) {
-    missing.unshift(d);
-    if (path.dirname(d) === d) break;
-  }
-  for (const d of missing) mkdirSync(d);
 }
 
 /**

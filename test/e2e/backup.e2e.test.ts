@@ -131,6 +131,12 @@ test('refuses a target that is not empty, one inside DATA_DIR, and a DATA_DIR wi
   const used = await runBackup(dataDir, path.join(root, 'used'));
   expect([used.code, used.err]).toEqual([1, expect.stringMatching(/exists and is not empty/)]);
   expect(readdirSync(path.join(root, 'used'))).toEqual(['something']);
+
+  // A target where no directory can be made (under /proc): an error, not a hang (Node's
+  // recursive mkdir never returns there).
+  const hung = new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 20_000).unref());
+  const proc = await Promise.race([runBackup(dataDir, '/proc/1/ais-backup'), hung]);
+  expect(proc === 'hung' ? proc : [proc.code, proc.err]).toEqual([1, expect.stringMatching(/^backup failed: .*\/proc\/1\/ais-backup/)]);
 }, 60_000);
 
 test('copies what a symbolic link points to; a link looping back into the copy fails the backup, leaving nothing', async () => {
