@@ -122,6 +122,12 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
   const port = int('PORT', 8000, 0, 65535);
   const host = str('HOST', '127.0.0.1');
   const publicUrl = url('PUBLIC_URL', str('PUBLIC_URL', `http://localhost:${port}`), ['http:', 'https:']).replace(/\/+$/, '');
+  // An origin: links are PUBLIC_URL + an absolute path (a path prefix, a query or a fragment
+  // would be kept by some links and dropped by others); serving under a path is a proxy's job.
+  const publicParts = URL.canParse(publicUrl) ? new URL(publicUrl) : null;
+  if (publicParts && (publicParts.pathname !== '/' || publicParts.search || publicParts.hash || publicParts.username || publicParts.password)) {
+    problems.push(`PUBLIC_URL must be an origin, scheme://host[:port] with no path, query, fragment or user (got "${withoutPassword(publicUrl)}")`);
+  }
   const dataDir = path.resolve(cwd, str('DATA_DIR', './data'));
   const dataDirKind = (() => {
     try {

@@ -265,10 +265,6 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   const unlock = config.store === 'cluster' ? () => {} : lockDataDir(config.dataDir);
   tightenDataDir(config.dataDir, logger);
   const keys = loadKeyRing(config.dataDir);
-  // Only a process that signs tokens says which address it signs them for: a rebuild or a
-  // worker started without the gateway's PUBLIC_URL rewrote it, and warned twice of a change.
-  const formerIssuer = options.serve === false ? null : recordIssuer(config.dataDir, config.publicUrl);
-  if (formerIssuer) logger.warn({ was: formerIssuer, now: config.publicUrl }, 'PUBLIC_URL changed: tokens signed for the old address are refused, so every client signs in again');
 
   const role = processRole(config);
   // Embedded: in-memory windows (one process). Cluster: windows shared in MongoDB.
@@ -415,7 +411,12 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
   });
   const address = server.address() as AddressInfo;
   const url = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
-  logger.info({ url, dataDir: config.dataDir, role }, 'gateway listening');
+  // Only a process that signs tokens says which address it signs them for (a rebuild or a
+  // worker started without the gateway's PUBLIC_URL rewrote it, and warned twice of a change),
+  // and only once it serves: a start that fails (a port in use) leaves the record as it was.
+  const formerIssuer = recordIssuer(config.dataDir, config.publicUrl);
+  if (formerIssuer) logger.warn({ was: formerIssuer, now: config.publicUrl }, 'PUBLIC_URL changed: tokens signed for the old address are refused, so every client signs in again');
+  logger.info({ url, publicUrl: config.publicUrl, dataDir: config.dataDir, role }, 'gateway listening');
 
   let closing: Promise<void> | null = null;
   async function close(): Promise<void> {

@@ -90,7 +90,12 @@ const owner = newLeaseOwner('worker');
 const stopped = () => new Promise<never>(() => {});
 // A step cut short by a stop (its client closed under it) is no failure.
 const unlessStopping = (err: unknown): Promise<never> => (stopping ? stopped() : Promise.reject(err));
-await mongo.connect().catch(unlessStopping);
+await mongo.connect().catch(async (err: unknown) => {
+  if (stopping) return stopped();
+  // One line naming the variable, as a start's configuration errors (not the driver's stack).
+  logger.fatal({ err: { message: (err as Error)?.message } }, `MONGO_URL: cannot connect to MongoDB (${(err as Error)?.message ?? String(err)})`);
+  process.exit(1);
+});
 const held = await acquireLease(mongo.db(mongoDatabaseName(cluster.mongoUrl)), PROJECTIONS_LEASE, owner, { logger }).catch(unlessStopping);
 if (stopping) {
   await held.release().catch(() => {}); // taken while stopping: handed back at once

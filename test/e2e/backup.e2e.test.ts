@@ -4,6 +4,7 @@
  * ring), mail with its attachment bytes (blobs), and nothing readable by other users.
  */
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -236,6 +237,17 @@ test('a start with another PUBLIC_URL says that the tokens signed before are ref
   rebuild.stderr.on('data', (d) => (rebuilt += d));
   expect(await new Promise((resolve) => rebuild.on('exit', resolve))).toBe(0);
   expect(rebuilt).not.toMatch(/PUBLIC_URL changed/);
+  // A start that fails (its port taken) records nothing either: the next start with the old address is no change.
+  const busy = net.createServer();
+  await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+  const taken = String((busy.address() as net.AddressInfo).port);
+  const failed = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], { cwd: ROOT, env: { ...process.env, DATA_DIR: dataDir, PORT: taken, HOST: '127.0.0.1', SMTP_PORT: '0', PUBLIC_URL: 'https://elsewhere.example' } });
+  expect(await new Promise((resolve) => failed.on('exit', resolve))).toBe(1);
+  busy.close();
+  const same = await spawnService({ DATA_DIR: dataDir, PUBLIC_URL: 'https://ais.example.com' });
+  same.child.kill('SIGTERM');
+  expect(await same.exited).toBe(0);
+  expect(same.output()).not.toMatch(/PUBLIC_URL changed/);
   const moved = await spawnService({ DATA_DIR: dataDir, PUBLIC_URL: 'https://id.example.org' });
   moved.child.kill('SIGTERM');
   expect(await moved.exited).toBe(0);
