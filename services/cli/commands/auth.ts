@@ -88,13 +88,6 @@ async function endOwnSession(baseUrl: string, access: string, refresh: string | 
 }
 
 /**
- * Ends this login's session (DELETE /api/auth/sessions/{uuid}/ of the one the stored tokens
- * belong to), or with `all` every session of the account (POST /api/auth/logout/, which
- * DECISIONS "Auth" makes invalidate all of the user's refresh tokens, dashboard included).
- * Always with the stored login, never an AIS_API_KEY / AIS_TOKEN of this run: those are not
- * what `logout` forgets.
- */
-/**
  * `logout --all` with no login saved here: every session of the account the credential of
  * this run names (AIS_TOKEN, a management key) is ended. The credential is checked first: the
  * service skips an expired or unknown one (logout is anonymous-friendly) and would answer
@@ -112,6 +105,13 @@ async function endAllWithCredentialOfThisRun(ctx: Ctx): Promise<void> {
   await c.request('POST', '/api/auth/logout/', { identity: false });
 }
 
+/**
+ * Ends this login's session (DELETE /api/auth/sessions/{uuid}/ of the one the stored tokens
+ * belong to), or with `all` every session of the account (POST /api/auth/logout/, which
+ * DECISIONS "Auth" makes invalidate all of the user's refresh tokens, dashboard included).
+ * Always with the stored login, never an AIS_API_KEY / AIS_TOKEN of this run: those are not
+ * what `logout` forgets.
+ */
 async function endSessions(ctx: Ctx, all: boolean): Promise<void> {
   // At the service the login was made at (a --base-url of this run is not where its tokens go).
   const c = client({ ...ctx, baseUrl: storedService(ctx.config), env: { ...ctx.env, AIS_API_KEY: undefined, AIS_TOKEN: undefined } });
