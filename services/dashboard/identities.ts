@@ -8,6 +8,7 @@ import type { Context } from 'koa';
 import { streamName } from '../../infra/ports/event-store.js';
 import { OUTBOX } from '../mail/events.js';
 import { html, Safe } from '../gateway/html.js';
+import { withoutControls } from '../kernel/text.js';
 import { fieldErrors, describedBy, fmtDate, tableRegion } from './html.js';
 import { addr, NO_SUBJECT } from './mail.js';
 import { api, apiAll, apiErrors, errorText, NO_IDENTITY, str, uuidParam, type ApiAnswer, type DashboardSession, type Errors, type Flash, type PageKit } from './plumbing.js';
@@ -294,7 +295,8 @@ ${str(i.phone)
     const current = await api(ctx, s, 'GET', `/api/identities/${id}/`);
     if (current.status !== 200) return seeOther(ctx, '/');
     if (nameKey(f.confirm ?? '') !== nameKey(str(current.body.name))) {
-      return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: ['Type the name of the identity to confirm.'] });
+      const why = (f.confirm ?? '').trim() ? 'The name typed is not this identity\'s name.' : 'Type the name of the identity to confirm.';
+      return identityPage(ctx, s, id, { kind: 'error', text: 'The identity was not deleted.' }, { confirm: [why] });
     }
     const a = await api(ctx, s, 'DELETE', `/api/identities/${id}/`);
     if (a.status !== 204) return identityPage(ctx, s, id, { kind: 'error', text: errorText(a) });
@@ -342,4 +344,5 @@ function threadWith(t: { participants?: unknown; from_email?: unknown; from_name
  * Identity names as the API compares them for uniqueness (services/identities/service.ts,
  * nameKeyOf: NFC, lower-cased; the API trims names before it keeps them).
  */
-const nameKey = (name: string): string => name.trim().normalize('NFC').toLowerCase();
+/** A name as typed to confirm: invisible characters (a bidi override, a zero-width space) are no part of what a person can type. */
+const nameKey = (name: string): string => withoutControls(name).trim().normalize('NFC').toLowerCase();

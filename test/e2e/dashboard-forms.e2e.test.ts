@@ -111,6 +111,19 @@ describe('dashboard forms and page answers', () => {
     expect(await page.getByLabel('Name', { exact: true }).getAttribute('maxlength')).toBe(String(NAME_MAX));
   });
 
+  it('confirms a deletion with the name as a person can type it (an invisible bidi override is no part of it); a wrong name is said to be wrong', async () => {
+    const ident = await s.createIdentity(me.access, 'x\u202Eevil');
+    await page.goto(`${s.url}/identities/${ident.uuid}`);
+    await page.getByLabel(/to confirm/).fill('not it');
+    expect(await Promise.all([nextPost(page), submit(page, 'Delete identity')]).then(([status]) => status)).toBe(400);
+    expect(await page.textContent('#confirm-error')).toMatch(/not this identity's name/);
+    await page.getByLabel(/to confirm/).fill('xevil');
+    const posts = postsTo(page, `/identities/${ident.uuid}/delete`);
+    await submit(page, 'Delete identity');
+    expect(posts).toEqual([303]);
+    expect((await s.api('GET', `/api/identities/${ident.uuid}/`, { token: me.access })).status).toBe(404);
+  });
+
   it('answers the deletion of an identity with a redirect to the home page: a reload posts nothing', async () => {
     const ident = await s.createIdentity(me.access, 'Short lived');
     await page.goto(`${s.url}/identities/${ident.uuid}`);
