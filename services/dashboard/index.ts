@@ -24,7 +24,7 @@ import type { Context } from 'koa';
 import type { ApiError } from '../gateway/errors.js';
 import { html } from '../gateway/html.js';
 import type { ContextFactory, Shared } from '../../infra/runtime.js';
-import { pageKit } from './plumbing.js';
+import { formPageOf, pageKit } from './plumbing.js';
 import { webSignIn } from './sign-in.js';
 import { signUpRoutes } from './sign-up.js';
 import { accountRoutes } from './account.js';
@@ -37,15 +37,6 @@ const STATIC: Record<string, { type: string; body: Buffer }> = {
   '/static/dashboard.css': { type: 'text/css; charset=utf-8', body: readFileSync(new URL('./static/dashboard.css', import.meta.url)) },
   '/static/dashboard.js': { type: 'text/javascript; charset=utf-8', body: readFileSync(new URL('./static/dashboard.js', import.meta.url)) },
 };
-
-/** The page a dashboard form is on, for a GET of the form's address. */
-function formPageOf(path: string): string {
-  const identity = /^\/identities\/[0-9a-fA-F-]{36}(?=\/|$)/.exec(path);
-  if (identity) return identity[0];
-  if (path.startsWith('/account/')) return '/account';
-  if (path.startsWith('/keys/')) return '/keys';
-  return '/';
-}
 
 export const dashboardContext: ContextFactory = (shared: Shared) => {
   const kit = pageKit(shared, webSignIn(shared));

@@ -142,6 +142,15 @@ export const uuidParam = (ctx: Context): string | null => {
   return isUuid(id) ? id : null;
 };
 
+/** The page a dashboard form is on (`/identities/<uuid>`, `/account`, `/keys`, else `/`): where a form's address leads a browser back to. */
+export function formPageOf(path: string): string {
+  const identity = /^\/identities\/[0-9a-fA-F-]{36}(?=\/|$)/.exec(path);
+  if (identity) return identity[0];
+  if (path.startsWith('/account/')) return '/account';
+  if (path.startsWith('/keys/')) return '/keys';
+  return '/';
+}
+
 /** The helpers that need the runtime: its web sign-in (CSRF, session) and accounts. */
 export function pageKit(shared: Shared, web: WebSignIn) {
   const { platform, accounts } = shared;
@@ -177,7 +186,12 @@ export function pageKit(shared: Shared, web: WebSignIn) {
   /** The signed-in session, or a redirect to the sign-in page (null: already answered). */
   async function requireSession(ctx: Context): Promise<DashboardSession | null> {
     const s = await session(ctx);
-    if (!s) seeOther(ctx, (ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
+    if (!s) {
+      const reading = ctx.method === 'GET' || ctx.method === 'HEAD';
+      // A form of a page whose session ended meanwhile: back to that page after signing in, told why.
+      if (!reading) seeOther(ctx, `/login?ended=1&next=${encodeURIComponent(formPageOf(ctx.path))}`);
+      else seeOther(ctx, ctx.path !== '/' ? `/login?next=${encodeURIComponent(ctx.originalUrl)}` : '/login');
+    }
     return s;
   }
 

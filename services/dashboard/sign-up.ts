@@ -52,7 +52,9 @@ export function signUpRoutes(r: Router, kit: PageKit): void {
     if (await session(ctx)) return seeOther(ctx, next ?? '/');
     // Where a sign-out and a password reset land (post/redirect/get): what just happened.
     const done = ctx.query.signed_out === '1' ? 'You are signed out.' : ctx.query.reset === '1' ? 'Your password was reset. Sign in with the new one.' : null;
-    await loginPage(ctx, '', done ? { kind: 'ok', text: done } : null, 200, next);
+    // A form sent after the session ended (signed out elsewhere): it was not carried out.
+    const ended = ctx.query.ended === '1' ? 'Your session had ended, so what you sent was not saved: sign in and do it again.' : null;
+    await loginPage(ctx, '', done ? { kind: 'ok', text: done } : ended ? { kind: 'error', text: ended } : null, 200, next);
   });
   r.post('/login', (ctx) => web.passwordLogin(ctx));
   r.post('/login/oidc', (ctx) => web.oidcStart(ctx));

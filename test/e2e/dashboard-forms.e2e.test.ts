@@ -111,6 +111,24 @@ describe('dashboard forms and page answers', () => {
     expect(await page.getByLabel('Name', { exact: true }).getAttribute('maxlength')).toBe(String(NAME_MAX));
   });
 
+  it('a form sent after the session ended elsewhere says it was not saved, and signing in leads back to its page', async () => {
+    const u = await s.signUp();
+    const other = await signedInBrowser(s.url, { username: u.user.username, password: u.password });
+    try {
+      const ident = await s.createIdentity(u.access, 'Stale tab');
+      await other.page.goto(`${s.url}/identities/${ident.uuid}`);
+      expect((await s.api('POST', '/api/auth/logout/', { token: u.access })).status).toBe(200); // every session of the account ends
+      await other.page.getByLabel('New name').fill('Never saved');
+      await submit(other.page, 'Rename');
+      const at = new URL(other.page.url());
+      expect([at.pathname, at.searchParams.get('next')]).toEqual(['/login', `/identities/${ident.uuid}`]);
+      expect(await other.page.getByRole('alert').textContent()).toMatch(/session had ended, so what you sent was not saved/);
+      expect((await s.api('GET', `/api/identities/${ident.uuid}/`, { token: (await s.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).body.access })).body.name).toBe('Stale tab');
+    } finally {
+      await other.browser.close();
+    }
+  });
+
   it('confirms a deletion with the name as a person can type it (an invisible bidi override is no part of it); a wrong name is said to be wrong', async () => {
     const ident = await s.createIdentity(me.access, 'x\u202Eevil');
     await page.goto(`${s.url}/identities/${ident.uuid}`);

@@ -170,7 +170,7 @@ describe('dashboard: user text', () => {
     await page.goto(`${s.url}/identities/${ident.uuid}`);
     await page.getByLabel(/to confirm/).fill('Another name');
     await submit(page, 'Delete identity');
-    expect(await page.textContent('main')).toContain('Type the name of the identity to confirm');
+    expect(await page.textContent('main')).toContain("The name typed is not this identity's name.");
 
     await page.getByLabel(/to confirm/).fill('CAF\u00c9 Agent'); // NFC, other case
     await submit(page, 'Delete identity');

@@ -225,7 +225,7 @@ describe('dashboard', () => {
     expect(await page.textContent('h1')).toBe('Identity Temporary two');
     await page.getByLabel(/to confirm/).fill('wrong name');
     await submit(page, 'Delete identity');
-    expect(await page.textContent('main')).toContain('Type the name of the identity to confirm');
+    expect(await page.textContent('main')).toContain("The name typed is not this identity's name.");
     await page.getByLabel(/to confirm/).fill('Temporary two');
     await submit(page, 'Delete identity');
     expect(await page.textContent('main')).toContain('deleted');
