@@ -22,6 +22,11 @@ export function createDirectory(dir: string, mode?: number): void {
   for (const d of missing) mkdirSync(d, mode === undefined ? undefined : { mode });
 }
 
+/** Maintenance commands (backup, rebuild) need an event log: a DATA_DIR without one is a mistyped one. */
+export function requireEventLog(dir: string, purpose: string): void {
+  if (!existsSync(path.join(dir, 'events.sqlite'))) throw new Error(`DATA_DIR: ${dir} holds no event log (events.sqlite): nothing to ${purpose}`);
+}
+
 export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';
 
 /** The directories the service writes under DATA_DIR (besides its databases): its own, 0700. */

@@ -24,7 +24,7 @@ import path from 'node:path';
 import { loadConfig, ConfigError } from '../infra/config.js';
 import { fsyncPath } from '../infra/durable-file.js';
 import { openDatabase } from '../infra/sqlite/driver.js';
-import { createDirectory, UNFINISHED_BACKUP } from '../infra/data-dir.js';
+import { createDirectory, requireEventLog, UNFINISHED_BACKUP } from '../infra/data-dir.js';
 
 const DATABASES = ['read-models.sqlite', 'events.sqlite'] as const; // this order: see above
 const DIRECTORIES = ['blobs', 'keys', 'outbox'] as const;
@@ -63,7 +63,7 @@ async function copyTree(from: string, to: string, skip: Set<string> = new Set(),
 }
 
 async function backup(dataDir: string, target: string): Promise<Record<string, number>> {
-  if (!existsSync(path.join(dataDir, 'events.sqlite'))) throw new Error(`${dataDir} holds no event log (events.sqlite): nothing to back up`);
+  requireEventLog(dataDir, 'back up');
   if (existsSync(target) && readdirSync(target).length > 0) throw new Error(`${target} exists and is not empty: name a new directory`);
   createDirectory(target, 0o700);
   const unfinished = path.join(target, UNFINISHED_BACKUP);

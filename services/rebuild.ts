@@ -4,10 +4,9 @@
  * embedded store has one writer per DATA_DIR; in the cluster deployment, stop the worker:
  * the rebuild takes the projections lease it holds and writes as the worker would).
  */
-import { existsSync } from 'node:fs';
-import path from 'node:path';
 import { MongoClient } from 'mongodb';
 import { loadConfig, ConfigError } from '../infra/config.js';
+import { requireEventLog } from '../infra/data-dir.js';
 import { startRuntime } from '../infra/runtime.js';
 import { PROJECTIONS_LEASE, mongoDatabaseName, useWorkerRole } from '../infra/cluster.js';
 import { acquireLease, type HeldLease } from '../infra/mongodb/lease.js';
@@ -36,9 +35,7 @@ try {
     useWorkerRole({ name: PROJECTIONS_LEASE, owner });
   }
   // Embedded: a DATA_DIR without an event log is a mistyped one (rebuilding would make a new, empty service there).
-  if (config.store !== 'cluster' && !existsSync(path.join(config.dataDir, 'events.sqlite'))) {
-    throw new Error(`DATA_DIR: ${config.dataDir} holds no event log (events.sqlite): nothing to rebuild from`);
-  }
+  if (config.store !== 'cluster') requireEventLog(config.dataDir, 'rebuild from');
   const runtime = await startRuntime(config, { serve: false });
   const names = process.argv.slice(2);
   const started = Date.now();

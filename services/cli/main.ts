@@ -105,8 +105,8 @@ function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored
   return raw.replace(/\/+$/, '');
 }
 
-/** The package's version (`ais --version`). */
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+/** The package's version (`ais --version`), read only when asked: not on every command's start. */
+const version = (): string => (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** Global options that take a value (`--identity X`); the others are flags. */
 const GLOBAL_WITH_VALUE = new Set(['--identity', '--base-url']);
@@ -140,7 +140,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     return asksHelp ? EXIT.ok : EXIT.usage;
   }
   if (!name && (argv.includes('--version') || argv.includes('-V'))) {
-    io.out(json ? JSON.stringify({ version: VERSION }) : `ais ${VERSION}`);
+    io.out(json ? JSON.stringify({ version: version() }) : `ais ${version()}`);
     return EXIT.ok;
   }
   const cmd = name ? commands[name] : undefined;

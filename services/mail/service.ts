@@ -363,7 +363,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     const identity = await identityOf(identityId);
     // What was asked (not when): a retry of it carries the same fingerprint.
     const tag = req.idempotencyKey === undefined ? null : idempotencyTag(identityId, req.idempotencyKey, [req.kind, req.original?.id ?? null, req.to, req.cc, req.bcc, req.subject, req.html, req.attachmentIds]);
-    const replay = async (earlier: EarlierSend): Promise<SendResult> => ({ message: (await messages().get(earlier.messageId)) ?? (await waitForDoc(earlier.messageId)), replayed: true });
+    const replay = async (earlier: EarlierSend): Promise<SendResult> => ({ message: await waitForDoc(earlier.messageId), replayed: true });
     // Before the limits: a retry of the hour's last send is answered, not refused.
     const known = tag && (await earlierSend(identityId, tag, now)).earlier;
     if (known) return replay(known);
@@ -443,7 +443,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
       const outcome = await deliveryOutcome(queued.messageId, INTERNAL_DELIVERY_WAIT_MS);
       if (outcome) await settle(outcome);
     }
-    return { message: (await messages().get(queued.messageId)) ?? (await waitForDoc(queued.messageId)), replayed: false };
+    return { message: await waitForDoc(queued.messageId), replayed: false };
   }
 
   // ---- delivery outcomes of internal sends -------------------------------------------
@@ -496,6 +496,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
     }
   }
 
+  /** The message's document: at once when the read models have it (they usually do), else polled for up to 5 s. */
   async function waitForDoc(messageId: string): Promise<MessageDoc> {
     for (let i = 0; i < 50; i++) {
       const doc = await messages().get(messageId);
