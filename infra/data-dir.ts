@@ -3,9 +3,10 @@
  * would not fail: it would create what is missing (a new key ring) and serve, with every
  * token, session and signed link of the old keys silently ended, or attachments gone.
  */
-import { accessSync, constants, existsSync, mkdirSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, renameSync } from 'node:fs';
 import path from 'node:path';
 import { openDatabase } from './sqlite/driver.js';
+import { UNREADABLE_DATABASE } from './sqlite/read-store.js';
 
 /** Written first into a backup's directory by services/backup.ts, removed once the copy is whole. */
 /**
@@ -25,6 +26,31 @@ export function createDirectory(dir: string, mode?: number): void {
 /** Maintenance commands (backup, rebuild) need an event log: a DATA_DIR without one is a mistyped one. */
 export function requireEventLog(dir: string, purpose: string): void {
   if (!existsSync(path.join(dir, 'events.sqlite'))) throw new Error(`DATA_DIR: ${dir} holds no event log (events.sqlite): nothing to ${purpose}`);
+}
+
+/**
+ * Moves a read-model database SQLite cannot read (no database, damaged) aside with its WAL
+ * and shared memory, so a rebuild can make a new one; returns where it went, or null when
+ * the file is readable or absent. Nothing is deleted: read models are rebuilt from the log,
+ * but what was there stays for a look.
+ */
+export function setAsideUnreadable(file: string, now = new Date()): string | null {
+  if (!existsSync(file)) return null;
+  try {
+    const db = openDatabase(file, { readonly: true });
+    try {
+      db.prepare('SELECT count(*) FROM sqlite_master').get();
+      return null;
+    } finally {
+      db.close();
+    }
+  } catch (err) {
+    if (!UNREADABLE_DATABASE.test((err as { code?: string }).code ?? '')) throw err;
+  }
+  const aside = `${file}.unreadable-${now.toISOString().replace(/[:.]/g, '-')}`;
+  for (const suffix of ['-wal', '-shm']) if (existsSync(file + suffix)) renameSync(file + suffix, aside + suffix);
+  renameSync(file, aside);
+  return aside;
 }
 
 export const UNFINISHED_BACKUP = 'BACKUP-UNFINISHED';

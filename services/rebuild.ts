@@ -6,7 +6,8 @@
  */
 import { MongoClient } from 'mongodb';
 import { loadConfig, ConfigError } from '../infra/config.js';
-import { requireEventLog } from '../infra/data-dir.js';
+import path from 'node:path';
+import { requireEventLog, setAsideUnreadable } from '../infra/data-dir.js';
 import { startRuntime } from '../infra/runtime.js';
 import { PROJECTIONS_LEASE, mongoDatabaseName, useWorkerRole } from '../infra/cluster.js';
 import { acquireLease, type HeldLease } from '../infra/mongodb/lease.js';
@@ -36,11 +37,15 @@ try {
   }
   // Embedded: a DATA_DIR without an event log is a mistyped one (rebuilding would make a new, empty service there).
   if (config.store !== 'cluster') requireEventLog(config.dataDir, 'rebuild from');
+  // A read-model file SQLite cannot read (the start refuses it, pointing here) is set aside.
+  const setAside = config.store !== 'cluster' ? setAsideUnreadable(path.join(config.dataDir, 'read-models.sqlite')) : null;
+  const started = Date.now();
   const runtime = await startRuntime(config, { serve: false });
   const names = process.argv.slice(2);
-  const started = Date.now();
-  await runtime.runner.rebuild(names.length ? names : undefined);
-  runtime.logger.info({ projections: names.length ? names : 'all', ms: Date.now() - started }, 'read models rebuilt');
+  // The start made every read model anew in the new file already (no checkpoints in it).
+  if (setAside) runtime.logger.warn({ file: setAside }, 'the read models could not be read: set aside (delete it once you no longer need it) and all made again from the event log');
+  else await runtime.runner.rebuild(names.length ? names : undefined);
+  runtime.logger.info({ projections: names.length && !setAside ? names : 'all', ms: Date.now() - started }, 'read models rebuilt');
   await runtime.close();
   await lease?.release();
   await mongo?.close();

@@ -304,25 +304,38 @@ function openWriter(file: string) {
   };
 }
 
-/**
- * Opens (creating if needed) a SQLite read store.
- *
- * WAL with `synchronous = NORMAL`: a power loss may drop the last commits, which is fine
- * because read models are rebuildable and the checkpoint rolls back with the documents.
- */
 /** The port plus what only this adapter offers. */
 export interface SqliteReadStore extends ReadStore {
   /** Test hook: kills the writer thread as a crash would. */
   crashWriterForTesting(): Promise<void>;
 }
 
+/** SQLite's answers for a file that is no database, or a damaged one. */
+export const UNREADABLE_DATABASE = /^(SQLITE_NOTADB|SQLITE_CORRUPT)/;
+
+/**
+ * Opens (creating if needed) a SQLite read store.
+ *
+ * WAL with `synchronous = NORMAL`: a power loss may drop the last commits, which is fine
+ * because read models are rebuildable and the checkpoint rolls back with the documents.
+ */
 export function openSqliteReadStore(options: { file: string; cache?: ReadCacheOptions | false }): SqliteReadStore {
   const db = openDatabase(options.file);
   const cache = createReadCache(options.cache ?? DEFAULT_READ_CACHE);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = NORMAL');
-  // The leading underscore keeps it out of the collection namespace.
-  db.exec('CREATE TABLE IF NOT EXISTS _checkpoints (projection TEXT PRIMARY KEY, position TEXT NOT NULL)');
+  try {
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    // The leading underscore keeps it out of the collection namespace.
+    db.exec('CREATE TABLE IF NOT EXISTS _checkpoints (projection TEXT PRIMARY KEY, position TEXT NOT NULL)');
+  } catch (err) {
+    db.close();
+    const { code, message } = err as { code?: string; message: string };
+    // Named, with the way out: SQLite's own words ("file is not a database") name no file.
+    if (code && UNREADABLE_DATABASE.test(code)) {
+      throw Object.assign(new Error(`read models ${options.file}: ${message}; they hold nothing the event log does not: \`npm run rebuild\` sets this file aside and makes them again`, { cause: err }), { code, path: options.file });
+    }
+    throw err;
+  }
 
   // One prepared statement per distinct SQL text: a query shape and its page size.
   const prepare = (sql: string): Statement => db.statement(sql);

@@ -601,6 +601,19 @@ describe('durability', () => {
     for (const f of ['read-models.sqlite', 'read-models.sqlite-wal', 'read-models.sqlite-shm']) rmSync(path.join(dataDir, f), { force: true });
     expect((await rebuild({})).code).toBe(0);
     expect(statSync(path.join(dataDir, 'read-models.sqlite')).mode & 0o077).toBe(0);
+    // Read models SQLite cannot read: the start names the file and the way out, which works
+    // (the file set aside, not deleted; the accounts are back from the log).
+    const readModels = path.join(dataDir, 'read-models.sqlite');
+    writeFileSync(readModels, 'x'.repeat(8192));
+    expect(await startToExit()).toEqual({ code: 1, err: `failed to start: DATA_DIR: read models ${readModels}: file is not a database; they hold nothing the event log does not: \`npm run rebuild\` sets this file aside and makes them again\n` });
+    expect((await rebuild({})).code).toBe(0);
+    const aside = readdirSync(dataDir).filter((f) => f.startsWith('read-models.sqlite.unreadable-'));
+    expect(aside).toHaveLength(1);
+    expect(statSync(path.join(dataDir, aside[0]!)).size).toBe(8192);
+    const repaired = await spawnService({ DATA_DIR: dataDir });
+    expect((await post(`${repaired.url}/api/auth/login/`, { username: 'rb4', password: 'pw' })).status).toBe(200);
+    repaired.child.kill('SIGTERM');
+    expect(await repaired.exited).toBe(0);
     // A DATA_DIR with no event log (a typo) is refused, not made into a new, empty service.
     const typo = `${dataDir}-typo`;
     const nothing = await rebuild({ DATA_DIR: typo });
