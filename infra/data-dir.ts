@@ -25,7 +25,14 @@ export function createDirectory(dir: string, mode?: number): void {
 
 /** Maintenance commands (backup, rebuild) need an event log: a DATA_DIR without one is a mistyped one. */
 export function requireEventLog(dir: string, purpose: string): void {
-  if (!existsSync(path.join(dir, 'events.sqlite'))) throw new Error(`DATA_DIR: ${dir} holds no event log (events.sqlite): nothing to ${purpose}`);
+  try {
+    accessSync(path.join(dir, 'events.sqlite'), constants.R_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    // Only a log that is not there is "none": one this user may not read is said as such.
+    if (code === 'ENOENT' || code === 'ENOTDIR') throw new Error(`DATA_DIR: ${dir} holds no event log (events.sqlite): nothing to ${purpose}`);
+    throw Object.assign(new Error(`DATA_DIR: ${path.join(dir, 'events.sqlite')} cannot be read by this user (${code})`), { path: dir, code });
+  }
 }
 
 /**

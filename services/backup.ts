@@ -19,7 +19,7 @@
  * its first file until its last is durable: a backup killed midway, even by kill -9, never
  * passes for one.
  */
-import { constants, copyFileSync, existsSync, mkdirSync, readdirSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, copyFileSync, existsSync, mkdirSync, readdirSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { loadConfig, ConfigError } from '../infra/config.js';
 import { fsyncPath } from '../infra/durable-file.js';
@@ -74,11 +74,17 @@ async function backup(dataDir: string, target: string): Promise<Record<string, n
   for (const name of DATABASES) {
     const source = path.join(dataDir, name);
     if (!existsSync(source)) continue; // read models: rebuilt from the log at the restored start
-    const db = openDatabase(source, { readonly: true });
     try {
-      db.prepare('VACUUM INTO ?').run(path.join(target, name));
-    } finally {
-      db.close();
+      const db = openDatabase(source, { readonly: true });
+      try {
+        db.prepare('VACUUM INTO ?').run(path.join(target, name));
+      } finally {
+        db.close();
+      }
+    } catch (err) {
+      // SQLite's words ("unable to open database file", "attempt to write a readonly database") name no file.
+      const hint = writable(dataDir) ? '' : ' (DATA_DIR cannot be written: SQLite reads a database in WAL mode only where it can write beside it)';
+      throw new Error(`${source}: ${(err as Error).message}${hint}`, { cause: err });
     }
     await fsyncPath(path.join(target, name));
     sizes[name] = statSync(path.join(target, name)).size;
@@ -91,6 +97,15 @@ async function backup(dataDir: string, target: string): Promise<Record<string, n
   rmSync(unfinished);
   await fsyncPath(target);
   return sizes;
+}
+
+function writable(dir: string): boolean {
+  try {
+    accessSync(dir, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** `p` with every symbolic link resolved, for a path that may not exist yet (its nearest existing ancestor resolved). */
@@ -108,8 +123,15 @@ function realPath(p: string): string {
 // service user's only, whatever the shell's umask (as services/main.ts does for DATA_DIR).
 process.umask(0o077);
 const target = process.argv[2];
+const USAGE = 'usage: npm run backup -- <new directory>';
+if (target === '--help' || target === '-h') {
+  process.stdout.write(`${USAGE}\n(a consistent copy of DATA_DIR, taken while the service runs; docs/DEPLOYMENT.md "Backups")\n`);
+  process.exit(0);
+}
 try {
-  if (!target || process.argv.length > 3) throw new Error('usage: npm run backup -- <new directory>');
+  if (!target || process.argv.length > 3) throw new Error(USAGE);
+  // An option, not a directory (a directory of that name is `./-x`).
+  if (target.startsWith('-')) throw new Error(`unknown option ${target}; ${USAGE}`);
   const config = loadConfig(process.env);
   if (config.store === 'cluster') {
     throw new Error('this copies the embedded store; in cluster mode back up EventStoreDB and MongoDB with their own tools, and DATA_DIR (key ring, blobs) as files (docs/DEPLOYMENT.md)');
@@ -126,7 +148,7 @@ try {
   const whole = () => existsSync(dir) && readdirSync(dir).length > 0 && !existsSync(path.join(dir, UNFINISHED_BACKUP));
   const undo = () => {
     if (whole()) return;
-    if (madeHere) rmSync(dir, { recursive: true, force: true });
+    if (madeHere && existsSync(dir)) rmSync(dir, { recursive: true, force: true });
     else if (wasEmpty) for (const name of readdirSync(dir)) rmSync(path.join(dir, name), { recursive: true, force: true });
   };
   for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) {
@@ -141,7 +163,12 @@ try {
     const sizes = await backup(path.resolve(config.dataDir), dir);
     process.stdout.write(`${JSON.stringify({ backup: dir, from: path.resolve(config.dataDir), bytes: sizes, ms: Date.now() - started })}\n`);
   } catch (err) {
-    undo();
+    try {
+      undo();
+    } catch (cleanup) {
+      // The reason the backup failed is the news; what could not be cleaned up is added to it.
+      throw new Error(`${(err as Error).message} (and ${dir} could not be cleaned up: ${(cleanup as Error).message})`, { cause: err });
+    }
     throw err;
   }
 } catch (err) {

@@ -3,7 +3,7 @@
  * the copy has every write acknowledged before the backup began: accounts, tokens (the key
  * ring), mail with its attachment bytes (blobs), and nothing readable by other users.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -138,6 +138,43 @@ test('refuses a target that is not empty, one inside DATA_DIR, and a DATA_DIR wi
   const hung = new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 20_000).unref());
   const proc = await Promise.race([runBackup(dataDir, '/proc/1/ais-backup'), hung]);
   expect(proc === 'hung' ? proc : [proc.code, proc.err]).toEqual([1, expect.stringMatching(/^backup failed: .*\/proc\/1\/ais-backup/)]);
+
+  // A target under a file: the reason alone (the clean-up of what was never made added its own error).
+  writeFileSync(path.join(root, 'afile'), 'x');
+  const underFile = await runBackup(dataDir, path.join(root, 'afile', 'copy'));
+  expect([underFile.code, underFile.err]).toEqual([1, `backup failed: ENOTDIR: not a directory, mkdir '${path.join(root, 'afile', 'copy')}'\n`]);
+
+  // Options are not directories: --help is help, another one a usage error; nothing is made.
+  const help = await runBackup(dataDir, '--help');
+  expect([help.code, help.out]).toEqual([0, expect.stringMatching(/^usage: npm run backup -- <new directory>\n/)]);
+  const option = await runBackup(dataDir, '--verbose');
+  expect([option.code, option.err]).toEqual([1, 'backup failed: unknown option --verbose; usage: npm run backup -- <new directory>\n']);
+  expect(readdirSync(ROOT).filter((name) => name.startsWith('--'))).toEqual([]);
+  expect(readdirSync(root).sort()).toEqual(['afile', 'data', 'used']);
+}, 60_000);
+
+test('a DATA_DIR SQLite cannot read (a read-only file system) fails the backup naming the database and why', async () => {
+  const dataDir = path.join(root, 'data');
+  const svc = await spawnService({ DATA_DIR: dataDir });
+  svc.child.kill('SIGTERM');
+  expect(await svc.exited).toBe(0);
+  // A read-only bind mount (root may read and write anything else).
+  const mount = path.join(root, 'ro');
+  mkdirSync(mount);
+  const run = (cmd: string) => spawnSync('sh', ['-c', cmd], { encoding: 'utf8' });
+  if (run(`mount --bind ${root} ${mount} && mount -o remount,ro,bind ${mount}`).status !== 0) {
+    run(`umount ${mount}`);
+    console.log('SKIPPED: backup of a read-only DATA_DIR (this machine lets no test mount a file system)');
+    return;
+  }
+  try {
+    const source = path.join(mount, 'data');
+    const refused = await runBackup(source, path.join(os.tmpdir(), `ais-backup-ro-${process.pid}`));
+    expect([refused.code, refused.err]).toEqual([1, `backup failed: ${source}/read-models.sqlite: unable to open database file (DATA_DIR cannot be written: SQLite reads a database in WAL mode only where it can write beside it)\n`]);
+    expect(existsSync(path.join(os.tmpdir(), `ais-backup-ro-${process.pid}`))).toBe(false);
+  } finally {
+    run(`umount ${mount}`);
+  }
 }, 60_000);
 
 test('copies what a symbolic link points to; a link looping back into the copy fails the backup, leaving nothing', async () => {
