@@ -50,7 +50,14 @@ export interface Config {
   tls: { certFile: string; keyFile: string } | null;
   /** DKIM signing of outgoing mail (DKIM_SELECTOR + DKIM_PRIVATE_KEY_FILE; DKIM_DOMAIN defaults to MAIL_DOMAIN). */
   dkim: { domainName: string; keySelector: string; privateKey: string } | null;
+  /** Settings that are valid but probably not what was meant (logged at start, one warning each). */
+  warnings: string[];
 }
+
+const ENCODE_USERINFO = 'a user name or password with # / ? @ or : in it must be percent-encoded (%23 %2F %3F %40 %3A)';
+
+/** Shorter operator tokens are warned of: guessable, though their guesses are throttled. */
+const OPERATOR_TOKEN_MIN = 16;
 
 /** A host name: labels of letters, digits and inner hyphens, dot-separated, 253 characters at most (lower-case). */
 const DOMAIN_NAME = /^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/;
@@ -105,8 +112,10 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
       const u = new URL(value);
       if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${withoutPassword(value)}")`);
       else if (!u.hostname) problems.push(`${name} must name a host (got "${withoutPassword(value)}")`);
+      // `smtp://user:1#2@host` parses as host "user", port 1: the host was in a password.
+      else if (`${u.pathname}${u.search}${u.hash}`.includes('@')) problems.push(`${name} has an @ after the host: ${ENCODE_USERINFO} (got "${withoutPassword(value)}")`);
     } catch {
-      problems.push(`${name} must be a URL (got "${withoutPassword(value)}")`);
+      problems.push(`${name} must be a URL${value.includes('@') ? `; ${ENCODE_USERINFO}` : ''} (got "${withoutPassword(value)}")`);
     }
     return value;
   };
@@ -210,6 +219,9 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     }
   }
 
+  const emailLimitHour = int('EMAIL_LIMIT_HOUR', 60, 0, 1_000_000);
+  const emailLimitDay = int('EMAIL_LIMIT_DAY', 500, 0, 10_000_000);
+
   let dkim: Config['dkim'] = null;
   const dkimSelector = opt('DKIM_SELECTOR');
   const dkimKeyFile = opt('DKIM_PRIVATE_KEY_FILE');
@@ -250,8 +262,8 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     identityLimit: int('IDENTITY_LIMIT', 1000, 1, 10_000_000),
     keyLimit: int('KEY_LIMIT', 1000, 1, 10_000_000),
     signupLimitPerHour: int('SIGNUP_LIMIT_PER_HOUR', 5000, 1, 10_000_000),
-    emailLimitHour: int('EMAIL_LIMIT_HOUR', 60, 0, 1_000_000),
-    emailLimitDay: int('EMAIL_LIMIT_DAY', 500, 0, 10_000_000),
+    emailLimitHour,
+    emailLimitDay,
     smsProvider,
     smsWebhookSecret: opt('SMS_WEBHOOK_SECRET'),
     twilio,
@@ -262,7 +274,28 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     passwordHashMemoryKiB: int('PASSWORD_HASH_MEMORY_KIB', 19_456, 1024, 4_194_304),
     tls: certFile && keyFile ? { certFile: path.resolve(cwd, certFile), keyFile: path.resolve(cwd, keyFile) } : null,
     dkim,
+    warnings: [],
   };
+  config.warnings = warningsOf();
   if (problems.length) throw new ConfigError(problems);
   return config;
+
+  /** Valid settings that do nothing, or less than they seem to (config is built by then). */
+  function warningsOf(): string[] {
+    const out: string[] = [];
+    const unused = (names: string[], why: string) => {
+      const set = names.filter((name) => opt(name) !== null);
+      if (set.length) out.push(`${set.join(', ')} ${set.length === 1 ? 'is' : 'are'} set but not used: ${why}`);
+    };
+    if (emailLimitHour > emailLimitDay) out.push('EMAIL_LIMIT_HOUR is above EMAIL_LIMIT_DAY: the day limit is the one that holds');
+    if (smsProvider !== 'twilio') unused(['TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN', 'TWILIO_API_URL'], 'SMS_PROVIDER is not twilio');
+    if (!dkimSelector) unused(['DKIM_DOMAIN'], 'mail is DKIM-signed only with DKIM_SELECTOR and DKIM_PRIVATE_KEY_FILE');
+    if (smtpPort === 0) unused(['SMTP_TLS_CERT', 'SMTP_TLS_KEY', 'SMTP_HOST'], 'SMTP_PORT=0 (no SMTP listener)');
+    if (store !== 'cluster') unused(['EVENTSTORE_URL', 'MONGO_URL', 'KAFKA_BROKERS'], 'STORE is not cluster (the embedded store under DATA_DIR is used)');
+    for (const name of ['ADMIN_TOKEN', 'METRICS_TOKEN']) {
+      const token = opt(name);
+      if (token !== null && token.length < OPERATOR_TOKEN_MIN) out.push(`${name} is shorter than ${OPERATOR_TOKEN_MIN} characters: easy to guess (e.g. \`openssl rand -hex 32\`)`);
+    }
+    return out;
+  }
 }

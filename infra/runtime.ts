@@ -286,9 +286,7 @@ export async function startRuntime(config: Config, options: StartOptions = {}): 
     const relay = new URL(config.smtpRelayUrl);
     void mailer.verify().catch((err: Error) => logger.warn({ relay: `${relay.protocol}//${relay.host}`, err: err.message }, 'SMTP_RELAY_URL cannot be used now; outbound mail waits and is retried'));
   }
-  if (config.emailLimitHour > config.emailLimitDay) {
-    logger.warn({ EMAIL_LIMIT_HOUR: config.emailLimitHour, EMAIL_LIMIT_DAY: config.emailLimitDay }, 'EMAIL_LIMIT_HOUR is above EMAIL_LIMIT_DAY: the day limit is the one that holds');
-  }
+  for (const warning of config.warnings) logger.warn(warning);
 
   // The runner is created after the projections are known; progress forwards to it.
   let runner: ProjectionRunner | null = null;
