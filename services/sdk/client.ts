@@ -374,6 +374,7 @@ export class AisClient {
         headers['content-type'] = 'application/json';
         body = JSON.stringify(o.body);
       }
+      const sentWith = this.#creds.token;
       let res: Response;
       try {
         res = await this.#fetchBounded(path.startsWith('http') ? path : this.url(path, o.query), { method, headers, body, signal: o.signal });
@@ -389,7 +390,9 @@ export class AisClient {
       if (res.status === 401 && !refreshed && !o.anonymous && this.#creds.token && this.#creds.refresh) {
         const err = await toError(res);
         if (err.code !== 'token_expired') throw err;
-        await this.refresh();
+        // Refreshed meanwhile (another call's 401 came first, its refresh already done): the
+        // new token is tried as is; refreshing again would rotate the pair for nothing.
+        if (this.#creds.token === sentWith) await this.refresh();
         refreshed = true;
         attempt--; // the retry after a refresh is not a backoff attempt
         continue;
