@@ -47,7 +47,7 @@ import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index
 /** 25 MiB: the inbound message cap (DECISIONS "Mail") and the per-attachment cap. */
 export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
 /** How long compose waits for the outcome of mail that stays within MAIL_DOMAIN. */
-const INTERNAL_DELIVERY_WAIT_MS = 2_000;
+const INTERNAL_DELIVERY_WAIT_MS = 5_000;
 /** Messages one read-marking event names at most (about 100 bytes each). */
 const MARKED_PER_EVENT = 1000;
 

@@ -16,6 +16,8 @@ import { newId, nowIso } from '../../services/kernel/ids.js';
 
 let s: TestServer;
 let failHubSubscription: ((error: Error) => void) | null = null;
+/** Set by failHubSubscription, cleared by the test: the server the subscription needs is away. */
+let serverAway: Error | null = null;
 const readers: SseReader[] = [];
 /** What the service logged, one object per line. */
 const logged: { level: number; msg: string; status?: number; code?: string }[] = [];
@@ -36,11 +38,19 @@ beforeAll(async () => {
         const subscribeAll = events.subscribeAll.bind(events);
         let first = true;
         events.subscribeAll = (options, handler): Subscription => {
-          const inner = subscribeAll(options, handler);
           // The hub's: it follows the messages the streams carry (the other contexts follow their own events).
-          if (!first || !options.filter?.eventTypes?.includes('SmsReceived')) return inner;
+          const hubs = options.filter?.eventTypes?.includes('SmsReceived');
+          // While the server is away, the hub's attempts to subscribe again fail too (however
+          // slow this machine is, the test sees the outage before the hub is back).
+          if (hubs && serverAway) {
+            const done = Promise.reject(serverAway);
+            done.catch(() => {});
+            return { done, close: () => {} };
+          }
+          const inner = subscribeAll(options, handler);
+          if (!first || !hubs) return inner;
           first = false;
-          const failed = new Promise<void>((_, reject) => (failHubSubscription = reject));
+          const failed = new Promise<void>((_, reject) => (failHubSubscription = (error) => reject((serverAway = error))));
           failed.catch(() => {});
           return { done: Promise.race([inner.done, failed]), close: () => inner.close() };
         };
@@ -88,14 +98,15 @@ test('a failed subscription ends the open streams, refuses new ones with 503, an
   const about503 = logged.filter((l) => l.status === 503);
   expect(about503.map((l) => [l.level, l.msg, l.code])).toEqual([[40, 'request refused', 'service_unavailable']]);
   const missed = await sms(identity.uuid, 'while it was down');
+  serverAway = null;
 
-  // The hub starts its subscription again after a pause (1 s the first time).
+  // The hub starts its subscription again after a pause (1 s the first time, longer after each failed attempt).
   const resumed = await eventually(
     async () => {
       const r = await stream(access, identity.uuid, before);
       return r.status === 200 ? r : r.status === 503 && false;
     },
-    10_000,
+    20_000,
     200,
   );
   expect((await resumed.frames(1))[0]).toMatchObject({ event: 'sms', id: missed });

@@ -452,17 +452,19 @@ describe('the stream ends when its credential is revoked', () => {
   });
 
   it('a stream opened with an access token ends when the token expires (the client resumes with a fresh one)', async () => {
-    // 3 s: times are whole seconds, so the token lives at least 2 s, room for the sign-up,
-    // the identity and the stream on a busy machine.
+    // 3 s: times are whole seconds, so the token lives at least 2 s, room for a login and the
+    // stream on a busy machine.
     const t = await startTestServer({ SSE_KEEPALIVE_MS: '100', ACCESS_TOKEN_TTL: '3' });
     try {
       const u = await t.signUp();
       const id = (await t.api('POST', '/api/identities/', { token: u.access, body: { name: 'short lived' } })).body.uuid;
-      const r = await openSse(`${t.url}/api/events/stream/`, { authorization: `Bearer ${u.access}`, 'x-service-identity': id });
+      // A token of its own, signed just before the stream opens (the sign-up's may be spent by now).
+      const { access } = (await t.api('POST', '/api/auth/login/', { body: { username: u.user.username, password: u.password } })).body;
+      const r = await openSse(`${t.url}/api/events/stream/`, { authorization: `Bearer ${access}`, 'x-service-identity': id });
       readers.push(r);
       expect(r.status).toBe(200);
       expect(await endsWithin(r, 5000)).toBe('ended');
-      const again = await openSse(`${t.url}/api/events/stream/`, { authorization: `Bearer ${u.access}`, 'x-service-identity': id });
+      const again = await openSse(`${t.url}/api/events/stream/`, { authorization: `Bearer ${access}`, 'x-service-identity': id });
       readers.push(again);
       expect(again.status).toBe(401);
     } finally {

@@ -116,8 +116,7 @@ describe('pipelined requests are answered in order (RFC 9112 §9.3.2)', () => {
         [status, code],
       ]);
       expect(answers[1].head).toMatch(/\r\nconnection: close/i);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      expect(c.closed()).toBe(true);
+      expect(await eventually(() => c.closed(), 5_000)).toBe(true);
       expect(await secretExists(key)).toBe(true);
     }
   });

@@ -9,6 +9,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { loadConfig } from '../../infra/config.js';
 import { startRuntime, type Runtime } from '../../infra/runtime.js';
+import { eventually } from '../support/eventually.js';
 
 const dataDir = mkdtempSync(path.join(os.tmpdir(), 'ais-keyrev-'));
 const config = loadConfig({ DATA_DIR: dataDir, PORT: '0', SMTP_PORT: '0', LOG_LEVEL: 'silent' });
@@ -30,11 +31,10 @@ it('records ApiKeyRevoked once for each key of a deleted identity, and resumes f
   const key = (await call(rt, 'POST', '/api/auth/keys/identity/', token, { label: 'k', identity_uuid: identity })).body.uuid;
   expect((await call(rt, 'DELETE', `/api/identities/${identity}/`, token)).status).toBe(204);
 
-  for (let i = 0; i < 100 && (await revocations(rt, key)).length === 0; i++) await new Promise((r) => setTimeout(r, 20));
-  const [revoked] = await revocations(rt, key);
+  const [revoked] = await eventually(async () => (await revocations(rt, key)).length > 0 && revocations(rt, key));
   expect(revoked.data).toMatchObject({ keyId: key, reason: 'identity_deleted' });
   const [deleted] = (await rt.events.readStream(`identity-${identity}`)).filter((e) => e.type === 'IdentityDeleted');
-  for (let i = 0; i < 100 && (await rt.reads.getCheckpoint('reactor:key-revocation')) !== deleted.position; i++) await new Promise((r) => setTimeout(r, 20));
+  await eventually(async () => (await rt.reads.getCheckpoint('reactor:key-revocation')) === deleted.position);
   expect(await rt.reads.getCheckpoint('reactor:key-revocation')).toBe(deleted.position);
   await rt.close();
 

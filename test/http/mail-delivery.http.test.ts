@@ -34,7 +34,7 @@ it('mails a relay keeps deferring (more than the 8 at work at once) hold up neit
   const external = await compose('someone@fine.example', 'fine external');
   expect(external.status).toBe(201);
   const internal = await compose(reader.inbox, 'fine internal');
-  expect([internal.status, internal.body.status]).toEqual([201, 'sent']); // answered once delivered (up to 2 s)
+  expect([internal.status, internal.body.status]).toEqual([201, 'sent']); // answered once delivered (up to 5 s)
   await relay.waitFor((m) => m.parsed.subject === 'fine external', 5_000);
   const inbox = await s.api('GET', '/api/email-inbox/', { token: u.access, identity: reader.uuid });
   expect(inbox.body.map((t: { subject: string }) => t.subject)).toContain('fine internal');

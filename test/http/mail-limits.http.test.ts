@@ -9,7 +9,7 @@ import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
 import { eventually } from '../support/eventually.js';
 
-/** A relay that refuses recipients by rule: `tempfail-once@` gets one 451, `reject@` always 550. */
+/** A relay that refuses recipients by rule: `tempfail-once@` gets one 451, `tempfail-always@` always 451, `reject@` always 550. */
 let attempts: Record<string, number> = {};
 /** The RCPT list of each message the relay took. */
 const envelopes: string[][] = [];
@@ -20,7 +20,7 @@ const relay = new SMTPServer({
   onRcptTo(address, _session, callback) {
     const a = address.address;
     attempts[a] = (attempts[a] ?? 0) + 1;
-    if (a.startsWith('tempfail-once@') && attempts[a] === 1) return callback(Object.assign(new Error('4.3.2 try later'), { responseCode: 451 }));
+    if ((a.startsWith('tempfail-once@') && attempts[a] === 1) || a.startsWith('tempfail-always@')) return callback(Object.assign(new Error('4.3.2 try later'), { responseCode: 451 }));
     if (a.startsWith('reject@')) return callback(Object.assign(new Error('5.1.1 no such user'), { responseCode: 550 }));
     callback();
   },
@@ -115,14 +115,19 @@ describe('delivery reactor', () => {
 
   test('deleting an identity stops its mail that has not gone out: a deferred message fails instead of being sent later', async () => {
     const doomed = await server.api('POST', '/api/identities/', { token, body: { name: 'Doomed sender' } });
-    const res = await compose(doomed.body.uuid, 'tempfail-once@example.org', 'never after deletion');
+    // Refused for now at every attempt: whether a retry comes before the deletion or not, only
+    // the deletion can end it (retries alone would go on, and fail later saying so).
+    const res = await compose(doomed.body.uuid, 'tempfail-always@example.org', 'never after deletion');
     expect(res.status).toBe(201);
     const stream = `delivery-${res.body.uuid}`;
     await eventually(async () => (await server.runtime.events.readStream(stream)).some((e) => e.type === 'EmailDeliveryDeferred'));
     expect((await server.api('DELETE', `/api/identities/${doomed.body.uuid}/`, { token })).status).toBe(204);
     const failed = await eventually(async () => (await server.runtime.events.readStream(stream)).find((e) => e.type === 'EmailFailed'));
     expect((failed.data as { error: string }).error).toMatch(/identity was deleted/);
-    expect(attempts['tempfail-once@example.org']).toBe(1); // the relay never saw it again
+    const tried = attempts['tempfail-always@example.org'];
+    await new Promise((resolve) => setTimeout(resolve, 2500)); // past the first retry's wait (2 s)
+    expect(attempts['tempfail-always@example.org']).toBe(tried); // no attempt after it failed
+    expect(envelopes.flat()).not.toContain('tempfail-always@example.org');
   }, 30_000);
 
   test('recipients refused one by one: a 5xx is listed in `rejected`, a 4xx is retried alone; the others get it once', async () => {
