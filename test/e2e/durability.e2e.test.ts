@@ -444,7 +444,7 @@ describe('durability', () => {
         [{ PORT: '0' }, /^configuration error: PORT must be 1 to 65535 for npm start/], // links would name port 0
         [{ SMTP_RELAY_URL: 'smtp://' }, /^configuration error: SMTP_RELAY_URL must name a host/],
         // A refused URL is shown without its password (an unencoded # or / is the usual reason).
-        [{ SMTP_RELAY_URL: 'smtp://relayuser:p#ss/Secr3t@127.0.0.1:1' }, /^configuration error: SMTP_RELAY_URL must be a URL \(got "smtp:\/\/relayuser:\*\*\*@127\.0\.0\.1:1"\)$/],
+        [{ SMTP_RELAY_URL: 'smtp://relayuser:p#ss/Secr3t@127.0.0.1:1' }, /^configuration error: SMTP_RELAY_URL must be a URL; a user name or password with # \/ \? @ or : in it must be percent-encoded \(%23 %2F %3F %40 %3A\) \(got "smtp:\/\/relayuser:\*\*\*@127\.0\.0\.1:1"\)$/],
         [{ SMTP_RELAY_URL: 'relayuser:Secr3t@mail.example.com:587' }, /^configuration error: SMTP_RELAY_URL must use smtp: or smtps: \(got "relayuser:\*\*\*@mail\.example\.com:587"\)$/],
         [{ SMTP_RELAY_URL: 'submission://tok3n-Secr3t@mail.example.com:587' }, /^configuration error: SMTP_RELAY_URL must use smtp: or smtps: \(got "submission:\/\/\*\*\*@mail\.example\.com:587"\)$/],
         [{ STORE: 'cluster', EVENTSTORE_URL: 'esdb://a:2113', MONGO_URL: 'mongo://admin:MongoPw-Secr3t@db:27017', KAFKA_BROKERS: 'k:9092' }, /^configuration error: MONGO_URL .*\(got "mongo:\/\/admin:\*\*\*@db:27017"\)$/],
