@@ -17,6 +17,7 @@ import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
 import { available, hold, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial, withKeys } from '../kernel/serial.js';
+import { unseenWrites } from '../kernel/unseen-writes.js';
 import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { currentSubscription, isActive, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog, type SubscriptionStatus } from '../billing/plans.js';
@@ -155,6 +156,8 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
    * the creates in flight on the other gateways.
    */
   const locks = keyedSerial();
+  /** A create that answered 503 `projection_lag` made its identity all the same: counted before the next. */
+  const unseenCreates = unseenWrites(progress);
   async function checkIdentityLimit(ownerPk: number): Promise<void> {
     const held = await identities.count({ ownerPk });
     if (held >= config.identityLimit) {
@@ -297,10 +300,12 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
 
     let slot = false;
     let number: AllocatedNumber | null = null;
+    let created: { position: string };
     try {
       // The account's limit, like its plan, is said after what is taken: the address asked for
       // is looked at first (reserved only below: its reservation is never given back).
       if (asked !== null && !(await available(store, INBOX_KIND, asked, owner, inboxes))) throw inboxTaken();
+      await unseenCreates.awaitSeen(String(ownerPk));
       await checkIdentityLimit(ownerPk);
       if (provisionPhone) {
         await precheckPhone(ownerPk);
@@ -314,8 +319,7 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (number) {
         evs.push(event(PhoneProvisioned, { identityId: id, phone: number.phone, provider: phones.name, providerRef: number.providerRef, at } satisfies PhoneProvisionedData) as never);
       }
-      const appended = await store.append(identityStream(id), evs, { expectedRevision: 'no_stream' });
-      await progress.waitFor(appended.position);
+      created = await store.append(identityStream(id), evs, { expectedRevision: 'no_stream' });
     } catch (err) {
       // Undo what this attempt took (the inbox reservation is permanent by design; it is
       // reclaimed later, as it belongs to no identity: see `inboxes`).
@@ -324,6 +328,9 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       if (slot) await freeSlot(ownerPk, id).catch(() => undefined);
       throw err;
     }
+    // Created: nothing is undone now, even if the read models are too far behind to show it
+    // yet (503 projection_lag); the account's next create counts it all the same.
+    await unseenCreates.waitFor(String(ownerPk), created.position);
     return (await identities.get(id))!;
   }
 
@@ -422,10 +429,13 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
       evs.push(event(IdentityDeleted, { identityId: id, ownerPk: s.ownerPk, at } satisfies IdentityDeletedData));
       return { events: evs, result: s };
     });
-    if (append) await progress.waitFor(append.position);
-    await release(store, NAME_KIND, nameKeyOf(state.ownerPk, state.name), identityStream(id));
-    if (state.phone) {
-      await givePhoneBack(id, state.ownerPk, state.phone);
+    try {
+      if (append) await progress.waitFor(append.position);
+    } finally {
+      // Deleted even when the read models are too far behind to show it yet (503): its name
+      // and phone go back all the same.
+      await release(store, NAME_KIND, nameKeyOf(state.ownerPk, state.name), identityStream(id));
+      if (state.phone) await givePhoneBack(id, state.ownerPk, state.phone);
     }
   }
 

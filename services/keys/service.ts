@@ -20,6 +20,7 @@ import { event, execute, type Evolver } from '../kernel/command.js';
 import { newId, nowIso, randomBase62 } from '../kernel/ids.js';
 import { ApiError, notFound } from '../gateway/errors.js';
 import { keyedSerial } from '../kernel/serial.js';
+import { unseenWrites } from '../kernel/unseen-writes.js';
 import { KEY_PREFIXES, type KeyRecord } from '../gateway/auth.js';
 import { APIKEYS, type ApiKeyDoc } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -87,7 +88,7 @@ export function createKeys(platform: Platform) {
   let dueTimer: NodeJS.Timeout | null = null;
 
   /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
-  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
+  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }, waitFor = progress.waitFor.bind(progress)): Promise<{ doc: ApiKeyDoc; secret: string }> {
     const keyId = newId();
     const secret = `${input.kind === 'management' ? KEY_PREFIXES.management : KEY_PREFIXES.identity}${randomBase62(KEY_SECRET_LENGTH)}`;
     const data: ApiKeyMintedData = {
@@ -100,8 +101,8 @@ export function createKeys(platform: Platform) {
       keyHash: hashKey(secret),
       at: nowIso(),
     };
-    const appended = await store.append(apiKeyStream(keyId), [event(ApiKeyMinted, data)], { expectedRevision: 'no_stream' });
-    await progress.waitFor(appended.position);
+    const { position } = await store.append(apiKeyStream(keyId), [event(ApiKeyMinted, data)], { expectedRevision: 'no_stream' });
+    await waitFor(position);
     return { doc: (await keys.get(keyId))!, secret };
   }
 
@@ -113,12 +114,16 @@ export function createKeys(platform: Platform) {
    * The device flow's keys are not refused (each took a person's approval), but count.
    */
   const mintTurns = keyedSerial();
+  /** A mint that answered 503 `projection_lag` holds its key all the same: counted before the next. */
+  const unseenMints = unseenWrites(progress);
   function mintAsked(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
-    return mintTurns(String(ownerPk), async () => {
+    const account = String(ownerPk);
+    return mintTurns(account, async () => {
+      await unseenMints.awaitSeen(account);
       const held = await keys.count({ ownerPk });
       const limit = platform.config.keyLimit;
       if (held >= limit) throw new ApiError(403, 'key_limit_reached', `This account holds ${held} API keys, its limit (${limit}); revoke one, or ask support to raise the limit.`);
-      return mint(ownerPk, input);
+      return mint(ownerPk, input, (position) => unseenMints.waitFor(account, position));
     });
   }
 

@@ -13,6 +13,7 @@ import { IdentityCreated, identityStream, type IdentityCreatedData } from '../..
 import { loadConfig } from '../../infra/config.js';
 import { startRuntime } from '../../infra/runtime.js';
 import { apiClient, startTestServer, type TestServer } from '../support/server.js';
+import { eventually } from '../support/eventually.js';
 
 let s: TestServer;
 let owner: { access: string; user: { pk: number } };
@@ -497,6 +498,39 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
     expect([again.status, again.body.name]).toEqual([201, refusedName]);
     expect((await limited.api('POST', '/api/identities/', { token: access, body: { name: 'One Too Many' } })).status).toBe(403);
   });
+
+  it('a create answered 503 while the read models are behind made its identity: it keeps its name, and counts before the next create', async () => {
+    const { access } = await limited.signUp();
+    const post = (name: string) => limited.api('POST', '/api/identities/', { token: access, body: { name } });
+    for (const name of ['Lag 1', 'Lag 2']) expect((await post(name)).status).toBe(201);
+    // The read models cannot be written for now (a full disk): the runner retries, requests wait 5 s and answer 503.
+    const reads = limited.runtime.reads;
+    const commit = reads.commit.bind(reads);
+    let full = true;
+    const refuse = jest.spyOn(reads, 'commit').mockImplementation(async (...args) => {
+      if (full) throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+      return commit(...args);
+    });
+    try {
+      const third = await post('Lag 3');
+      expect([third.status, third.body.code]).toEqual([503, 'projection_lag']); // created all the same
+      const fourth = await post('Lag 4');
+      expect([fourth.status, fourth.body.code]).toEqual([503, 'projection_lag']); // created nothing: it waited for the third
+    } finally {
+      full = false;
+      refuse.mockRestore();
+    }
+    const names = await eventually(async () => {
+      const list = (await limited.api('GET', '/api/identities/', { token: access })).body as { name: string }[];
+      return list.length >= 3 && list.map((i) => i.name).sort();
+    });
+    expect(names).toEqual(['Lag 1', 'Lag 2', 'Lag 3']);
+    // The third kept its name (its reservation was given back once, as for a failed create).
+    const renamed = await limited.api('POST', '/api/identities/', { token: access, body: { name: 'Lag 3' } });
+    expect([renamed.status, renamed.body.code]).toEqual([409, 'conflict']);
+    const past = await post('Lag 5');
+    expect([past.status, past.body.code]).toEqual([403, 'identity_limit_reached']);
+  }, 30_000);
 
   it('a create that fails late (402: a phone beyond the plan) refuses no other meanwhile, for its name or for the last place', async () => {
     // Every outcome must be one the two requests taken one by one could have had: the valid

@@ -1,0 +1,27 @@
+/**
+ * Limits counted from a read model (an account's keys, its identities) miss a write whose
+ * wait for the read models gave up (503 `projection_lag`): it was appended all the same. Per
+ * key (an account), the last such write's position is kept, and the next counted write of
+ * that key waits for it first (answering 503 itself while the read models are still behind),
+ * so a count never leaves out a write this process made. Callers take turns per key.
+ */
+import type { ReadModelProgress } from './platform.js';
+
+export function unseenWrites(progress: ReadModelProgress) {
+  const unseen = new Map<string, string>();
+  return {
+    /** Waits until the key's last write shows in the read models (ProjectionLagError while it does not). */
+    async awaitSeen(key: string): Promise<void> {
+      const position = unseen.get(key);
+      if (position === undefined) return;
+      await progress.waitFor(position);
+      if (unseen.get(key) === position) unseen.delete(key);
+    },
+    /** progress.waitFor for a counted write of `key`: if it gives up, the next awaitSeen(key) waits for it. */
+    async waitFor(key: string, position: string): Promise<void> {
+      unseen.set(key, position);
+      await progress.waitFor(position);
+      if (unseen.get(key) === position) unseen.delete(key);
+    },
+  };
+}
