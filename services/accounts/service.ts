@@ -515,6 +515,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       if (taken?.outcome === 'taken') throw badRequest({ username: ['A user with that username already exists.'] });
       const mirror = reserving ? mirrorOf(newKey!, emailKey) : null;
       let mirrored: Hold | null = null;
+      let written: string | null;
       try {
         if (mirror) {
           mirrored = await hold(store, 'useremail', mirror, owner, false, reclaim.useremail);
@@ -523,7 +524,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         if (reserving && outlivedReservations(started)) {
           throw tookTooLong('The rename');
         }
-        const { position } = await execute(store, userStream(pk), userEvolver, (s) => {
+        ({ position: written } = await execute(store, userStream(pk), userEvolver, (s) => {
           if (!s.exists) throw tokenNotValid('User not found.');
           // Another process renamed the user since this rename read it: its reservations were
           // decided against a name that is gone (and may have been reclaimed).
@@ -534,8 +535,7 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
           if (patch.lastName !== undefined && patch.lastName !== s.lastName) changes.lastName = patch.lastName;
           if (!Object.keys(changes).length) return { events: [], result: undefined };
           return { events: [event(UserProfileUpdated, { ...changes, at: nowIso() })], result: undefined };
-        });
-        await settle(position);
+        }));
       } catch (err) {
         // Only what this request took, and only if no duplicate of it renewed it meanwhile.
         await undo(store, taken);
@@ -547,6 +547,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         const oldMirror = mirrorOf(oldKey, emailKey);
         if (oldMirror) await release(store, 'useremail', oldMirror, owner);
       }
+      // Renamed: nothing is undone now, even if the read models are too far behind to show it
+      // yet (503 projection_lag; it once gave the new name back, free for another account).
+      await settle(written);
       // The user as this write left it (a concurrent later PATCH may already show in the read model).
       const user = await getUser(pk);
       const mine = Object.fromEntries(Object.entries({ username: patch.username, firstName: patch.firstName, lastName: patch.lastName }).filter(([, v]) => v !== undefined));

@@ -6,6 +6,8 @@ import { createLocalJWKSet, jwtVerify, SignJWT } from 'jose';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { startSmtpSink, type SmtpSink } from '../support/smtp-sink.js';
 import { freePort } from '../support/spawn.js';
+import { eventually } from '../support/eventually.js';
+import { whileReadModelsFull } from '../support/read-models-full.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -230,6 +232,20 @@ describe('login (POST /api/auth/login/)', () => {
       expect(res.status).toBe(201);
     }
   });
+
+  it('a rename answered 503 while the read models are behind was made: the new name stays its own, the old one is free', async () => {
+    const u = await s.signUp();
+    const renamed = uniq();
+    await whileReadModelsFull(s, async () => {
+      const res = await s.api('PATCH', '/api/auth/user/', { token: u.access, body: { username: renamed } });
+      expect([res.status, res.body.code]).toEqual([503, 'projection_lag']);
+    });
+    await eventually(async () => (await s.api('GET', '/api/auth/user/', { token: u.access })).body.username === renamed);
+    const signUp = (username: string) => s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } });
+    const taken = await signUp(renamed);
+    expect([taken.status, taken.body.username]).toEqual([400, ['A user with that username already exists.']]);
+    expect((await signUp(u.user.username)).status).toBe(201);
+  }, 30_000);
 
   it('renames racing each other and sign-ups never leave two accounts with one username', async () => {
     const signUp = (username: string) => s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } });

@@ -14,6 +14,7 @@ import { loadConfig } from '../../infra/config.js';
 import { startRuntime } from '../../infra/runtime.js';
 import { apiClient, startTestServer, type TestServer } from '../support/server.js';
 import { eventually } from '../support/eventually.js';
+import { whileReadModelsFull } from '../support/read-models-full.js';
 
 let s: TestServer;
 let owner: { access: string; user: { pk: number } };
@@ -503,23 +504,13 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
     const { access } = await limited.signUp();
     const post = (name: string) => limited.api('POST', '/api/identities/', { token: access, body: { name } });
     for (const name of ['Lag 1', 'Lag 2']) expect((await post(name)).status).toBe(201);
-    // The read models cannot be written for now (a full disk): the runner retries, requests wait 5 s and answer 503.
-    const reads = limited.runtime.reads;
-    const commit = reads.commit.bind(reads);
-    let full = true;
-    const refuse = jest.spyOn(reads, 'commit').mockImplementation(async (...args) => {
-      if (full) throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
-      return commit(...args);
-    });
-    try {
+    // The read models cannot be written meanwhile: requests wait 5 s for them and answer 503.
+    await whileReadModelsFull(limited, async () => {
       const third = await post('Lag 3');
       expect([third.status, third.body.code]).toEqual([503, 'projection_lag']); // created all the same
       const fourth = await post('Lag 4');
       expect([fourth.status, fourth.body.code]).toEqual([503, 'projection_lag']); // created nothing: it waited for the third
-    } finally {
-      full = false;
-      refuse.mockRestore();
-    }
+    });
     const names = await eventually(async () => {
       const list = (await limited.api('GET', '/api/identities/', { token: access })).body as { name: string }[];
       return list.length >= 3 && list.map((i) => i.name).sort();

@@ -1,7 +1,7 @@
 /** API keys and whoami over HTTP (SPEC "API keys", "Key kinds", "Authentication"; DECISIONS "Auth"). */
-import { jest } from '@jest/globals';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { eventually } from '../support/eventually.js';
+import { whileReadModelsFull } from '../support/read-models-full.js';
 
 let s: TestServer;
 let owner: Awaited<ReturnType<TestServer['signUp']>>;
@@ -355,23 +355,13 @@ describe('limit per account (KEY_LIMIT)', () => {
   it('a key minted while the read models are behind (503 projection_lag) counts before the next create: the limit holds', async () => {
     const u = await limited.signUp();
     for (let i = 0; i < 2; i++) expect((await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: `k${i}` } })).status).toBe(201);
-    // The read models cannot be written for now (a full disk): the runner retries, requests wait 5 s and answer 503.
-    const reads = limited.runtime.reads;
-    const commit = reads.commit.bind(reads);
-    let full = true;
-    const refuse = jest.spyOn(reads, 'commit').mockImplementation(async (...args) => {
-      if (full) throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
-      return commit(...args);
-    });
-    try {
+    // The read models cannot be written meanwhile: requests wait 5 s for them and answer 503.
+    await whileReadModelsFull(limited, async () => {
       const third = await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'k2' } });
       expect([third.status, third.body.code]).toEqual([503, 'projection_lag']); // minted all the same
       const fourth = await limited.api('POST', '/api/auth/keys/management/', { token: u.access, body: { label: 'k3' } });
       expect([fourth.status, fourth.body.code]).toEqual([503, 'projection_lag']); // minted nothing: it waited for the third
-    } finally {
-      full = false;
-      refuse.mockRestore();
-    }
+    });
     const listed = await eventually(async () => {
       const keys = (await limited.api('GET', '/api/auth/keys/management/', { token: u.access })).body as { label: string }[];
       return keys.length >= 3 && keys;
