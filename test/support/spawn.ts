@@ -6,15 +6,22 @@ import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
+/** A port nothing listens on now: for a server started later, or one meant to stay closed. */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
+  // Below the kernel's ephemeral range (Linux: 32768-60999): a port from listen(0) is free
+  // only until it is closed, and every outgoing connection (fetch, SMTP clients, in any test
+  // worker) takes ports from that range too, so a server started on it moments later could
+  // find it taken. Here only another freePort's random pick could take it.
+  for (let attempt = 0; ; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const srv = net.createServer();
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
     });
-  });
+    if (free) return port;
+    if (attempt >= 50) throw new Error('no free port found between 20000 and 32000');
+  }
 }
 
 export interface ServiceProcess {
