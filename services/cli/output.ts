@@ -41,6 +41,11 @@ export function formatDuration(seconds: number): string {
   return seconds >= 120 ? `${Math.round(seconds / 60)} min` : `${seconds} s`;
 }
 
+/** A warning on stderr: `warning: …`, or with --json one JSON line `{"warning": "…"}` (as errors are). */
+export function warn(ctx: Pick<Ctx, 'json' | 'err'>, message: string): void {
+  ctx.err(ctx.json ? JSON.stringify({ warning: message }) : `warning: ${message}`);
+}
+
 /**
  * Upload progress on stderr. On a terminal: one line redrawn with bytes sent / total (at most
  * every 100 ms), then the final line. Otherwise only the final line per file (JSON with

@@ -5,7 +5,7 @@ import { ApiRequestError, createClient, NetworkError, type DeviceAuthorization }
 import { configFile, loadConfig, updateConfig, type CliConfig } from '../config.js';
 import { client, defaultIdentity, identityLabel, otherThanStoredLogin, requestTimeoutMs, sameService, storedService, type Command, type Ctx } from '../context.js';
 import { readSecret } from '../input.js';
-import { formatDuration, kv, show, table } from '../output.js';
+import { formatDuration, kv, show, table, warn } from '../output.js';
 import { CliError, EXIT, usage } from '../errors.js';
 
 /**
@@ -37,7 +37,7 @@ async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: N
       () => true,
       (err: unknown) => !unreached(err),
     );
-    if (!outcome.previous_session_ended) ctx.err(`warning: the session of the previous login here (${previous}) could not be ended (the service could not be reached, or failed): its refresh token stays valid until it expires.`);
+    if (!outcome.previous_session_ended) warn(ctx, `the session of the previous login here (${previous}) could not be ended (the service could not be reached, or failed): its refresh token stays valid until it expires.`);
   }
   // The key an earlier login saved here is replaced: revoked, not left valid with nobody
   // holding it (a password login saves none: it keeps the key of its own account's login).
@@ -47,12 +47,12 @@ async function saveLogin(ctx: Ctx, t: { access: string; refresh: string; user: N
       () => true,
       (err: unknown) => err instanceof ApiRequestError && err.status === 401,
     );
-    if (!outcome.previous_key_revoked) ctx.err(`warning: the management key of the previous login here (${previousUrl}) could not be revoked: see \`ais keys list --kind management\` there.`);
+    if (!outcome.previous_key_revoked) warn(ctx, `the management key of the previous login here (${previousUrl}) could not be revoked: see \`ais keys list --kind management\` there.`);
   }
   // Said, but not with its value: an agent's output often ends up in logs, and `pin setup`
   // gave it (and the recovery key) to keep.
   if (!same && stored.device_secret && !stored.pending_setup) {
-    ctx.err(`warning: this machine no longer keeps the vault's device secret of the previous login (${previous}): to open that account's vault here again, give the one \`pin setup\` printed as AIS_DEVICE_SECRET, or use \`ais pin recover\` with its recovery key.`);
+    warn(ctx, `this machine no longer keeps the vault's device secret of the previous login (${previous}): to open that account's vault here again, give the one \`pin setup\` printed as AIS_DEVICE_SECRET, or use \`ais pin recover\` with its recovery key.`);
   }
   return outcome;
 }
@@ -199,8 +199,8 @@ export const authCommands: Record<string, Command> = {
           )
         : null;
       ctx.config = await updateConfig(ctx.env, ({ access: _a, refresh: _r, management_key, ...rest }) => ((v['keep-key'] || revoked === false) && management_key ? { ...rest, management_key } : rest));
-      if (!ended) ctx.err(`warning: the service could not be reached (or failed), so ${v.all ? 'the sessions were' : 'the session was'} not ended there (its refresh token stays valid until it expires).`);
-      if (revoked === false) ctx.err(`warning: ${refused}, so the management key was not revoked; it stays saved here: run \`ais logout\` again.`);
+      if (!ended) warn(ctx, `the service could not be reached (or failed), so ${v.all ? 'the sessions were' : 'the session was'} not ended there (its refresh token stays valid until it expires).`);
+      if (revoked === false) warn(ctx, `${refused}, so the management key was not revoked; it stays saved here: run \`ais logout\` again.`);
       const done = v.all ? 'Logged out: every session of the account ended (the dashboard\'s too).' : 'Logged out (this login\'s session ended; the account\'s other sessions, the dashboard\'s included, go on).';
       const sessionEnded = loggedIn || v.all ? ended : false;
       const said = !loggedIn && !v.all ? 'Not logged in here: no session to end.' : ended ? done : 'Logged out on this machine only.';

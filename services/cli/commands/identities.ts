@@ -3,7 +3,7 @@ import type { Identity } from '../../sdk/client.js';
 import { client, identityLabel, maySetDefaultIdentity, otherThanStoredLogin, resolveIdentity, type Command, type Ctx } from '../context.js';
 import { updateConfig } from '../config.js';
 import { CliError, usage } from '../errors.js';
-import { kv, show, table } from '../output.js';
+import { kv, show, table, warn } from '../output.js';
 
 export const identitiesCommands: Record<string, Command> = {
   'identities list': {
@@ -25,7 +25,7 @@ export const identitiesCommands: Record<string, Command> = {
       if (v.use || !ctx.config.identity) {
         if (await maySetDefaultIdentity(ctx, c)) ctx.config = await updateConfig(ctx.env, (stored) => ({ ...stored, identity: i.uuid }));
         // A warning, not an error: the identity is made, and a failure would have it made again.
-        else if (v.use) ctx.err(`warning: ${notTheStoredLogins(ctx, i)}`);
+        else if (v.use) warn(ctx, `${notTheStoredLogins(ctx, i)}`);
       }
       show(ctx, i, () => kv(i as any, ['uuid', 'name', 'inbox', 'phone', 'created_dt']) + (ctx.config.identity === i.uuid ? '\n(default identity)' : ''));
     },

@@ -3,7 +3,7 @@ import type { PlainPassword } from '../../sdk/unlocked.js';
 import { client, isUuid, type Command } from '../context.js';
 import { CliError, EXIT, usage } from '../errors.js';
 import { readSecret } from '../input.js';
-import { kv, show, table } from '../output.js';
+import { kv, show, table, warn } from '../output.js';
 import { DEVICE_SECRET_HELP, unlocked } from '../vault.js';
 
 export const passwordsCommands: Record<string, Command> = {
@@ -14,7 +14,7 @@ export const passwordsCommands: Record<string, Command> = {
     async run(ctx) {
       const v = await unlocked(ctx);
       const { entries: list, failed } = await v.listPasswordsReport();
-      for (const f of failed) ctx.err(`warning: entry ${f.uuid} (${f.domain}) does not decrypt (${f.error}): written by another client, or changed without this PIN's key; left out.`);
+      for (const f of failed) warn(ctx, `entry ${f.uuid} (${f.domain}) does not decrypt (${f.error}): written by another client, or changed without this PIN's key; left out.`);
       show(ctx, list, () => table(list.map((e) => ({ ...e, password: '********' })) as any, ['uuid', 'domain', 'username', 'password', 'notes']));
     },
   },
