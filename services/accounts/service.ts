@@ -44,6 +44,7 @@ import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections
 import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
 import { throttleAddress } from '../kernel/client-address.js';
 import { rememberedCredentials } from './remembered-credentials.js';
+import { settleOrWarn } from '../kernel/read-waits.js';
 
 const USERNAME_IS_AN_EMAIL = "This username is another account's e-mail address.";
 /** Why a sign-up is refused for a value another account has (the same from the early look and the reservations). */
@@ -392,7 +393,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       [event(SessionStarted, { userPk: user.pk, identity: opts.identity ?? null, generation: user.sessionGeneration, tokenId, expiresAt: refresh.expiresAt, via: opts.via, kind: opts.kind ?? 'token', ...(opts.keyId ? { keyId: opts.keyId } : {}), at: nowIso() })],
       { expectedRevision: 'no_stream' },
     );
-    await settle(appended.position);
+    // Its tokens are answered once: a lag of the read models is logged, not a 503 that loses
+    // them (a device's code is spent by then; a refresh reads the session from the log).
+    await settleOrWarn(progress, logger, appended.position, 'session start');
     const access = await tokens.issueAccess({ userPk: user.pk, sessionId, identity: opts.identity });
     return { sessionId, access: access.token, refresh: refresh.token, refreshExpiresAt: refresh.expiresAt };
   }
@@ -442,17 +445,28 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
   }
 
   async function revokeSession(sessionId: string, reason: string): Promise<void> {
+    await settle(await appendSessionRevoked(sessionId, reason));
+  }
+
+  async function appendSessionRevoked(sessionId: string, reason: string): Promise<string | null> {
     const { position } = await execute(store, sessionStream(sessionId), sessionEvolver, (s) => {
       if (!s.exists || s.revoked) return { events: [], result: undefined };
       return { events: [event(SessionRevoked, { reason, at: nowIso() })], result: undefined };
     });
-    await settle(position);
+    return position;
   }
 
-  /** Ends the sessions handed out with a management key (a device sign-up) once the key is revoked. */
+  /**
+   * Ends the sessions handed out with a management key (a device sign-up) once the key is
+   * revoked: the route that revokes it, and the keys context's reactor (at least once, also
+   * after a crash or a 503 in between). Every session is ended before the wait for the read
+   * models, which a lag may cut short.
+   */
   async function revokeSessionsOfKey(keyId: string, reason: string): Promise<void> {
     const bound = await sessions.find({ where: { keyId, revoked: false }, limit: 100 });
-    for (const s of bound.items) await revokeSession(s.id, reason);
+    let last: string | null = null;
+    for (const s of bound.items) last = (await appendSessionRevoked(s.id, reason)) ?? last;
+    await settle(last);
   }
 
   /**

@@ -25,8 +25,11 @@ export const deviceContext: ContextFactory = (shared) => {
     hmacKey: shared.keys.hmacKey,
     keys: {
       async mint({ ownerPk, label }) {
-        const { doc, secret } = await keys.mint(ownerPk, { kind: 'management', label });
-        return { keyId: doc.id, key: secret };
+        // Its secret is answered once, with the device's tokens: not waited for here (a lag of
+        // the read models would lose it, and each poll mint another); the session started
+        // after it waits for the read models, which apply the log in order (the key included).
+        const { keyId, secret } = await keys.mint(ownerPk, { kind: 'management', label }, async () => {});
+        return { keyId, key: secret };
       },
       revoke: ({ ownerPk, keyId }) => keys.revoke(ownerPk, 'management', keyId),
     },

@@ -316,7 +316,7 @@ export function createDeviceService(deps: DeviceServiceDeps) {
       const client = fresh.clientId && withoutControls(fresh.clientId).trim();
       const label = client ? [...`${stamp} (${client})`].slice(0, 100).join('') : stamp;
       const minted = await deps.keys.mint({ ownerPk: user.pk, label });
-      const { result: won, position } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
+      const { result: won } = await execute(store, deviceStream(id), deviceEvolver, (s) => {
         if (s.status !== 'approved' || effectiveStatus(s, Date.now()) !== 'approved') return { events: [], result: false };
         const data: RedeemedData = { deviceAuthId: id, userPk: user.pk, keyId: minted.keyId, at: nowIso() };
         return { events: [event(DeviceAuthorizationRedeemed, data)], result: true };
@@ -330,7 +330,9 @@ export function createDeviceService(deps: DeviceServiceDeps) {
         return err('invalid_grant');
       }
       lastPoll.delete(id);
-      await settle(position);
+      // The code is spent: from here the answer must carry the tokens and key. The session's
+      // start waits for the read models (the key and this redeem before it, in log order) and
+      // logs a lag instead of answering 503 (the next poll would get invalid_grant).
       const session = await accounts.startSession(user, { via: 'device', kind: 'token', keyId: minted.keyId });
       logger.info({ deviceAuthId: id, userPk: user.pk, keyId: minted.keyId }, 'device authorization redeemed');
       return { status: 200, body: { access: session.access, refresh: session.refresh, management_key: minted.key, user: toPublicUser(user) } };

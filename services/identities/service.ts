@@ -17,7 +17,7 @@ import { event, execute, loadStream, type Evolver } from '../kernel/command.js';
 import { newId, nowIso } from '../kernel/ids.js';
 import { available, hold, movedAway, release, reserve, undo, type Reclaim } from '../kernel/reservations.js';
 import { keyedSerial, withKeys } from '../kernel/serial.js';
-import { unseenWrites } from '../kernel/unseen-writes.js';
+import { unseenWrites } from '../kernel/read-waits.js';
 import { ApiError, badRequest, conflict, notFound, tookTooLong } from '../gateway/errors.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { currentSubscription, isActive, phoneAllowance, planRequiredFor, PLANS, subscriptionInLog, type SubscriptionStatus } from '../billing/plans.js';
@@ -450,8 +450,13 @@ export function createIdentities(platform: Platform, phones: PhoneProvider) {
         if (!s.phone) throw notFound('This identity has no phone number.');
         return { events: [event(PhoneReleased, { identityId: id, phone: s.phone.phone, provider: s.provider ?? phones.name, at: nowIso() } satisfies PhoneReleasedData)], result: s };
       });
-      if (append) await progress.waitFor(append.position);
-      await givePhoneBack(id, state.ownerPk, state.phone!);
+      try {
+        if (append) await progress.waitFor(append.position);
+      } finally {
+        // Released even when the read models are too far behind to show it yet (503): a retry
+        // finds no phone, so nothing else would give the number back.
+        await givePhoneBack(id, state.ownerPk, state.phone!);
+      }
     });
   }
 

@@ -11,37 +11,46 @@ import { apiKeysProjection } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
 import { IdentityDeleted, type IdentityDeletedData } from '../identities/events.js';
 import { createKeys } from './service.js';
+import { ApiKeyRevoked, type ApiKeyRevokedData } from './events.js';
 import { keyRoutes } from './routes.js';
 
 export { createKeys, hashKey, maskKey, type Keys } from './service.js';
 export * from './events.js';
 
-/** Checkpoint of the reactor that records the revocation of a deleted identity's keys. */
+/** Checkpoint of the reactor that follows revocations: a deleted identity's keys, a revoked key's sessions. */
 const REVOCATION_CHECKPOINT = 'reactor:key-revocation';
 
 export const keysContext: ContextFactory = (shared) => {
   const { platform } = shared;
   const keys = createKeys(platform);
   const identities = platform.reads.collection<IdentityDoc>(IDENTITIES);
-  // Keys of a deleted identity already fail (findKey checks the identity); this records their
-  // revocation in the log, at least once: a failure (the read models slow to show the
-  // revocations) is retried, never skipped; revoking twice is harmless.
+  // What follows a revocation, at least once: a failure (the read models slow to show it) is
+  // retried, never skipped; doing it twice is harmless.
+  // - A deleted identity's keys already fail (findKey checks the identity); their revocation is
+  //   recorded in the log.
+  // - A revoked key's device sign-up sessions end (the route ends them at once too, but a 503
+  //   or a crash between its two steps left the agent signed in, and a retried DELETE is a 404).
   const revocations = createReactor(
     { events: platform.events, reads: platform.reads, feed: platform.feed, log: platform.logger.child({ component: 'key-revocation' }) },
     {
       checkpoint: REVOCATION_CHECKPOINT,
       group: 'ais-key-revocation',
-      filter: { eventTypes: [IdentityDeleted] },
+      filter: { eventTypes: [IdentityDeleted, ApiKeyRevoked] },
       concurrency: 1,
       async job(e, run) {
-        const { identityId } = e.data as IdentityDeletedData;
         for (let attempt = 0; !run.stopped; attempt++) {
           try {
-            await keys.revokeForIdentity(identityId);
+            if (e.type === ApiKeyRevoked) {
+              // Every session started before the revocation is in the read models by then.
+              await platform.progress.waitFor(e.position);
+              await shared.accounts.revokeSessionsOfKey((e.data as ApiKeyRevokedData).keyId, 'key_revoked');
+            } else {
+              await keys.revokeForIdentity((e.data as IdentityDeletedData).identityId);
+            }
             return true;
           } catch (err) {
             if (run.stopped) return false;
-            platform.logger.warn({ err, identityId, attempt }, 'revoking keys of a deleted identity failed; retrying');
+            platform.logger.warn({ err, event: e.type, attempt }, 'what follows a key revocation failed; retrying');
             await run.sleep(Math.min(30_000, 500 * 2 ** attempt));
           }
         }

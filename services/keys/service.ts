@@ -20,7 +20,7 @@ import { event, execute, type Evolver } from '../kernel/command.js';
 import { newId, nowIso, randomBase62 } from '../kernel/ids.js';
 import { ApiError, notFound } from '../gateway/errors.js';
 import { keyedSerial } from '../kernel/serial.js';
-import { unseenWrites } from '../kernel/unseen-writes.js';
+import { unseenWrites } from '../kernel/read-waits.js';
 import { KEY_PREFIXES, type KeyRecord } from '../gateway/auth.js';
 import { APIKEYS, type ApiKeyDoc } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -87,8 +87,12 @@ export function createKeys(platform: Platform) {
   /** Records, once an interval, the uses that came within their key's interval (made at the first use). */
   let dueTimer: NodeJS.Timeout | null = null;
 
-  /** Mints a key; the returned `secret` is the only time the full key exists outside the caller. */
-  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }, waitFor = progress.waitFor.bind(progress)): Promise<{ doc: ApiKeyDoc; secret: string }> {
+  /**
+   * Mints a key; the returned `secret` is the only time the full key exists outside the caller.
+   * `waitFor` waits for the read models to show it (a caller that must answer the secret
+   * whatever happens passes one that does not give up with a throw).
+   */
+  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }, waitFor = progress.waitFor.bind(progress)): Promise<{ keyId: string; secret: string }> {
     const keyId = newId();
     const secret = `${input.kind === 'management' ? KEY_PREFIXES.management : KEY_PREFIXES.identity}${randomBase62(KEY_SECRET_LENGTH)}`;
     const data: ApiKeyMintedData = {
@@ -103,7 +107,7 @@ export function createKeys(platform: Platform) {
     };
     const { position } = await store.append(apiKeyStream(keyId), [event(ApiKeyMinted, data)], { expectedRevision: 'no_stream' });
     await waitFor(position);
-    return { doc: (await keys.get(keyId))!, secret };
+    return { keyId, secret };
   }
 
   /**
@@ -123,7 +127,8 @@ export function createKeys(platform: Platform) {
       const held = await keys.count({ ownerPk });
       const limit = platform.config.keyLimit;
       if (held >= limit) throw new ApiError(403, 'key_limit_reached', `This account holds ${held} API keys, its limit (${limit}); revoke one, or ask support to raise the limit.`);
-      return mint(ownerPk, input, (position) => unseenMints.waitFor(account, position));
+      const { keyId, secret } = await mint(ownerPk, input, (position) => unseenMints.waitFor(account, position));
+      return { doc: (await keys.get(keyId))!, secret };
     });
   }
 

@@ -43,6 +43,7 @@ import type { DeliveryReport } from './bounces.js';
 import { addressKey, domainOf, htmlToText, previewOf, replySubject, trimReferences } from './text.js';
 import { EMAIL_ATTACHMENTS, EMAIL_MESSAGES, EMAIL_THREADS, type AttachmentDoc, type MessageDoc, type ThreadDoc } from '../../projections/mail/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
+import { settleOrWarn } from '../kernel/read-waits.js';
 
 /** 25 MiB: the inbound message cap (DECISIONS "Mail") and the per-attachment cap. */
 export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
@@ -115,14 +116,7 @@ export function createMailService(platform: Platform, deps: { blobs: BlobStore; 
   };
 
   /** Waits for the read models; a lag is logged, not thrown (the write itself is durable). */
-  async function settle(position: string): Promise<void> {
-    try {
-      await platform.progress.waitFor(position);
-    } catch (err) {
-      if ((err as { code?: string }).code !== 'projection_lag') throw err;
-      platform.logger.warn({ position }, 'mail: read models lag behind an accepted write');
-    }
-  }
+  const settle = (position: string): Promise<void> => settleOrWarn(platform.progress, platform.logger, position, 'mail');
 
   async function storeBody(body: string | null): Promise<{ inline: string | null; blob: string | null; bytes: number | null }> {
     if (body === null || Buffer.byteLength(body) <= INLINE_BODY_LIMIT) return { inline: body, blob: null, bytes: null };

@@ -1061,9 +1061,9 @@ test("the default identity is the stored login's: another account's AIS_API_KEY 
     const used = await run(['identities', 'create', 'b-used', '--use', '--json'], asB);
     expect([used.code, stored().identity]).toEqual([0, undefined]);
     // With --json, a warning is a JSON line on stderr too (as an error is).
-    expect(used.stderr.trim().split('\n').map((line) => JSON.parse(line))).toContainEqual({ warning: `AIS_API_KEY is of another account than the login stored here (${a.user.username} at ${svc.url}), and the default identity belongs to that login: b-used (${used.json.uuid}) is not made the default.` });
+    expect(used.stderr.trim().split('\n').map((line) => JSON.parse(line))).toContainEqual({ warning: expect.stringContaining(`AIS_API_KEY is of another account than the login stored here (${a.user.username} at ${svc.url}), and the default identity belongs to that login: b-used (${used.json.uuid}) is not made the default.`) });
     const plain = await run(['identities', 'create', 'b-used-plain', '--use'], asB);
-    expect(plain.stderr).toMatch(/^warning: AIS_API_KEY is of another account than the login stored here .*: b-used-plain \(\S+\) is not made the default\.$/m);
+    expect(plain.stderr).toMatch(/^warning: AIS_API_KEY is of another account than the login stored here .*: b-used-plain \(\S+\) is not made the default\. /m);
     // `identities use`: refused, with what to do instead.
     const refused = await run(['identities', 'use', 'b-first', '--json'], asB);
     expect([refused.code, refused.error?.code, stored().identity]).toEqual([1, 'other_account', undefined]);

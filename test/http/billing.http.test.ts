@@ -1,6 +1,9 @@
 /** Plans, subscription, admin API and phone provisioning (DECISIONS "Plans and admin"; SPEC 402). */
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
+import { eventually } from '../support/eventually.js';
+import { whileReadModelsFull } from '../support/read-models-full.js';
+import { holderOf } from '../../services/kernel/reservations.js';
 
 const ADMIN = 'admin-token-for-tests-0123456789';
 let s: TestServer;
@@ -248,6 +251,21 @@ describe('phone provisioning', () => {
     expect((await s.api('DELETE', `/api/identities/${caller.uuid}/phone/`, { token: other.access })).status).toBe(403);
     expect((await s.api('PATCH', `/api/identities/${caller.uuid}/`, { token: u.access, body: { provision_phone: true } })).body.phone).toMatch(/^\+1\d{10}$/);
   });
+});
+
+describe('a release answered 503 while the read models are behind', () => {
+  it('gives the number back all the same (a retry finds no phone, so nothing else would)', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    const caller = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'lagging releaser', provision_phone: true } })).body;
+    await whileReadModelsFull(s, async () => {
+      const released = await s.api('DELETE', `/api/identities/${caller.uuid}/phone/`, { token: u.access });
+      expect([released.status, released.body.code]).toEqual([503, 'projection_lag']);
+    });
+    expect(await holderOf(s.runtime.events, 'phonenumber', caller.phone)).toBeNull();
+    await eventually(async () => (await s.api('GET', `/api/identities/${caller.uuid}/`, { token: u.access })).body.phone === null);
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body).toMatchObject({ phones_used: 0, phones_available: 3 });
+  }, 30_000);
 });
 
 describe('admin token guessing', () => {

@@ -7,6 +7,7 @@ import * as oidc from 'openid-client';
 import { startTestServer, type TestServer } from '../support/server.js';
 import { freePort } from '../support/spawn.js';
 import { eventually } from '../support/eventually.js';
+import { whileReadModelsFull } from '../support/read-models-full.js';
 
 const USER_CODE = /^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$/;
 const GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
@@ -179,6 +180,40 @@ describe('POST /api/auth/device/token/: the state table (RFC 8628 §3.4, §3.5)'
     expect(events[2].data.keyId).toBe(who.body.key.uuid);
     expect(JSON.stringify(events)).not.toContain(res.body.management_key);
   });
+
+  it('a revocation answered 503 while the read models are behind signs the device out all the same (a retried DELETE is a 404)', async () => {
+    const d = await start();
+    expect((await approve(d.user_code)).status).toBe(200);
+    const res = await poll(d.device_code);
+    const key = (await s.api('GET', '/api/health/whoami/', { token: res.body.management_key })).body.key.uuid;
+    await whileReadModelsFull(s, async () => {
+      const revoked = await s.api('DELETE', `/api/auth/keys/management/${key}/`, { token: human.access });
+      expect([revoked.status, revoked.body.code]).toEqual([503, 'projection_lag']);
+    });
+    expect((await s.api('DELETE', `/api/auth/keys/management/${key}/`, { token: human.access })).status).toBe(404);
+    // Ended for the key's sake (not tried with a refresh meanwhile: a second use of one refresh
+    // token ends its session too, as reuse).
+    const started = (await s.runtime.events.readAll({ filter: { eventTypes: ['SessionStarted'] } })).find((e) => e.data.keyId === key)!;
+    await eventually(async () => (await s.runtime.events.readStream(started.stream)).some((e) => e.type === 'SessionRevoked' && e.data.reason === 'key_revoked'));
+    const refreshed = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: res.body.refresh } });
+    expect([refreshed.status, refreshed.body.code]).toEqual([401, 'token_expired']);
+  }, 30_000);
+
+  it('a poll answered while the read models are behind still gets its tokens and key (a 503 spent the code: the next poll got invalid_grant)', async () => {
+    const d = await start();
+    expect((await approve(d.user_code)).status).toBe(200);
+    const res = await whileReadModelsFull(s, () => poll(d.device_code));
+    expect([res.status, res.body.management_key]).toEqual([200, expect.stringMatching(/^svc_mgmt_/)]);
+    // One key made, and it works once the read models show it; the tokens work.
+    const whoami = await eventually(async () => {
+      const r = await s.api('GET', '/api/health/whoami/', { token: res.body.management_key });
+      return r.status === 200 && r;
+    });
+    const minted = (await s.api('GET', '/api/auth/keys/management/', { token: human.access })).body.filter((k: { uuid: string; label: string }) => k.label.startsWith('Device sign-up'));
+    expect(minted.map((k: { uuid: string }) => k.uuid)).toContain(whoami.body.key.uuid);
+    expect((await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: res.body.refresh } })).status).toBe(200);
+    expect((await poll(d.device_code)).body).toEqual({ error: 'invalid_grant' }); // spent, once
+  }, 30_000);
 
   it('revoking the management key a device sign-up got also signs that device out: its refresh token is refused', async () => {
     const d = await start();

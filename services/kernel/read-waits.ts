@@ -1,12 +1,31 @@
 /**
+ * Waiting for the read models after a write, when the wait may give up (503 `projection_lag`)
+ * though the write was made.
+ */
+import type { Logger } from 'pino';
+import type { ReadModelProgress } from './platform.js';
+
+/**
+ * Waits for the read models; a lag is logged, not thrown: for a write whose answer cannot be
+ * given again (a secret or tokens shown once, a code spent) or that was acknowledged already.
+ */
+export async function settleOrWarn(progress: ReadModelProgress, logger: Logger, position: string | null | undefined, what: string): Promise<void> {
+  if (!position) return;
+  try {
+    await progress.waitFor(position);
+  } catch (err) {
+    if ((err as { code?: string }).code !== 'projection_lag') throw err;
+    logger.warn({ position, what }, 'read models lag behind a write that is answered all the same');
+  }
+}
+
+/**
  * Limits counted from a read model (an account's keys, its identities) miss a write whose
  * wait for the read models gave up (503 `projection_lag`): it was appended all the same. Per
  * key (an account), the last such write's position is kept, and the next counted write of
  * that key waits for it first (answering 503 itself while the read models are still behind),
  * so a count never leaves out a write this process made. Callers take turns per key.
  */
-import type { ReadModelProgress } from './platform.js';
-
 export function unseenWrites(progress: ReadModelProgress) {
   const unseen = new Map<string, string>();
   return {
