@@ -57,16 +57,14 @@ export function billingRoutes(deps: { billing: Billing; accounts: Accounts; auth
         const b = v.change(await body(ctx));
         // Without a status the account keeps its own: a plan change must not reactivate a
         // canceled customer (a new account is active, so a plain {plan} gives active there).
-        const status = b.status ?? (await billing.view(pk)).status;
-        ctx.body = await billing.change(pk, { plan: b.plan, status }, 'admin');
+        ctx.body = await billing.change(pk, { plan: b.plan, status: b.status }, 'admin');
       };
       r.put('/api/admin/users/:pk/subscription/', put);
       r.patch('/api/admin/users/:pk/subscription/', async (ctx) => {
         await admin(ctx);
         const pk = await targetUser(ctx);
-        const current = await billing.view(pk);
         const b = v.patch(await body(ctx));
-        ctx.body = await billing.change(pk, { plan: b.plan ?? current.plan, status: b.status ?? current.status }, 'admin');
+        ctx.body = await billing.change(pk, { plan: b.plan, status: b.status }, 'admin');
       });
     },
   };

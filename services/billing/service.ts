@@ -30,8 +30,13 @@ export function createBilling(platform: Platform) {
     };
   }
 
-  async function change(pk: number, next: { plan: PlanName; status: SubscriptionStatus }, by: string) {
+  /**
+   * Sets the plan and/or status; what is left out stays as the log has it (not as the read
+   * model does, which may not show a change made just before: it would be undone).
+   */
+  async function change(pk: number, asked: { plan?: PlanName; status?: SubscriptionStatus }, by: string) {
     const { position } = await execute(store, subscriptionStream(pk), subEvolver, (s) => {
+      const next = { plan: asked.plan ?? s.plan, status: asked.status ?? s.status };
       if (s.plan === next.plan && s.status === next.status) return { events: [], result: undefined };
       const data: SubscriptionChangedData = { pk, plan: next.plan, status: next.status, previousPlan: s.plan, previousStatus: s.status, by, at: nowIso() };
       return { events: [event(SubscriptionChanged, data)], result: undefined };

@@ -253,6 +253,22 @@ describe('phone provisioning', () => {
   });
 });
 
+describe('admin changes while the read models are behind', () => {
+  it('a plan change without a status keeps the status the log has (one set just before is not undone)', async () => {
+    const u = await s.signUp();
+    await whileReadModelsFull(s, async () => {
+      expect((await admin(u.user.pk, { plan: 'team', status: 'canceled' })).status).toBe(503); // made, not yet readable
+      expect((await admin(u.user.pk, { plan: 'developer' })).status).toBe(503);
+      expect((await s.api('PATCH', `/api/admin/users/${u.user.pk}/subscription/`, { body: { plan: 'email' }, headers: { authorization: `Bearer ${ADMIN}` } })).status).toBe(503);
+    });
+    const view = await eventually(async () => {
+      const v = (await s.api('GET', '/api/subscription/', { token: u.access })).body;
+      return v.plan === 'email' && v;
+    });
+    expect(view.status).toBe('canceled');
+  }, 40_000);
+});
+
 describe('a release answered 503 while the read models are behind', () => {
   it('gives the number back all the same (a retry finds no phone, so nothing else would)', async () => {
     const u = await s.signUp();
