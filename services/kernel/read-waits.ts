@@ -10,13 +10,15 @@ import type { ReadModelProgress } from './platform.js';
  * given again (a secret or tokens shown once, a code spent) or that was acknowledged already.
  */
 export async function settleOrWarn(progress: ReadModelProgress, logger: Logger, position: string | null | undefined, what: string): Promise<void> {
-  if (!position) return;
-  try {
-    await progress.waitFor(position);
-  } catch (err) {
+  if (position) await progress.waitFor(position).catch(lagLogged(logger, what));
+}
+
+/** A catch handler that logs a read-model lag (ProjectionLagError) and rethrows anything else. */
+export function lagLogged(logger: Logger, what: string): (err: unknown) => void {
+  return (err) => {
     if ((err as { code?: string }).code !== 'projection_lag') throw err;
-    logger.warn({ position, what }, 'read models lag behind a write that is answered all the same');
-  }
+    logger.warn({ what, position: (err as { position?: string }).position }, 'read models lag behind a write that is answered all the same');
+  };
 }
 
 /**

@@ -70,8 +70,8 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
         const target = b.identity_uuid ?? b.identity;
         if (!target) throw badRequest({ identity_uuid: ['This field is required.'] });
         const identityId = await ownIdentity(target, p.userPk, b.identity_uuid ? 'identity_uuid' : 'identity');
-        const { doc, secret } = await keys.mintAsked(p.userPk, { kind: 'identity', label: cleanLabel(b.label), identityId });
-        created(ctx, { uuid: doc.id, label: doc.label, identity_uuid: identityId, key: secret, masked_key: doc.maskedKey, created_dt: doc.createdAt });
+        const k = await keys.mintAsked(p.userPk, { kind: 'identity', label: cleanLabel(b.label), identityId });
+        created(ctx, { uuid: k.keyId, label: k.label, identity_uuid: identityId, key: k.secret, masked_key: k.maskedKey, created_dt: k.createdAt });
       });
 
       r.delete('/api/auth/keys/identity/:uuid/', async (ctx) => {
@@ -90,8 +90,8 @@ export function keyRoutes(deps: KeyRoutesDeps): HttpModule {
       r.post('/api/auth/keys/management/', async (ctx) => {
         const p = await keyAdmin(deps.auth(), ctx);
         const b = v.managementCreate(await body(ctx));
-        const { doc, secret } = await keys.mintAsked(p.userPk, { kind: 'management', label: cleanLabel(b.label) });
-        created(ctx, { uuid: doc.id, label: doc.label, key: secret, masked_key: doc.maskedKey, created_dt: doc.createdAt });
+        const k = await keys.mintAsked(p.userPk, { kind: 'management', label: cleanLabel(b.label) });
+        created(ctx, { uuid: k.keyId, label: k.label, key: k.secret, masked_key: k.maskedKey, created_dt: k.createdAt });
       });
 
       r.delete('/api/auth/keys/management/:uuid/', async (ctx) => {

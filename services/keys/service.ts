@@ -20,7 +20,7 @@ import { event, execute, type Evolver } from '../kernel/command.js';
 import { newId, nowIso, randomBase62 } from '../kernel/ids.js';
 import { ApiError, notFound } from '../gateway/errors.js';
 import { keyedSerial } from '../kernel/serial.js';
-import { unseenWrites } from '../kernel/read-waits.js';
+import { lagLogged, unseenWrites } from '../kernel/read-waits.js';
 import { KEY_PREFIXES, type KeyRecord } from '../gateway/auth.js';
 import { APIKEYS, type ApiKeyDoc } from '../../projections/apikeys/index.js';
 import { IDENTITIES, type IdentityDoc } from '../../projections/identities/index.js';
@@ -77,6 +77,15 @@ const keyEvolver: Evolver<KeyState> = {
   },
 };
 
+/** A key just minted: what its answer shows (the secret only this once). */
+export interface MintedKey {
+  keyId: string;
+  secret: string;
+  label: string;
+  maskedKey: string;
+  createdAt: string;
+}
+
 export function createKeys(platform: Platform) {
   const { events: store, reads, progress, logger } = platform;
   const keys = reads.collection<ApiKeyDoc>(APIKEYS);
@@ -92,7 +101,7 @@ export function createKeys(platform: Platform) {
    * `waitFor` waits for the read models to show it (a caller that must answer the secret
    * whatever happens passes one that does not give up with a throw).
    */
-  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }, waitFor = progress.waitFor.bind(progress)): Promise<{ keyId: string; secret: string }> {
+  async function mint(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }, waitFor = progress.waitFor.bind(progress)): Promise<MintedKey> {
     const keyId = newId();
     const secret = `${input.kind === 'management' ? KEY_PREFIXES.management : KEY_PREFIXES.identity}${randomBase62(KEY_SECRET_LENGTH)}`;
     const data: ApiKeyMintedData = {
@@ -107,7 +116,7 @@ export function createKeys(platform: Platform) {
     };
     const { position } = await store.append(apiKeyStream(keyId), [event(ApiKeyMinted, data)], { expectedRevision: 'no_stream' });
     await waitFor(position);
-    return { keyId, secret };
+    return { keyId, secret, label: data.label, maskedKey: data.maskedKey, createdAt: data.at };
   }
 
   /**
@@ -118,17 +127,18 @@ export function createKeys(platform: Platform) {
    * The device flow's keys are not refused (each took a person's approval), but count.
    */
   const mintTurns = keyedSerial();
-  /** A mint that answered 503 `projection_lag` holds its key all the same: counted before the next. */
+  /** A mint the read models do not show yet is counted before the account's next. */
   const unseenMints = unseenWrites(progress);
-  function mintAsked(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<{ doc: ApiKeyDoc; secret: string }> {
+  function mintAsked(ownerPk: number, input: { kind: KeyKind; label: string; identityId?: string }): Promise<MintedKey> {
     const account = String(ownerPk);
     return mintTurns(account, async () => {
       await unseenMints.awaitSeen(account);
       const held = await keys.count({ ownerPk });
       const limit = platform.config.keyLimit;
       if (held >= limit) throw new ApiError(403, 'key_limit_reached', `This account holds ${held} API keys, its limit (${limit}); revoke one, or ask support to raise the limit.`);
-      const { keyId, secret } = await mint(ownerPk, input, (position) => unseenMints.waitFor(account, position));
-      return { doc: (await keys.get(keyId))!, secret };
+      // Its secret is answered once: a lag of the read models is logged, not a 503 that loses
+      // it (the key works once they show it).
+      return mint(ownerPk, input, (position) => unseenMints.waitFor(account, position).catch(lagLogged(logger, 'key mint')));
     });
   }
 
