@@ -393,9 +393,11 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
       [event(SessionStarted, { userPk: user.pk, identity: opts.identity ?? null, generation: user.sessionGeneration, tokenId, expiresAt: refresh.expiresAt, via: opts.via, kind: opts.kind ?? 'token', ...(opts.keyId ? { keyId: opts.keyId } : {}), at: nowIso() })],
       { expectedRevision: 'no_stream' },
     );
-    // Its tokens are answered once: a lag of the read models is logged, not a 503 that loses
-    // them (a device's code is spent by then; a refresh reads the session from the log).
-    await settleOrWarn(progress, logger, appended.position, 'session start');
+    // Tokens are answered once: a lag of the read models is logged, not a 503 that loses them
+    // (a device's code is spent by then; a refresh reads the session from the log). A browser's
+    // cookie is looked up in the read models at its next page: there a lag is a 503 (sign in again).
+    if (opts.kind === 'cookie') await settle(appended.position);
+    else await settleOrWarn(progress, logger, appended.position, 'session start');
     const access = await tokens.issueAccess({ userPk: user.pk, sessionId, identity: opts.identity });
     return { sessionId, access: access.token, refresh: refresh.token, refreshExpiresAt: refresh.expiresAt };
   }
