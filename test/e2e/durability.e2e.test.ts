@@ -232,12 +232,7 @@ describe('durability', () => {
   }, 90_000);
 
   it('SIGTERM with an SMTP client still connected: 421, and the process exits 0 well inside a 10 s supervisor grace period', async () => {
-    const smtpPort = await new Promise<number>((resolve) => {
-      const probe = net.createServer().listen(0, '127.0.0.1', () => {
-        const p = (probe.address() as net.AddressInfo).port;
-        probe.close(() => resolve(p));
-      });
-    });
+    const smtpPort = await freePort();
     const svc = await spawnService({ DATA_DIR: dataDir, SMTP_PORT: String(smtpPort) });
     const client = net.connect(smtpPort, '127.0.0.1');
     let transcript = '';

@@ -531,8 +531,9 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
     const post = (body: Record<string, unknown>) => limited.api('POST', '/api/identities/', { token: access, body });
     /**
      * Sends `first`; once it holds its first reservation (it is inside its turn then), sends
-     * `second`, which gets 200 ms to be refused by that hold before `first` goes on. Sent
-     * side by side, either could reach the server first (a CI run once had the valid one first).
+     * `second`, which gets 200 ms after reaching the server to be refused by that hold before
+     * `first` goes on. Sent side by side, either could reach the server first (a CI run once
+     * had the valid one first).
      */
     async function whileFirstHolds<T>(first: () => Promise<T>, second: () => Promise<T>): Promise<[T, T]> {
       const events = limited.runtime.events;
@@ -554,7 +555,9 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
       try {
         const answer = first();
         await held;
+        const arrived = new Promise<void>((resolve) => limited.runtime.server.once('request', () => resolve()));
         const other = second();
+        await arrived; // at the server: 200 ms more to reach the turn the first holds
         await new Promise((resolve) => setTimeout(resolve, 200));
         release();
         return [await answer, await other];
