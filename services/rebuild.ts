@@ -4,9 +4,9 @@
  * embedded store has one writer per DATA_DIR; in the cluster deployment, stop the worker:
  * the rebuild takes the projections lease it holds and writes as the worker would).
  */
+import path from 'node:path';
 import { MongoClient } from 'mongodb';
 import { loadConfig, ConfigError } from '../infra/config.js';
-import path from 'node:path';
 import { requireEventLog, setAsideUnreadable } from '../infra/data-dir.js';
 import { startRuntime } from '../infra/runtime.js';
 import { PROJECTIONS_LEASE, mongoDatabaseName, useWorkerRole } from '../infra/cluster.js';
