@@ -282,6 +282,20 @@ describe('a release answered 503 while the read models are behind', () => {
     await eventually(async () => (await s.api('GET', `/api/identities/${caller.uuid}/`, { token: u.access })).body.phone === null);
     expect((await s.api('GET', '/api/subscription/', { token: u.access })).body).toMatchObject({ phones_used: 0, phones_available: 3 });
   }, 30_000);
+
+  it('a deletion answered 503 gives the number and the name back all the same', async () => {
+    const u = await s.signUp();
+    await admin(u.user.pk, { plan: 'developer' });
+    const doomed = (await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'lagging deletion', provision_phone: true } })).body;
+    await whileReadModelsFull(s, async () => {
+      const deleted = await s.api('DELETE', `/api/identities/${doomed.uuid}/`, { token: u.access });
+      expect([deleted.status, deleted.body.code]).toEqual([503, 'projection_lag']);
+    });
+    expect(await holderOf(s.runtime.events, 'phonenumber', doomed.phone)).toBeNull();
+    await eventually(async () => (await s.api('GET', `/api/identities/${doomed.uuid}/`, { token: u.access })).status === 404);
+    expect((await s.api('GET', '/api/subscription/', { token: u.access })).body).toMatchObject({ phones_used: 0, phones_available: 3 });
+    expect((await s.api('POST', '/api/identities/', { token: u.access, body: { name: 'lagging deletion' } })).status).toBe(201);
+  }, 30_000);
 });
 
 describe('admin token guessing', () => {
