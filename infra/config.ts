@@ -274,13 +274,12 @@ export function loadConfig(env: Env, cwd = process.cwd()): Config {
     passwordHashMemoryKiB: int('PASSWORD_HASH_MEMORY_KIB', 19_456, 1024, 4_194_304),
     tls: certFile && keyFile ? { certFile: path.resolve(cwd, certFile), keyFile: path.resolve(cwd, keyFile) } : null,
     dkim,
-    warnings: [],
+    warnings: warningsOf(),
   };
-  config.warnings = warningsOf();
   if (problems.length) throw new ConfigError(problems);
   return config;
 
-  /** Valid settings that do nothing, or less than they seem to (config is built by then). */
+  /** Valid settings that do nothing, or less than they seem to. */
   function warningsOf(): string[] {
     const out: string[] = [];
     const unused = (names: string[], why: string) => {

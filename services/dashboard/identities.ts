@@ -342,7 +342,7 @@ function threadWith(t: { participants?: unknown; from_email?: unknown; from_name
 
 /**
  * Identity names as the API compares them for uniqueness (services/identities/service.ts,
- * nameKeyOf: NFC, lower-cased; the API trims names before it keeps them).
+ * nameKeyOf: NFC, lower-cased; the API trims names before it keeps them), as a person can
+ * type them to confirm: invisible characters (a bidi override, a zero-width space) left out.
  */
-/** A name as typed to confirm: invisible characters (a bidi override, a zero-width space) are no part of what a person can type. */
 const nameKey = (name: string): string => withoutControls(name).trim().normalize('NFC').toLowerCase();

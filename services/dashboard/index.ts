@@ -23,6 +23,7 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ApiError } from '../gateway/errors.js';
 import { html } from '../gateway/html.js';
+import { seeOther } from '../gateway/web-session.js';
 import type { ContextFactory, Shared } from '../../infra/runtime.js';
 import { formPageOf, pageKit } from './plumbing.js';
 import { webSignIn } from './sign-in.js';
@@ -71,8 +72,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
    */
   async function errorPage(ctx: Context, error: ApiError): Promise<boolean> {
     if (error.status === 405) {
-      ctx.status = 303;
-      ctx.redirect(formPageOf(ctx.path));
+      seeOther(ctx, formPageOf(ctx.path));
       return true;
     }
     const s = await kit.session(ctx).catch(() => null);

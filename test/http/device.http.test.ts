@@ -31,14 +31,20 @@ beforeAll(async () => {
 });
 afterAll(async () => s?.close());
 
-const start = async (body?: unknown) => {
-  const res = await s.api('POST', '/api/auth/device/', body === undefined ? {} : { body });
-  expect(res.status).toBe(200);
-  return res.body as { device_code: string; user_code: string; verification_uri: string; verification_uri_complete: string; expires_in: number; interval: number };
-};
-const poll = (device_code: string, extra: Record<string, unknown> = {}) => s.api('POST', '/api/auth/device/token/', { body: { device_code, ...extra } });
-const approve = (user_code: string, token = human.access) => s.api('POST', '/api/auth/device/approve/', { token, body: { user_code } });
-const deny = (user_code: string, token = human.access) => s.api('POST', '/api/auth/device/deny/', { token, body: { user_code } });
+/** The device flow's calls on `server` (read when called), decided by `person` unless another token is given. */
+function deviceCalls(server: () => TestServer, person: () => { access: string }) {
+  return {
+    async start(body?: unknown) {
+      const res = await server().api('POST', '/api/auth/device/', body === undefined ? {} : { body });
+      expect(res.status).toBe(200);
+      return res.body as { device_code: string; user_code: string; verification_uri: string; verification_uri_complete: string; expires_in: number; interval: number };
+    },
+    poll: (device_code: string, extra: Record<string, unknown> = {}) => server().api('POST', '/api/auth/device/token/', { body: { device_code, ...extra } }),
+    approve: (user_code: string, token = person().access) => server().api('POST', '/api/auth/device/approve/', { token, body: { user_code } }),
+    deny: (user_code: string, token = person().access) => server().api('POST', '/api/auth/device/deny/', { token, body: { user_code } }),
+  };
+}
+const { start, poll, approve, deny } = deviceCalls(() => s, () => human);
 const streamOf = async (deviceCode: string) => {
   const all = await s.runtime.events.readAll({ filter: { streamPrefixes: ['deviceauth-'] } });
   const { createHash } = await import('node:crypto');
@@ -272,16 +278,14 @@ describe('long polls (here DEVICE_WAIT_MAX is 30 s: an answer before it came fro
     person = await patient.signUp();
   });
   afterAll(async () => patient?.close());
-  const begin = async () => (await patient.api('POST', '/api/auth/device/', {})).body as { device_code: string; user_code: string };
-  const longPoll = (device_code: string, extra: Record<string, unknown> = {}) => patient.api('POST', '/api/auth/device/token/', { body: { device_code, ...extra } });
-  const decide = (how: 'approve' | 'deny', user_code: string) => patient.api('POST', `/api/auth/device/${how}/`, { token: person.access, body: { user_code } });
+  const { start: begin, poll: longPoll, approve: approveHere, deny: denyHere } = deviceCalls(() => patient, () => person);
 
   it('a long poll (wait: true) is released by a parallel approval at once', async () => {
     const d = await begin();
     const t0 = Date.now();
     const waiting = longPoll(d.device_code, { wait: true });
     await eventually(() => parked(patient) === 1);
-    expect((await decide('approve', d.user_code)).status).toBe(200);
+    expect((await approveHere(d.user_code)).status).toBe(200);
     const res = await waiting;
     expect(res.status).toBe(200);
     expect(res.body.management_key).toMatch(/^svc_mgmt_/);
@@ -292,7 +296,7 @@ describe('long polls (here DEVICE_WAIT_MAX is 30 s: an answer before it came fro
     const codes = await Promise.all(Array.from({ length: 20 }, () => begin()));
     const polls = codes.map((d) => longPoll(d.device_code, { wait: true }));
     await eventually(() => parked(patient) === 20);
-    await Promise.all(codes.map((d) => decide('deny', d.user_code)));
+    await Promise.all(codes.map((d) => denyHere(d.user_code)));
     const answers = await Promise.all(polls);
     expect(answers.map((a) => a.body.error)).toEqual(codes.map(() => 'access_denied'));
     expect(parked(patient)).toBe(0);
@@ -307,7 +311,7 @@ describe('long polls (here DEVICE_WAIT_MAX is 30 s: an answer before it came fro
     expect(Date.now() - t0).toBeLessThan(10_000); // not held for DEVICE_WAIT_MAX (30 s)
     expect(extra.map((a) => a.body.error).sort()).toEqual(['authorization_pending', 'slow_down', 'slow_down', 'slow_down', 'slow_down']);
     expect(parked(patient)).toBe(2);
-    await decide('deny', d.user_code);
+    await denyHere(d.user_code);
     expect((await Promise.all(waiting)).map((a) => a.body.error)).toEqual(['access_denied', 'access_denied']);
   });
 
