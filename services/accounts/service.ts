@@ -40,11 +40,11 @@ import {
   type UserRegisteredData,
 } from './events.js';
 import { failureBudgets } from '../kernel/failure-budgets.js';
-import { USERS, externalKeyOf, userDocId, type UserDoc } from '../../projections/users/index.js';
+import { USERS, externalKeyOf, userDocId, usersProjection, type UserDoc } from '../../projections/users/index.js';
 import { SESSIONS, type SessionDoc } from '../../projections/sessions/index.js';
 import { throttleAddress } from '../kernel/client-address.js';
 import { rememberedCredentials } from './remembered-credentials.js';
-import { settleOrWarn } from '../kernel/read-waits.js';
+import { projectedDoc, settleOrWarn } from '../kernel/read-waits.js';
 
 const USERNAME_IS_AN_EMAIL = "This username is another account's e-mail address.";
 /** Why a sign-up is refused for a value another account has (the same from the early look and the reservations). */
@@ -328,8 +328,9 @@ export function createAccounts(platform: Platform, tokens: TokenService, hmacKey
         throw tookTooLong('The sign-up');
       }
       const appended = await store.append(userStream(pk), [event(UserRegistered, data)], { expectedRevision: 'no_stream' });
-      await settle(appended.position);
-      return (await users.get(userDocId(pk)))!;
+      // Answered despite a lag (a 503 would lose the tokens; its retry would find the name taken).
+      await settleOrWarn(progress, logger, appended.position, 'sign-up');
+      return (await users.get(userDocId(pk))) ?? projectedDoc<UserDoc>(usersProjection, appended.events[0]!, USERS);
     });
   }
 

@@ -3,6 +3,9 @@
  * though the write was made.
  */
 import type { Logger } from 'pino';
+import type { RecordedEvent } from '../../infra/ports/event-store.js';
+import type { Doc } from '../../infra/ports/read-store.js';
+import type { Projection } from '../../projections/projection.js';
 import type { ReadModelProgress } from './platform.js';
 
 /**
@@ -11,6 +14,16 @@ import type { ReadModelProgress } from './platform.js';
  */
 export async function settleOrWarn(progress: ReadModelProgress, logger: Logger, position: string | null | undefined, what: string): Promise<void> {
   if (position) await progress.waitFor(position).catch(lagLogged(logger, what));
+}
+
+/**
+ * The document `projection` makes of `recorded` (the event that creates it, as its append
+ * answered it): a write answered before the read models show it answers what they will.
+ */
+export function projectedDoc<D extends Doc>(projection: Projection, recorded: RecordedEvent, collection: string): D {
+  const doc = projection.apply(recorded).find((update) => update.collection === collection)?.evolve(null);
+  if (!doc) throw new Error(`${projection.name} makes no ${collection} document of a ${recorded.type}`);
+  return doc as D;
 }
 
 /** A catch handler that logs a read-model lag (ProjectionLagError) and rethrows anything else. */

@@ -247,6 +247,18 @@ describe('login (POST /api/auth/login/)', () => {
     expect((await signUp(u.user.username)).status).toBe(201);
   }, 30_000);
 
+  it('a sign-up while the read models are behind is answered all the same: its tokens work once they catch up', async () => {
+    const name = uniq();
+    const res = await whileReadModelsFull(s, () =>
+      s.api('POST', '/api/auth/social/', { body: { username: name, email: `${name}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } }),
+    );
+    // A 503 here lost the tokens, and the retry it invites said the username exists.
+    expect([res.status, res.body.user]).toEqual([201, { pk: expect.any(Number), username: name, email: `${name}@example.com`, first_name: '', last_name: '' }]);
+    await eventually(async () => (await s.api('GET', '/api/auth/user/', { token: res.body.access })).body.username === name);
+    const refreshed = await s.api('POST', '/api/auth/token/refresh/', { body: { refresh: res.body.refresh } });
+    expect(refreshed.status).toBe(200);
+  }, 30_000);
+
   it('renames racing each other and sign-ups never leave two accounts with one username', async () => {
     const signUp = (username: string) => s.api('POST', '/api/auth/social/', { body: { username, email: `${uniq()}@example.com`, password1: 'pw-123456', password2: 'pw-123456' } });
     for (let trial = 0; trial < 6; trial++) {
