@@ -1,7 +1,8 @@
 /**
  * Configuration: environment variables only (12-factor), validated once at start.
  * Every problem is collected, so one start names every bad variable (DECISIONS "Running it").
- * Only services/main.ts passes `process.env` here; everything else receives the typed object.
+ * Only the entry points (services/main.ts, worker.ts, rebuild.ts, backup.ts) pass `process.env`
+ * here; everything else receives the typed object.
  */
 import path from 'node:path';
 import { readFileSync, statSync } from 'node:fs';

@@ -89,7 +89,7 @@ function staleLock(content: string, mtimeMs: number): boolean {
  * the holder's pid), so ais processes sharing one config refresh their tokens one at a
  * time: refresh tokens rotate, and a second process sending the spent one would revoke the
  * session (RFC 9700). A lock whose process is gone (kill -9) is taken over at once; a live
- * holder is waited for, never pre-empted.
+ * holder is waited for, unless it has held the lock for STALE_LOCK_MS (taken for hung).
  */
 export async function withConfigLock<T>(env: NodeJS.ProcessEnv, work: () => Promise<T>): Promise<T> {
   const dir = configDir(env);
