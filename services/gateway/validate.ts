@@ -196,11 +196,14 @@ export function validator<T>(ref: string, options: { allowNul?: boolean } = {}):
   const forJson = compile(asTyped, `typed ${fullRef}`);
   const forText = compile(coercing, fullRef);
   const lists = listLimitsOf(forJson.schema);
+  const numbers = numberTextsOf(forJson.schema, fullRef);
   return (data: unknown) => {
     refuseLongLists(data, lists);
-    const fn = typeof data === 'object' && data !== null && jsonBodies.has(data) ? forJson : forText;
+    const json = typeof data === 'object' && data !== null && jsonBodies.has(data);
+    const fn = json ? forJson : forText;
     // Validate a copy: coercion and defaults must not mutate the caller's object.
     const copy = data && typeof data === 'object' ? structuredClone(data) : data;
+    if (!json) refuseLooseNumbers(copy, numbers);
     if (!fn(copy)) throw badRequest(toFieldErrors(fn.errors ?? []));
     if (!options.allowNul) {
       const nul = fieldsWithNul(copy);
@@ -234,6 +237,39 @@ function refuseLongLists(data: unknown, limits: Map<string, number>): void {
   for (const [field, max] of limits) {
     const value = (data as Record<string, unknown>)[field];
     if (Array.isArray(value) && value.length > max) throw badRequest({ [field]: [`Ensure this field has no more than ${max} elements.`] });
+  }
+}
+
+/** Text of an integer as Django REST framework's IntegerField reads it: decimal digits, a sign, a `.0`, spaces around. */
+const INTEGER_TEXT = /^\s*[+-]?\d+(\.0*)?\s*$/;
+/** Text of a number as its FloatField reads it: decimal, with an exponent. */
+const NUMBER_TEXT = /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/;
+
+/** The fields of an object schema that take a number, with the text each reads one from. */
+function numberTextsOf(schema: unknown, base: string): Map<string, RegExp> {
+  const texts = new Map<string, RegExp>();
+  const properties = (schema as { properties?: Record<string, { type?: unknown; $ref?: unknown }> }).properties ?? {};
+  for (const [field, declared] of Object.entries(properties)) {
+    const property = typeof declared.$ref === 'string' ? ((asTyped.getSchema(new URL(declared.$ref, base).href)?.schema ?? {}) as { type?: unknown }) : declared;
+    const types = Array.isArray(property.type) ? property.type : [property.type];
+    if (types.includes('number')) texts.set(field, NUMBER_TEXT);
+    else if (types.includes('integer')) texts.set(field, INTEGER_TEXT);
+  }
+  return texts;
+}
+
+/**
+ * A form field or query parameter is text, and ajv's coercion reads it as JavaScript does
+ * (`Number(text)`): `0x10`, `1e1` and blanks became numbers, `Infinity` got past `maximum`
+ * and was stored as null. Text that is no decimal number, or none a double holds, is made
+ * NaN here, which the schema then refuses with the field's usual message.
+ */
+function refuseLooseNumbers(data: unknown, texts: Map<string, RegExp>): void {
+  if (data === null || typeof data !== 'object' || texts.size === 0) return;
+  const fields = data as Record<string, unknown>;
+  for (const [field, text] of texts) {
+    const value = fields[field];
+    if (typeof value === 'string' && value !== '' && !(text.test(value) && Number.isFinite(Number(value)))) fields[field] = Number.NaN;
   }
 }
 

@@ -275,6 +275,20 @@ it('form bodies: percent-escapes that are not UTF-8 are a 400 (never stored as U
   expect([twice.status, await twice.json()]).toEqual([400, { name: ['Not a valid string.'] }]);
 });
 
+it('form bodies: a number field takes decimal digits (as DRF\'s IntegerField), not every text JavaScript reads as a number', async () => {
+  const own = (await s.api('POST', '/api/identities/', { token, body: { name: 'Numbers' } })).body.uuid; // the other tests delete theirs
+  const presign = (size: string) => s.api('POST', '/api/email-attachments/presign/', { token, identity: own, form: { filename: 'a.txt', content_type: 'text/plain', size } });
+  // Infinity was accepted and stored as null: an attachment nobody could upload.
+  for (const bad of ['Infinity', '-Infinity', '1e400', '1e1', '0x10', '0b101', '0o7', '  ', 'NaN', '1_000']) {
+    const res = await presign(bad);
+    expect([bad, res.status, res.body]).toEqual([bad, 400, { size: ['A valid integer is required.'] }]);
+  }
+  for (const [text, size] of [['12', 12], [' 12 ', 12], ['+12', 12], ['012', 12], ['12.0', 12]] as const) {
+    const res = await presign(text);
+    expect([text, res.status, res.body.size]).toEqual([text, 201, size]);
+  }
+});
+
 it('multipart bodies: a field that is not valid UTF-8 is a 400 too; valid UTF-8 reads as sent', async () => {
   const post = (value: Buffer) => {
     const body = Buffer.concat([Buffer.from('--B\r\nContent-Disposition: form-data; name="name"\r\n\r\n'), value, Buffer.from('\r\n--B--\r\n')]);
