@@ -212,6 +212,7 @@ ${fieldErrors(errs('identity'), 'identity')}
     const f = await form(ctx, s, `/keys/${kind}/${id}/revoke`);
     if (!f) return;
     const a = await api(ctx, s, 'DELETE', `/api/auth/keys/${kind}/${id}/`);
+    if (a.status === 404) return keyMissing(ctx, s); // as its confirmation page says (revoked meanwhile, or none of this account's)
     if (a.status !== 204) return keysPage(ctx, s, [], { kind: 'error', text: errorText(a) }, 400);
     seeOther(ctx, '/keys?revoked=1');
   });

@@ -48,7 +48,7 @@ export function mailRoutes(r: Router, kit: PageKit): void {
 
   /** `id`: the identity's uuid; null when the path's is none (answered as an unknown identity). */
   async function threadPage(ctx: Context, s: DashboardSession, id: string | null, thread: string) {
-    const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id });
+    const t = await api(ctx, s, 'GET', `/api/email-inbox/${encodeURIComponent(thread)}/`, { identity: id, opens: true });
     if (!id || t.status !== 200) return send(ctx, 'Email thread', html`<p><a href="${id ? `/identities/${id}` : '/'}">Back</a></p>`, s, { kind: 'error', text: errorText(t) }, t.status === 404 ? 404 : 400);
     const all: any[] = Array.isArray(t.body.messages) ? t.body.messages : [];
     const messages = all.slice(-THREAD_PAGE_MESSAGES); // the newest: a page of thousands of mails helps nobody
@@ -77,7 +77,7 @@ ${Array.isArray(m.attachments) && m.attachments.length ? html`<p>Attachments: ${
     const s = await requireSession(ctx);
     if (!s) return;
     const id = uuidParam(ctx);
-    const m = await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id });
+    const m = await api(ctx, s, 'GET', `/api/email-messages/${encodeURIComponent(String(ctx.params.message))}/`, { identity: id, opens: true });
     ctx.set('Cache-Control', 'no-store');
     if (m.status !== 200) {
       ctx.status = m.status === 404 ? 404 : 400;

@@ -7,7 +7,7 @@
 import type { Context } from 'koa';
 import type { Shared } from '../../infra/runtime.js';
 import { ApiError, OTHER_ACCOUNTS_IDENTITY } from '../gateway/errors.js';
-import { body as readForm } from '../gateway/http.js';
+import { formBody } from '../gateway/http.js';
 import { isUuid } from '../kernel/ids.js';
 import { html, type Safe } from '../gateway/html.js';
 import { layout, PAGE_CSP } from './html.js';
@@ -54,6 +54,15 @@ export function errorText(answer: ApiAnswer): string {
 
 /** What the API answers about an identity that does not exist (services/identities, gateway/auth.ts). */
 export const NO_IDENTITY: ApiAnswer = { status: 404, body: { detail: 'Identity not found.' }, next: null };
+/** What the API answers at an address with nothing. */
+const NOTHING_THERE: ApiAnswer = { status: 404, body: { detail: 'Not found.' }, next: null };
+
+/**
+ * A `.` or `..` segment (escaped or not: encodeURIComponent keeps dots, and URL parsers read
+ * `%2E` as one) is resolved away before the request leaves: `/api/email-inbox/./` is the
+ * list. A page's id is never one, so such a call finds nothing.
+ */
+const dotSegment = (path: string) => path.split('?')[0]!.split('/').some((segment) => /^(\.|%2e){1,2}$/i.test(segment));
 
 /**
  * Calls the gateway's own API over loopback with the session cookie as the credential.
@@ -62,8 +71,12 @@ export const NO_IDENTITY: ApiAnswer = { status: 404, body: { detail: 'Identity n
  * so is `identity: null`, a page's path naming no identity at all (see uuidParam): the pages do
  * not tell "someone else's", "not an id" and "no such identity" apart.
  */
-export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string | null } = {}): Promise<ApiAnswer> {
+export async function api(ctx: Context, s: DashboardSession, method: string, path: string, opts: { body?: unknown; identity?: string | null; opens?: boolean } = {}): Promise<ApiAnswer> {
   if (opts.identity === null) return NO_IDENTITY;
+  if (dotSegment(path)) return NOTHING_THERE;
+  // `opens`: the GET marks what it reads (opening marks read). The page's HEAD asks with a HEAD,
+  // which marks nothing (RFC 9110 §9.2.1: a safe method), and gets the same status.
+  if (opts.opens && method === 'GET' && ctx.method === 'HEAD') method = 'HEAD';
   const sock = ctx.req.socket;
   let host = (sock.localAddress ?? '127.0.0.1').replace(/^::ffff:/, '');
   if (host.includes(':')) host = `[${host}]`;
@@ -74,7 +87,7 @@ export async function api(ctx: Context, s: DashboardSession, method: string, pat
   const text = await res.text();
   let parsed: unknown = null;
   try {
-    parsed = text ? JSON.parse(text) : null;
+    parsed = text ? JSON.parse(text) : method === 'HEAD' ? {} : null;
   } catch {
     parsed = text;
   }
@@ -217,15 +230,14 @@ export function pageKit(shared: Shared, web: WebSignIn) {
   }
 
   /**
-   * Parsed form + CSRF check; null when refused (403 error page already sent, its "Go back"
-   * leading to `page`, see backTo).
+   * Parsed form + CSRF check; null when refused (an error page already sent: why the body
+   * could not be read, or 403; its "Go back" leading to `page`, see backTo).
    */
   async function form(ctx: Context, s: DashboardSession | null, page?: FormPage): Promise<Record<string, string> | null> {
-    let raw: Record<string, unknown>;
-    try {
-      raw = await readForm(ctx);
-    } catch {
-      raw = {};
+    const raw = await formBody(ctx);
+    if (raw instanceof ApiError) {
+      send(ctx, 'Request refused', html`<p><a href="${backTo(ctx, {}, page)}">Go back</a> and try again.</p>`, s, { kind: 'error', text: raw.detail }, raw.status);
+      return null;
     }
     const fields = Object.fromEntries(Object.entries(raw).map(([k, x]) => [k, typeof x === 'string' ? x : ''])) as Record<string, string>;
     if (!csrf.check(ctx, s, raw.csrf)) {

@@ -17,7 +17,7 @@ import type { Shared } from '../../infra/runtime.js';
 import type { UserDoc } from '../../projections/users/index.js';
 import { USERS, externalKeyOf } from '../../projections/users/index.js';
 import { ApiError } from '../gateway/errors.js';
-import { body as readBody } from '../gateway/http.js';
+import { formBody } from '../gateway/http.js';
 import {
   cookieOptionsFor,
   clearCookie,
@@ -130,12 +130,12 @@ ${oidc
     ctx.body = layout(code ? 'Sign in to approve a device' : 'Sign in', body, null, o.flash ?? null, { script: false, path: ctx.path });
   }
 
-  async function form(ctx: Context): Promise<Record<string, string>> {
-    let raw: Record<string, unknown>;
-    try {
-      raw = await readBody(ctx);
-    } catch {
-      raw = {};
+  /** The sign-in form's fields; null once the page said why its body could not be read. */
+  async function form(ctx: Context, next: string | null): Promise<Record<string, string> | null> {
+    const raw = await formBody(ctx);
+    if (raw instanceof ApiError) {
+      await renderSignIn(ctx, { next, flash: { kind: 'error', text: raw.detail }, status: raw.status });
+      return null;
     }
     return Object.fromEntries(Object.entries(raw).map(([k, x]) => [k, typeof x === 'string' ? x : ''])) as Record<string, string>;
   }
@@ -147,7 +147,8 @@ ${oidc
    * `fallbackNext` is the return path when the form names none.
    */
   async function passwordLogin(ctx: Context, fallbackNext: string | null = null): Promise<void> {
-    const f = await form(ctx);
+    const f = await form(ctx, fallbackNext);
+    if (!f) return;
     const next = safeReturnPath(f.next) ?? fallbackNext;
     const login = (f.login ?? '').trim();
     if (!csrf.check(ctx, null, f.csrf)) return renderSignIn(ctx, { next, login, flash: expired, status: 403 });
@@ -170,7 +171,8 @@ ${oidc
   /** POST /login/oidc (and the /device/oidc/start alias): off to the provider. */
   async function oidcStart(ctx: Context, fallbackNext: string | null = null): Promise<void> {
     if (!oidc) throw new ApiError(404, 'not_found', 'Not found.');
-    const f = await form(ctx);
+    const f = await form(ctx, fallbackNext);
+    if (!f) return;
     const next = safeReturnPath(f.next) ?? fallbackNext;
     if (!csrf.check(ctx, await session(ctx), f.csrf)) return renderSignIn(ctx, { next, flash: expired, status: 403 });
     let started: Awaited<ReturnType<typeof oidc.begin>>;

@@ -14,7 +14,7 @@ export function smsRoutes(r: Router, kit: PageKit): void {
   /** `id`: the identity's uuid; null when the path's is none (answered as an unknown identity). */
   async function smsPage(ctx: Context, s: DashboardSession, id: string | null, conv: string) {
     // GET /api/sms-inbox/{conversation_id}/ (services/sms): the conversation with its messages, oldest first.
-    const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id });
+    const c = await api(ctx, s, 'GET', `/api/sms-inbox/${encodeURIComponent(conv)}/`, { identity: id, opens: true });
     if (!id || c.status !== 200) return send(ctx, 'SMS conversation', html`<p><a href="${id ? `/identities/${id}` : '/'}">Back</a></p>`, s, { kind: 'error', text: errorText(c) }, c.status === 404 ? 404 : 400);
     const messages: any[] = Array.isArray(c.body.messages) ? c.body.messages : [];
     send(

@@ -20,7 +20,7 @@ import type { Context } from 'koa';
 import { readFileSync } from 'node:fs';
 import type { Accounts } from '../accounts/service.js';
 import { ApiError } from '../gateway/errors.js';
-import { body } from '../gateway/http.js';
+import { formBody } from '../gateway/http.js';
 import type { UserDoc } from '../../projections/users/index.js';
 import { strictCsp, type WebSignIn } from '../dashboard/sign-in.js';
 import type { Safe } from '../gateway/html.js';
@@ -124,7 +124,8 @@ export function devicePage(deps: DevicePageDeps) {
 
   /** POST /device/lookup: the confirmation of a code another site's link (or an old browser) brought. */
   async function confirmed(ctx: Context): Promise<void> {
-    const b = await body(ctx);
+    const b = await formBody(ctx);
+    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
     const raw = str(b.user_code);
     ctx.query = { user_code: raw };
     const who = await signedIn(ctx);
@@ -175,7 +176,8 @@ export function devicePage(deps: DevicePageDeps) {
   }
 
   async function logout(ctx: Context): Promise<void> {
-    const b = await body(ctx);
+    const b = await formBody(ctx);
+    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
     const who = await signedIn(ctx);
     const back = returnPathOf(b.user_code);
     if (who) {
@@ -189,7 +191,8 @@ export function devicePage(deps: DevicePageDeps) {
   }
 
   async function decide(ctx: Context, action: 'approve' | 'deny'): Promise<void> {
-    const b = await body(ctx);
+    const b = await formBody(ctx);
+    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
     const raw = str(b.user_code);
     ctx.query = { user_code: raw };
     const who = await signedIn(ctx);
@@ -237,7 +240,8 @@ export function devicePage(deps: DevicePageDeps) {
 
   /** The sign-in's routes under /device read the return path from the form's user_code. */
   async function withReturnPath(ctx: Context, then: (fallbackNext: string) => Promise<void>): Promise<void> {
-    const b = await body(ctx); // memoized per request: the sign-in reads the same form
+    const b = await formBody(ctx); // memoized per request: the sign-in reads the same form
+    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
     await then(returnPathOf(b.user_code));
   }
 

@@ -1,8 +1,8 @@
 /** Small response helpers shared by every context's routes. */
 import type { Context } from 'koa';
 import type { Page } from '../../infra/ports/read-store.js';
-import { readBody } from './body.js';
-import { badRequest } from './errors.js';
+import { drainRefusedBody, readBody } from './body.js';
+import { ApiError, badRequest } from './errors.js';
 import { FALSE_TEXTS, TRUE_TEXTS } from './validate.js';
 import { isTemporaryFault } from '../kernel/faults.js';
 
@@ -13,6 +13,23 @@ export const MAX_PAGE_SIZE = 200;
 export async function body(ctx: Context): Promise<Record<string, unknown>> {
   if (ctx.state.body === undefined) ctx.state.body = await readBody(ctx);
   return ctx.state.body as Record<string, unknown>;
+}
+
+/**
+ * The body of a page's form, or why it cannot be read (not UTF-8, too large, a type no form
+ * has: the API's 4xx, with its headers set), for the page to say in its own look rather than
+ * as the API's JSON. A refusal that closes the connection first reads the body's bounded rest,
+ * as the gateway does for the API, so the browser gets the page rather than a reset.
+ */
+export async function formBody(ctx: Context): Promise<Record<string, unknown> | ApiError> {
+  try {
+    return await body(ctx);
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status >= 500) throw err;
+    for (const [name, value] of Object.entries(err.headers ?? {})) ctx.set(name, value);
+    if (err.headers?.Connection === 'close') await drainRefusedBody(ctx.req);
+    return err;
+  }
 }
 
 /** 201 with the new resource; `location` (its path) goes out as Location (RFC 9110 §10.2.2). */

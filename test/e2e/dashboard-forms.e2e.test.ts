@@ -9,6 +9,7 @@
  * ends without a bare "?".
  */
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
@@ -362,5 +363,70 @@ describe('dashboard forms and page answers', () => {
     expect(await page.textContent('.flash.ok')).toContain('Phone number released.');
     expect((await s.api('GET', `/api/identities/${ident.uuid}/`, { token: me.access })).body.phone).toBeNull();
     expect(await page.getByRole('button', { name: 'Get a phone number' }).count()).toBe(1);
+  });
+
+  /** This browser's cookies, for requests sent without it. */
+  const cookieHeader = async () => (await context.cookies()).map((c) => `${c.name}=${c.value}`).join('; ');
+
+  it('a HEAD of a thread or message page marks nothing read (a HEAD to the API does not either); opening it does', async () => {
+    const reader = await s.createIdentity(me.access, 'Head reader');
+    const other = await s.signUp();
+    const peer = await s.createIdentity(other.access, 'Head sender');
+    await s.compose(other.access, peer.uuid, { to: reader.inbox, subject: 'Unread until opened', body: 'Still unread?' });
+    const threads = () => s.api('GET', '/api/email-inbox/', { token: me.access, identity: reader.uuid });
+    let thread: any;
+    for (let i = 0; i < 50 && !thread; i++) {
+      thread = (await threads()).body[0];
+      if (!thread) await new Promise((r) => setTimeout(r, 100));
+    }
+    const message = (await s.api('GET', '/api/email-messages/', { token: me.access, identity: reader.uuid })).body[0];
+    const head = async (path: string) => (await fetch(`${s.url}${path}`, { method: 'HEAD', headers: { cookie: await cookieHeader(), accept: 'text/html' } })).status;
+    expect(await head(`/identities/${reader.uuid}/mail/${thread.thread_id}`)).toBe(200);
+    expect(await head(`/identities/${reader.uuid}/mail-body/${message.uuid}`)).toBe(200);
+    expect(await head(`/identities/${reader.uuid}/mail/${randomUUID()}`)).toBe(404);
+    expect((await threads()).body[0].unread_count).toBe(1); // the HEADs read it before: 0
+    await page.goto(`${s.url}/identities/${reader.uuid}/mail/${thread.thread_id}`);
+    expect((await threads()).body[0].unread_count).toBe(0);
+  });
+
+  it('a "." or ".." where a page takes an id names nothing: the not-found page, not the list the API has there', async () => {
+    const reader = await s.createIdentity(me.access, 'Dot reader');
+    const cookie = await cookieHeader();
+    // Sent as written (a browser or fetch would resolve the dots before sending).
+    const raw = (path: string) =>
+      new Promise<number>((resolve, reject) => {
+        const u = new URL(s.url);
+        http.get({ host: u.hostname, port: u.port, path, headers: { cookie, accept: 'text/html' } }, (res) => resolve(res.resume().statusCode!)).on('error', reject);
+      });
+    for (const path of [`/identities/${reader.uuid}/mail/.`, `/identities/${reader.uuid}/mail/%2E`, `/identities/${reader.uuid}/mail/..`, `/identities/${reader.uuid}/mail-body/.`, `/identities/${reader.uuid}/sms/.`, `/identities/${reader.uuid}/sms/%2e%2E`]) {
+      expect([path, await raw(path)]).toEqual([path, 404]); // 200, an empty "(no subject)" thread, before
+    }
+  });
+
+  it('revoking a key that is not this account\'s (or revoked already) answers the not-found page its confirmation shows', async () => {
+    await page.goto(`${s.url}/keys`);
+    const csrf = await page.locator('input[name=csrf]').first().getAttribute('value');
+    const other = await s.signUp();
+    const theirs = await s.api('POST', '/api/auth/keys/management/', { token: other.access, body: { label: 'not yours' } });
+    for (const id of [theirs.body.uuid, randomUUID()]) {
+      const res = await fetch(`${s.url}/keys/management/${id}/revoke`, { method: 'POST', headers: { cookie: await cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' }, body: `csrf=${csrf}` });
+      expect([res.status, res.headers.get('content-type')]).toEqual([404, 'text/html; charset=utf-8']); // 400 before, the confirmation 404
+      expect(await res.text()).toContain('This key does not exist or was already revoked.');
+    }
+    expect((await s.api('GET', '/api/auth/keys/management/', { token: other.access })).body.map((k: any) => k.uuid)).toContain(theirs.body.uuid);
+  });
+
+  it('a form body that cannot be read is answered with why, as a page (dashboard, sign-in and /device forms alike), never the API\'s JSON', async () => {
+    const post = async (path: string, type: string, body: string | Buffer) => {
+      const res = await fetch(`${s.url}${path}`, { method: 'POST', headers: { cookie: await cookieHeader(), 'content-type': type }, body });
+      return { path, status: res.status, type: res.headers.get('content-type'), text: await res.text() };
+    };
+    for (const path of ['/identities', '/login', '/device/approve', '/device/deny', '/device/lookup', '/device/login', '/device/logout']) {
+      const notUtf8 = await post(path, 'application/x-www-form-urlencoded', 'csrf=x&name=%FF&user_code=%FF');
+      expect([notUtf8.path, notUtf8.status, notUtf8.type]).toEqual([path, 400, 'text/html; charset=utf-8']); // /device: JSON before; the others a 403 "form expired"
+      expect(notUtf8.text).toContain('The form body is not valid UTF-8');
+      const xml = await post(path, 'application/xml', '<name>x</name>');
+      expect([xml.path, xml.status, xml.type]).toEqual([path, 415, 'text/html; charset=utf-8']);
+    }
   });
 });
