@@ -22,7 +22,6 @@ import { readFileSync } from 'node:fs';
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ApiError } from '../gateway/errors.js';
-import { html } from '../gateway/html.js';
 import { seeOther } from '../gateway/web-session.js';
 import type { ContextFactory, Shared } from '../../infra/runtime.js';
 import { formPageOf, pageKit } from './plumbing.js';
@@ -75,8 +74,7 @@ export const dashboardContext: ContextFactory = (shared: Shared) => {
       seeOther(ctx, formPageOf(ctx.path));
       return true;
     }
-    const s = await kit.session(ctx).catch(() => null);
-    kit.send(ctx, 'Page not found', html`<p>There is no page at this address.</p><p><a href="/">Go to the dashboard</a></p>`, s, null, 404);
+    kit.pageNotFound(ctx, await kit.session(ctx).catch(() => null));
     return true;
   }
 

@@ -157,7 +157,7 @@ ${fieldErrors(errs('identity'), 'identity')}
     const s = await requireSession(ctx);
     if (!s) return;
     const kind = String(ctx.params.kind);
-    if (kind !== 'management' && kind !== 'identity') return void (ctx.status = 404);
+    if (kind !== 'management' && kind !== 'identity') return kit.pageNotFound(ctx, s); // a browser's form, not the API: a page
     const f = await form(ctx, s, '/keys');
     if (!f) return;
     const sent = { label: (f.label ?? '').trim(), identity: (f.identity ?? '').trim() };

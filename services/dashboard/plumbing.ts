@@ -254,7 +254,11 @@ export function pageKit(shared: Shared, web: WebSignIn) {
   /** The server key, for the pages' own sealed cookies (web-session.ts createSealer). */
   const hmacKey = shared.keys.hmacKey;
 
-  return { platform, accounts, web, hmacKey, send, hidden, session, requireSession, form, loginPage, signIn };
+  /** An address with no page (the menu when signed in, a way home). */
+  const pageNotFound = (ctx: Context, s: DashboardSession | null) =>
+    send(ctx, 'Page not found', html`<p>There is no page at this address.</p><p><a href="/">Go to the dashboard</a></p>`, s, null, 404);
+
+  return { platform, accounts, web, hmacKey, send, hidden, session, requireSession, form, loginPage, signIn, pageNotFound };
 }
 
 export type PageKit = ReturnType<typeof pageKit>;

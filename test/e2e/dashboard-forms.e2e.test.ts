@@ -414,6 +414,10 @@ describe('dashboard forms and page answers', () => {
       expect(await res.text()).toContain('This key does not exist or was already revoked.');
     }
     expect((await s.api('GET', '/api/auth/keys/management/', { token: other.access })).body.map((k: any) => k.uuid)).toContain(theirs.body.uuid);
+    // A kind of key there is none of: the page for no page (the API's JSON before).
+    const none = await fetch(`${s.url}/keys/zzz`, { method: 'POST', headers: { cookie: await cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' }, body: `csrf=${csrf}&label=x` });
+    expect([none.status, none.headers.get('content-type')]).toEqual([404, 'text/html; charset=utf-8']);
+    expect(await none.text()).toContain('There is no page at this address.');
   });
 
   it('a form body that cannot be read is answered with why, as a page (dashboard, sign-in and /device forms alike), never the API\'s JSON', async () => {
