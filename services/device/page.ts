@@ -122,10 +122,18 @@ export function devicePage(deps: DevicePageDeps) {
     return send(ctx, status, approvePage({ userCode: shown, csrf, signedInAs, notice, request }, frame));
   }
 
+  /** A form's fields; null once the page said why its body could not be read. */
+  async function formOf(ctx: Context): Promise<Record<string, unknown> | null> {
+    const b = await formBody(ctx);
+    if (!(b instanceof ApiError)) return b;
+    await show(ctx, { kind: 'error', text: b.detail }, b.status);
+    return null;
+  }
+
   /** POST /device/lookup: the confirmation of a code another site's link (or an old browser) brought. */
   async function confirmed(ctx: Context): Promise<void> {
-    const b = await formBody(ctx);
-    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
+    const b = await formOf(ctx);
+    if (!b) return;
     const raw = str(b.user_code);
     ctx.query = { user_code: raw };
     const who = await signedIn(ctx);
@@ -176,8 +184,8 @@ export function devicePage(deps: DevicePageDeps) {
   }
 
   async function logout(ctx: Context): Promise<void> {
-    const b = await formBody(ctx);
-    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
+    const b = await formOf(ctx);
+    if (!b) return;
     const who = await signedIn(ctx);
     const back = returnPathOf(b.user_code);
     if (who) {
@@ -191,8 +199,8 @@ export function devicePage(deps: DevicePageDeps) {
   }
 
   async function decide(ctx: Context, action: 'approve' | 'deny'): Promise<void> {
-    const b = await formBody(ctx);
-    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
+    const b = await formOf(ctx);
+    if (!b) return;
     const raw = str(b.user_code);
     ctx.query = { user_code: raw };
     const who = await signedIn(ctx);
@@ -240,8 +248,8 @@ export function devicePage(deps: DevicePageDeps) {
 
   /** The sign-in's routes under /device read the return path from the form's user_code. */
   async function withReturnPath(ctx: Context, then: (fallbackNext: string) => Promise<void>): Promise<void> {
-    const b = await formBody(ctx); // memoized per request: the sign-in reads the same form
-    if (b instanceof ApiError) return show(ctx, { kind: 'error', text: b.detail }, b.status);
+    const b = await formOf(ctx); // memoized per request: the sign-in reads the same form
+    if (!b) return;
     await then(returnPathOf(b.user_code));
   }
 
