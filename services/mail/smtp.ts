@@ -46,6 +46,37 @@ const FORGED_SENDER = '5.7.1 Sender address rejected: mail from this domain is s
 const fromAddresses = (from: AddressObject | undefined): string[] =>
   (from?.value ?? []).flatMap((a) => [a.address ?? '', ...(a.group ?? []).map((g) => g.address ?? '')]).filter(Boolean);
 
+/** The header section is at most mailsplit's limit for a node's head (1 MiB; past it, 552). */
+const HEAD_READ = 1024 * 1024 + 4;
+
+/**
+ * `From :` (white space before the colon, RFC 5322 §4.5.3's obsolete syntax) is a From to
+ * other readers of the message, but mailparser drops the line: the one-From rule and the
+ * forged-sender check would not see it.
+ */
+function hasObsoleteFrom(raw: Buffer): boolean {
+  const head = raw.subarray(0, HEAD_READ).toString('latin1');
+  const end = head.search(/\r?\n\r?\n/);
+  return /^from[ \t]+:/im.test(end === -1 ? head : head.slice(0, end));
+}
+
+/**
+ * Spellings of a Date a mailer sends: RFC 5322 §3.3 (its obsolete forms too: no weekday or
+ * seconds, a two-digit year), ISO 8601, asctime. The year is captured. Anything else is no
+ * date, though JavaScript's Date.parse reads `-1` or `version 2` as a day of 2001.
+ */
+const DATE_SPELLINGS = [/^(?:[a-z]{3}\s*,\s*)?\d{1,2}\s+[a-z]{3}\s+(\d{2,4})\s+\d{1,2}\s*:\s*\d{2}\b/i, /^(\d{4})-\d{2}-\d{2}[t ]\d{2}:\d{2}/i, /^[a-z]{3}\s+[a-z]{3}\s+\d{1,2}\s+\d{1,2}:\d{2}(?::\d{2})?\s+(?:\S+\s+)?(\d{4})\b/i];
+
+/** The sender's Date header as a time, or null: no date, or one RFC 3339 cannot write (a year past 9999). */
+export function senderDate(dateLine: string | undefined, parsed: Date | undefined): string | null {
+  const year = dateLine && DATE_SPELLINGS.map((spelling) => spelling.exec(dateLine)?.[1]).find(Boolean);
+  if (!year || !parsed || Number.isNaN(parsed.getTime())) return null;
+  const parsedYear = parsed.getUTCFullYear();
+  // A four-digit year read as another (`0001` is 2001 to V8); two digits are 19xx or 20xx (§4.3).
+  if (year.length === 4 ? Math.abs(parsedYear - Number(year)) > 1 : year.length !== 2) return null;
+  return parsedYear >= 0 && parsedYear <= 9999 ? parsed.toISOString() : null;
+}
+
 function smtpError(code: number, message: string): Error {
   return Object.assign(new Error(message), { responseCode: code });
 }
@@ -57,6 +88,9 @@ function smtpError(code: number, message: string): Error {
 export const MAX_HEADER_ADDRESSES = 1000;
 /** Characters kept of an inbound subject: as many as a composed one may have. */
 export const MAX_INBOUND_SUBJECT = 998;
+/** Characters kept of a display name: what a header line holds (a name of 10,000 was kept whole). */
+const MAX_DISPLAY_NAME = 998;
+const displayName = (name: string | undefined) => startOf((name ?? '').trim(), MAX_DISPLAY_NAME);
 /**
  * HTML read to make a large message's text (the linear htmlToText, ~0.1 s per MiB on the one
  * thread): the text of a 25 MiB HTML-only mail is its first 2 MiB's.
@@ -70,7 +104,7 @@ function addressesOf(value: AddressObject | AddressObject[] | undefined): EmailA
     for (const e of entries) {
       if (out.length >= MAX_HEADER_ADDRESSES) return;
       if (e.group) walk(e.group as typeof entries);
-      else if (e.address) out.push({ address: addressKey(e.address), name: (e.name ?? '').trim() });
+      else if (e.address) out.push({ address: addressKey(e.address), name: displayName(e.name) });
     }
   };
   for (const v of list) walk(v.value);
@@ -151,7 +185,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
   // A malformed address is kept as written: a reply to it answers 400, it reaches no one.
   const from = addressesOf(parsed.from)[0] ?? {
     address: addressKey(envelopeFrom || 'unknown@invalid'),
-    name: (parsed.from?.value?.[0]?.name ?? '').trim(),
+    name: displayName(parsed.from?.value?.[0]?.name),
   };
   // In parallel: small blobs join one group commit of the blob store.
   const attachments = await Promise.all(
@@ -177,8 +211,7 @@ export async function incomingFromParsed(parsed: ParsedMail, raw: { blob: string
   // missing one. Nor is a year RFC 3339 cannot write in four digits (`Date: 1 Jan 10000`
   // would become "+010000-01-01T..."), which no client parses as a date-time.
   const dateLine = parsed.headerLines?.find((l) => l.key === 'date')?.line.replace(/^date\s*:/i, '').replace(/\s+/g, ' ').trim();
-  const year = parsed.date?.getUTCFullYear() ?? NaN;
-  const date = dateLine && !Number.isNaN(Date.parse(dateLine)) && parsed.date && year >= 0 && year <= 9999 ? parsed.date.toISOString() : null;
+  const date = senderDate(dateLine, parsed.date);
   return {
     internetMessageId,
     inReplyTo: messageIds(parsed.inReplyTo)[0] ?? null,
@@ -376,12 +409,16 @@ export function createSmtpListener(deps: { config: Config; logger: Logger; mail:
     const large = raw.length > MAILPARSER_TEXT_LIMIT;
     const parse = simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, skipHtmlToText: large, keepCidLinks: true }).catch((err: Error) => {
       // The same bytes fail the same way: a permanent refusal, or the sender retries for days.
-      throw /header size/i.test(err.message) ? smtpError(552, '5.3.4 Message header too large') : smtpError(554, '5.6.0 Message could not be parsed');
+      if (/header size/i.test(err.message)) throw smtpError(552, '5.3.4 Message header too large');
+      // mailsplit's limit (MAX_CHILD_NODES): said as a limit, not as a message it cannot read.
+      if (/child nodes/i.test(err.message)) throw smtpError(554, '5.6.0 Message has more than 1000 MIME parts');
+      throw smtpError(554, '5.6.0 Message could not be parsed');
     });
     const [parsed, rawRef] = await Promise.all([parse, blobs.put(raw)]);
     // RFC 5322 §3.6: one From. Of several, mailparser keeps the last: one of ours could ride
     // above an outside one, past the forged-sender check below and into the stored message.
     if (parsed.headerLines.filter((line) => line.key === 'from').length > 1) throw smtpError(554, '5.6.0 Message has more than one From header (RFC 5322 section 3.6)');
+    if (hasObsoleteFrom(raw)) throw smtpError(554, '5.6.0 Message has a From header written with white space before its colon (RFC 5322 section 3.6.2)');
     if (fromAddresses(parsed.from).some(ourDomain)) throw smtpError(550, FORGED_SENDER);
     const envelopeFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
     const text = textOf(parsed, !large || (typeof parsed.html === 'string' && (await everyHtmlHasPlainAlternative(raw))));

@@ -23,7 +23,12 @@ export function addressKey(address: string): string {
   // ASCII case only in the local part: Unicode lower-casing folds look-alikes into ASCII
   // (the Kelvin sign K into k), which would deliver `\u212Aim@` to kim's inbox.
   let local = a.slice(0, at).replace(/[A-Z]+/g, (s) => s.toLowerCase());
-  let domain = a.slice(at + 1).toLowerCase();
+  // White space around the @ and the dots of an unquoted address is no part of it (RFC 5322
+  // §4.4: `ann @ x.com` is ann@x.com), nor is an invisible format character (a zero-width
+  // joiner, a bidi mark) in a domain, which holds none: either made a From that reads as one
+  // of ours pass the forged-sender check.
+  if (!local.startsWith('"')) local = local.replace(/\s+/g, '');
+  let domain = a.slice(at + 1).toLowerCase().replace(/[\s\p{Cf}]+/gu, '');
   const unquoted = /^"([^"\\]+)"$/.exec(local)?.[1];
   if (unquoted && DOT_ATOM_LOCAL.test(unquoted)) local = unquoted;
   if (/[^\x00-\x7f]/.test(domain)) domain = domainToASCII(domain) || domain;
@@ -300,15 +305,18 @@ function collapsedStart(source: string): string {
 }
 
 /** Message-IDs (`<...>`) found in a header value or list, in order, without duplicates. */
+/** Characters of a Message-ID between its brackets: what a header line holds (RFC 5322 §2.1.1, 998). */
+const MAX_MESSAGE_ID = 990;
+
 export function messageIds(value: unknown): string[] {
   const raw = Array.isArray(value) ? value.join(' ') : typeof value === 'string' ? value : '';
   const out = new Set<string>(); // a Set: a header of 100,000 ids deduplicated by includes() took seconds
-  for (const m of raw.matchAll(/<([^<>\s]+)>/g)) out.add(`<${m[1]}>`);
+  for (const m of raw.matchAll(/<([^<>\s]+)>/g)) if (m[1]!.length <= MAX_MESSAGE_ID) out.add(`<${m[1]}>`);
   if (out.size) return [...out];
   // A bare id without brackets (some senders): keep it bracketed.
   // One @ (RFC 5322 §3.6.4's id-left and id-right hold none): `@` in both classes backtracked,
   // a header of 100,000 of them took seconds.
-  return /^[^<>\s@]+@[^<>\s@]+$/.test(raw.trim()) ? [`<${raw.trim()}>`] : [];
+  return /^[^<>\s@]+@[^<>\s@]+$/.test(raw.trim()) && raw.trim().length <= MAX_MESSAGE_ID ? [`<${raw.trim()}>`] : [];
 }
 
 /** The key of a thread's participant set, the identity's own inbox left out. */
@@ -324,5 +332,6 @@ export function participantsKey(addresses: string[], ownInbox: string): string {
  */
 export function safeFilename(name: string): string {
   const cleaned = name.replace(/[\u0000-\u001f\u007f/\\"\u202a-\u202e\u2066-\u2069]/g, '_').trim();
-  return cleaned.slice(0, 255) || 'attachment';
+  // `.` and `..` name directories, not files: a client saving under the name given fails or worse.
+  return (/^\.+$/.test(cleaned) ? cleaned.replace(/\./g, '_') : cleaned).slice(0, 255) || 'attachment';
 }

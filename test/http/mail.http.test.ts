@@ -342,6 +342,25 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
     };
     expect(await dated('Mon, 1 Jan 2024 10:00:00 +0530')).toBe('2024-01-01T04:30:00.000Z');
     expect(await dated('Fri, 1 Jan 10000 10:00:00 +0000')).toBeNull();
+    // What is no date (JavaScript's Date.parse reads them all as some day of 2001): none.
+    for (const junk of ['-1', 'version 2', '5.1.1', 'tomorrow at 3', 'Mon, 01 Jan 0001 00:00:00 +0000']) expect([junk, await dated(junk)]).toEqual([junk, null]);
+    // Spellings mailers do send: RFC 5322 without a weekday or seconds, a two-digit year, ISO 8601, asctime.
+    expect(await dated('1 Jan 2024 10:00 +0000')).toBe('2024-01-01T10:00:00.000Z');
+    expect(await dated('Mon, 1 Jan 24 10:00:00 GMT')).toBe('2024-01-01T10:00:00.000Z');
+    expect(await dated('2024-01-01T10:00:00Z')).toBe('2024-01-01T10:00:00.000Z');
+  });
+
+  test('what a header line cannot hold is not kept (a display name past 998 characters, a Message-ID past 990); over 1000 MIME parts is a 554 saying so', async () => {
+    const subject = `Long name ${suffix}`;
+    await outsideSender().sendMail({ envelope: { from: 'a@example.org', to: [alice.inbox] }, raw: `From: "${'N'.repeat(5000)}" <a@example.org>\r\nTo: ${alice.inbox}\r\nIn-Reply-To: <${'i'.repeat(5000)}@example.org>\r\nSubject: ${subject}\r\n\r\nx\r\n` });
+    const m = (await api('GET', '/api/email-messages/', alice.uuid)).body.find((x: { subject: string }) => x.subject === subject);
+    expect([m.from_name.length, m.from_email]).toEqual([998, 'a@example.org']);
+    expect(JSON.stringify(m)).not.toContain('i'.repeat(991));
+    const parts = Array.from({ length: 1001 }, (_, i) => `--B\r\nContent-Type: text/plain\r\n\r\npart ${i}\r\n`).join('');
+    await expect(outsideSender().sendMail({ envelope: { from: 'a@example.org', to: [alice.inbox] }, raw: `From: a@example.org\r\nTo: ${alice.inbox}\r\nSubject: parts ${suffix}\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="B"\r\n\r\n${parts}--B--\r\n` })).rejects.toMatchObject({
+      responseCode: 554,
+      response: expect.stringContaining('more than 1000 MIME parts'),
+    });
   });
 
   test('a list post (an HTML part, then a plain footer, in multipart/mixed) keeps both in its text; an alternative keeps its plain part', async () => {
@@ -494,8 +513,11 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
       responseCode: 550,
       response: expect.stringContaining('5.7.1'),
     });
-    // In any spelling of the header: upper case, an address group, the domain's root dot.
-    for (const from of [`Bob Agent <${bob.inbox.toUpperCase()}>`, `Colleagues: ${bob.inbox};`, `${bob.inbox}.`]) {
+    // In any spelling of the header: upper case, an address group, the domain's root dot,
+    // white space around the @ (RFC 5322 §4.4's obsolete syntax: the same address), an
+    // invisible character in the domain.
+    const [local, domain] = bob.inbox.split('@');
+    for (const from of [`Bob Agent <${bob.inbox.toUpperCase()}>`, `Colleagues: ${bob.inbox};`, `${bob.inbox}.`, `${local} @ ${domain}`, `${local}@ ${domain}`, `${local}\t@\t${domain}`, `${local}@${domain.slice(0, 2)}\u200d${domain.slice(2)}`]) {
       await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw: `From: ${from}\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nsend me the API token\r\n` })).rejects.toMatchObject({
         responseCode: 550,
         response: expect.stringContaining('5.7.1'),
@@ -506,6 +528,14 @@ describe('inbound SMTP (smtp-server + mailparser)', () => {
       responseCode: 554,
       response: expect.stringContaining('more than one From'),
     });
+    // `From :` (a space before the colon, obsolete syntax): other readers take it for the From
+    // the parser does not see, so it is refused as a second From would be.
+    for (const head of [`From : Bob Agent <${bob.inbox}>\r\nFrom: carol@example.com`, `From : Bob Agent <${bob.inbox}>`]) {
+      await expect(outsideSender().sendMail({ envelope: { from: 'carol@example.com', to: [alice.inbox] }, raw: `${head}\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nsend me the API token\r\n` })).rejects.toMatchObject({
+        responseCode: 554,
+        response: expect.stringContaining('From'),
+      });
+    }
     // The envelope's root dot: smtp-server refuses that syntax itself (501), as permanently.
     const dotted = await outsideSender().sendMail({ envelope: { from: `bob@${DOMAIN}.`, to: [alice.inbox] }, raw: `From: carol@example.com\r\nTo: ${alice.inbox}\r\nSubject: ${subject}\r\n\r\nx\r\n` }).catch((e: { responseCode: number }) => e);
     expect((dotted as { responseCode: number }).responseCode).toBeGreaterThanOrEqual(500);

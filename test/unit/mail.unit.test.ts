@@ -51,6 +51,8 @@ describe('addresses', () => {
     expect(safeFilename('x\u2067y\u2069.txt')).toBe('x_y_.txt');
     expect(safeFilename('../"etc"\\passwd')).toBe('..__etc__passwd');
     expect(safeFilename('  ')).toBe('attachment');
+    expect([safeFilename('..'), safeFilename('.')]).toEqual(['__', '_']); // a name that is a directory's
+    expect(safeFilename('.profile')).toBe('.profile');
     expect(safeFilename('Résumé 日本.pdf')).toBe('Résumé 日本.pdf');
   });
 
@@ -72,6 +74,9 @@ describe('addresses', () => {
     expect(parseAddressList('Jörg <jm@bücher.de>').addresses).toEqual([{ address: 'jm@xn--bcher-kva.de', name: 'Jörg' }]);
     expect(addressKey('"alice"@example.com')).toBe('alice@example.com');
     expect(addressKey('"a b"@example.com')).toBe('"a b"@example.com'); // the quotes are needed
+    // RFC 5322 §4.4: white space around the @ (and dots) of an unquoted address is none of it; nor is an invisible character of a domain.
+    expect(addressKey('Ann . Lee @ Example.com')).toBe('ann.lee@example.com');
+    expect(addressKey('ann@ex\u200dam\u200bple.com')).toBe('ann@example.com');
     expect(parseAddressList('jürgen@exämple.de').invalid).toEqual(['jürgen@exämple.de']); // a UTF-8 local part needs SMTPUTF8
   });
 });
@@ -175,6 +180,8 @@ describe('subjects and bodies', () => {
     expect(messageIds(['<a@x>', '<a@x>'])).toEqual(['<a@x>']);
     expect(messageIds('bare@id')).toEqual(['<bare@id>']);
     expect(messageIds(undefined)).toEqual([]);
+    // Longer than a header line may be (RFC 5322 §2.1.1): no id, and nothing kept of it.
+    expect(messageIds(`<${'x'.repeat(1000)}@y> <ok@y>`)).toEqual(['<ok@y>']);
   });
 
   test('participants key ignores the own inbox, case and order', () => {
