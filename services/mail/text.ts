@@ -299,15 +299,16 @@ export function previewOf(text: string | null | undefined, html?: string | null)
 function collapsedStart(source: string): string {
   for (let n = PREVIEW_LENGTH * 4; ; n *= 4) {
     const prefix = source.length > n ? source.slice(0, n) : source;
-    const collapsed = prefix.replace(/\s+/g, ' ').trim();
+    // Control characters too (a NUL, junk of a broken encoding): a preview is a line to show.
+    const collapsed = prefix.replace(/[\s\u0000-\u001f\u007f-\u009f]+/g, ' ').trim();
     if (prefix === source || collapsed.length > PREVIEW_LENGTH) return collapsed;
   }
 }
 
-/** Message-IDs (`<...>`) found in a header value or list, in order, without duplicates. */
 /** Characters of a Message-ID between its brackets: what a header line holds (RFC 5322 §2.1.1, 998). */
 const MAX_MESSAGE_ID = 990;
 
+/** Message-IDs (`<...>`) found in a header value or list, in order, without duplicates. */
 export function messageIds(value: unknown): string[] {
   const raw = Array.isArray(value) ? value.join(' ') : typeof value === 'string' ? value : '';
   const out = new Set<string>(); // a Set: a header of 100,000 ids deduplicated by includes() took seconds

@@ -167,6 +167,10 @@ describe('subjects and bodies', () => {
     for (const body of bodies) expect(previewOf(body)).toBe(whole(body));
   });
 
+  test('a preview is one line of text: white space and control characters collapse to a space', () => {
+    expect(previewOf('body\u0000nul\r\n\tnext\u0007 \u0085line')).toBe('body nul next line');
+  });
+
   test('a preview never ends in half a surrogate pair (an emoji cut in two)', () => {
     for (const lead of ['', 'x']) {
       const preview = previewOf(`${lead}${'😀'.repeat(300)}`);
