@@ -6,6 +6,7 @@
 import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { CliError, EXIT } from './errors.js';
 
 export interface CliConfig {
   base_url?: string;
@@ -35,14 +36,27 @@ export function configFile(env: NodeJS.ProcessEnv = process.env): string {
   return path.join(configDir(env), 'config.json');
 }
 
+/** The config's fields that hold text. */
+const TEXT_FIELDS = ['base_url', 'access', 'refresh', 'management_key', 'identity', 'device_secret'] as const;
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): CliConfig {
+  const file = configFile(env);
+  let config: unknown;
   try {
-    return JSON.parse(readFileSync(configFile(env), 'utf8')) as CliConfig;
+    config = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
-    throw new Error(`Cannot read ${configFile(env)}: ${(err as Error).message}`);
+    throw unreadableConfig(file, (err as Error).message);
   }
+  // Edited by hand or cut off: said as such, not as a JavaScript error of some command later.
+  if (typeof config !== 'object' || config === null || Array.isArray(config)) throw unreadableConfig(file, 'it holds no JSON object');
+  const wrong = TEXT_FIELDS.find((field) => field in config && typeof (config as Record<string, unknown>)[field] !== 'string');
+  if (wrong) throw unreadableConfig(file, `its ${wrong} is not text`);
+  return config as CliConfig;
 }
+
+const unreadableConfig = (file: string, why: string) =>
+  new CliError('usage', `Cannot read ${file}: ${why}. Repair it, or remove it and log in again (\`ais login\`).`, EXIT.usage);
 
 export function saveConfig(config: CliConfig, env: NodeJS.ProcessEnv = process.env): void {
   const dir = configDir(env);

@@ -82,6 +82,11 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
   if (envKey && !managementKey && !identityKey) {
     throw new CliError('usage', 'AIS_API_KEY is not a key of this service: keys start with svc_mgmt_ or svc_id_.', EXIT.usage);
   }
+  // Keys and tokens are printable ASCII; a line break (a pasted key) would be refused by fetch
+  // in an error quoting the whole credential. Said without it.
+  for (const [name, value] of [['AIS_API_KEY', envKey], ['AIS_TOKEN', envToken]] as const) {
+    if (value && !/^[\x21-\x7e]+$/.test(value)) throw new CliError('usage', `${name} holds a space, line break or other character no key or token has (pasted with its line end?).`, EXIT.usage);
+  }
   if (!token && !managementKey && !identityKey) {
     throw new CliError('not_authenticated', 'Not logged in: run `ais login` (or set AIS_API_KEY).');
   }
@@ -129,10 +134,14 @@ export const DEFAULT_TIMEOUT_S = 30;
  * minutes. Long-polls and event streams are not cut by it (the device login bounds its own
  * polls; a stream has its own idle timeout).
  */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export function requestTimeoutMs(env: NodeJS.ProcessEnv): number | undefined {
   const raw = env.AIS_TIMEOUT?.trim();
   if (!raw) return DEFAULT_TIMEOUT_S * 1000;
   if (!/^\d+(\.\d+)?$/.test(raw)) throw new CliError('usage', `AIS_TIMEOUT takes a number of seconds (0: no limit), not ${raw}.`, EXIT.usage);
+  // A timer takes at most 2^31 - 1 ms; Node makes a longer one 1 ms (every request then timed out).
+  if (Number(raw) * 1000 > MAX_TIMER_MS) throw new CliError('usage', `AIS_TIMEOUT takes at most ${Math.floor(MAX_TIMER_MS / 1000)} seconds (0: no limit), not ${raw}.`, EXIT.usage);
   return Number(raw) > 0 ? Number(raw) * 1000 : undefined;
 }
 
@@ -179,6 +188,7 @@ export async function maySetDefaultIdentity(ctx: Ctx, c: AisClient): Promise<boo
 export const defaultIdentity = (ctx: Pick<Ctx, 'config' | 'othersDefault'>): string | undefined => (ctx.othersDefault ? undefined : ctx.config.identity);
 
 export function requireIdentity(ctx: Ctx, fenced: boolean): string | undefined {
+  // An empty AIS_IDENTITY selects none: not even the default (docs/CLI.md).
   const id = ctx.identityFlag ?? ctx.env.AIS_IDENTITY ?? defaultIdentity(ctx);
   // The exit code of the API's own identity_required (docs/CLI.md): the same condition.
   if (!id && !fenced) {
@@ -207,7 +217,7 @@ export function otherThanStoredLogin(ctx: Pick<Ctx, 'config' | 'baseUrl' | 'env'
 export function identityNotFound(ref: string, defaultIdentity?: string): CliError {
   const list = 'see `ais identities list`';
   const message = !isUuid(ref)
-    ? `No identity is named ${ref}: ${list}.`
+    ? `No identity is named ${/[\x00-\x1f\x7f]/.test(ref) ? JSON.stringify(ref) : ref}: ${list}.`
     : ref.toLowerCase() === defaultIdentity?.toLowerCase()
       ? `The default identity ${ref} no longer exists: pick another with \`ais identities use <uuid|name>\` (${list}).`
       : `No identity ${ref} in this account: ${list}.`;
@@ -326,8 +336,9 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
   try {
     ctx.identityFlag = (await resolveIdentity(c, ref, ctx.config.identity)).uuid;
   } catch (err) {
-    // No such name: commands that need no identity go on; the others get the 404 as usual.
-    if (!(err instanceof CliError && err.code === 'identity_not_found')) throw err;
+    // No such name: commands that need no identity go on; the others get the 404 as usual,
+    // unless the name cannot go in a header at all (a line break, beyond Latin-1): said now.
+    if (!(err instanceof CliError && err.code === 'identity_not_found') || !/^[\t\x20-\x7e\x80-\xff]*$/.test(ref)) throw err;
   }
 }
 

@@ -91,7 +91,7 @@ function help(prefix?: string): string {
  * network error after the retries).
  */
 function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored: string | undefined): string {
-  // An empty AIS_BASE_URL is unset (as an empty AIS_IDENTITY is).
+  // An empty AIS_BASE_URL is unset (an empty AIS_IDENTITY, by contrast, selects no identity).
   const [from, raw] = flag !== undefined ? ['--base-url', flag] : env.AIS_BASE_URL ? ['AIS_BASE_URL', env.AIS_BASE_URL] : stored !== undefined ? ['base_url in the config', stored] : ['', DEFAULT_BASE_URL];
   let url: URL | undefined;
   try {
@@ -99,7 +99,10 @@ function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored
   } catch {
     url = undefined;
   }
-  if (!url || !/^https?:$/.test(url.protocol) || !url.host) {
+  // A user or password is refused without being shown (fetch refused it, quoting the URL, after retries).
+  if (url && (url.username || url.password)) throw new CliError('usage', `${from} holds a user name or password: give the service address alone (one like https://ais.example.com).`, EXIT.usage);
+  // A query or fragment is no part of an address: the API's paths were written after it.
+  if (!url || !/^https?:$/.test(url.protocol) || !url.host || url.search || url.hash) {
     throw new CliError('usage', `${from} is not a service address: ${JSON.stringify(raw)} (one like http://localhost:8000 or https://ais.example.com).`, EXIT.usage);
   }
   return raw.replace(/\/+$/, '');
@@ -107,6 +110,9 @@ function serviceAddress(flag: string | undefined, env: NodeJS.ProcessEnv, stored
 
 /** The package's version (`ais --version`), read only when asked: not on every command's start. */
 const version = (): string => (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+/** The most positional arguments a usage line shows: `<name>` and `[value]` (not `[--option]`). */
+const positionalsOf = (usage: string): number => (usage.match(/<[^>]+>|\[(?!-)[^\]]+\]/g) ?? []).length;
 
 /** Global options that take a value (`--identity X`); the others are flags. */
 const GLOBAL_WITH_VALUE = new Set(['--identity', '--base-url']);
@@ -160,6 +166,9 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       throw new CliError('usage', `${(e as Error).message}\nUsage: ${cmd.usage}`, EXIT.usage);
     }
     const v = parsed.values as Record<string, any>;
+    // `ais identities create my agent` created "my": a word more than the usage line takes is refused.
+    const extra = parsed.positionals.slice(positionalsOf(cmd.usage));
+    if (extra.length && !v.help) throw new CliError('usage', `Unexpected argument${extra.length > 1 ? 's' : ''}: ${extra.map((a) => JSON.stringify(a)).join(' ')} (quote a value that has spaces).\nUsage: ${cmd.usage}`, EXIT.usage);
     if (v.help) {
       io.out(help(name));
       return EXIT.ok;

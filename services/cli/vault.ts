@@ -39,7 +39,7 @@ export function lockStore(ctx: Ctx, salt: string) {
 export const DEVICE_SECRET_HELP = "the vault's device secret, on a machine that did not run `ais pin setup` (once it opens the vault, saved beside the login stored here if that is of the same account)";
 
 export function deviceSecret(ctx: Ctx): string {
-  const s = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
+  const s = ctx.env.AIS_DEVICE_SECRET || ctx.config.device_secret; // an empty one is unset
   if (!s) {
     throw new CliError(
       'encryption_missing',

@@ -341,6 +341,11 @@ export class AisClient {
     if (cred) h.authorization = `Bearer ${cred}`;
     const identity = o.identity === false ? undefined : (o.identity ?? this.identity);
     if (identity && !o.anonymous) h['x-service-identity'] = identity;
+    // fetch refuses a line break or a character beyond Latin-1 in a header, in an error that
+    // quotes the value (a key, a token): refused here without it, and not retried as a network failure.
+    for (const [name, value] of Object.entries(h)) {
+      if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(value)) throw new TypeError(`The ${name} header cannot carry the value given (a line break or a character beyond Latin-1).`);
+    }
     return h;
   }
 

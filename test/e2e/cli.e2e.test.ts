@@ -167,6 +167,35 @@ test('errors say what is wrong: an unknown subcommand names its group, a key of 
   expect([ftp.code, ftp.error?.message]).toEqual([2, expect.stringMatching(/^--base-url is not a service address/)]);
 });
 
+test('what cannot work is refused before anything is sent (exit 2), never quoting a credential: a key with a line break, a base URL with a password, query or fragment, an AIS_TIMEOUT no timer holds, a word too many, a config that holds no JSON object', async () => {
+  const pasted = await ais(['whoami', '--json'], { env: { AIS_API_KEY: 'svc_mgmt_ABCDEF0123456789\nGHIJ' } });
+  expect([pasted.code, pasted.error?.code]).toEqual([2, 'usage']); // network_error (21), the key in its message
+  expect(pasted.stderr + pasted.stdout).not.toContain('ABCDEF0123456789');
+  const withPassword = await ais(['whoami', '--json'], { url: 'http://user:s3cretpass@127.0.0.1:1', env: { AIS_API_KEY: 'svc_mgmt_x' } });
+  expect([withPassword.code, withPassword.error?.code]).toEqual([2, 'usage']);
+  expect(withPassword.stderr + withPassword.stdout).not.toContain('s3cretpass');
+  for (const url of [`${svc.url}/?x=1`, `${svc.url}#frag`]) {
+    const r = await ais(['whoami', '--json'], { url, env: { AIS_API_KEY: 'svc_mgmt_x' } });
+    expect([url, r.code, r.error?.code]).toEqual([url, 2, 'usage']); // "Cannot read properties of undefined" before
+  }
+  const timeout = await ais(['whoami', '--json'], { env: { AIS_API_KEY: 'svc_mgmt_x', AIS_TIMEOUT: '2147484' } });
+  expect([timeout.code, timeout.error?.message]).toEqual([2, expect.stringMatching(/^AIS_TIMEOUT takes at most 2147483 seconds/)]); // Node made it 1 ms
+  const extra = await ais(['identities', 'create', 'my', 'agent']);
+  expect([extra.code, extra.stderr.trim()]).toEqual([2, 'error: Unexpected argument: "agent" (quote a value that has spaces).\nUsage: ais identities create <name> [--email-identifier LOCAL] [--phone] [--use]']); // created "my"
+  const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-broken-'));
+  try {
+    mkdirSync(path.join(home, 'agent-identity'));
+    for (const [content, why] of [['null', 'it holds no JSON object'], ['{"identity": {"a": 1}}', 'its identity is not text'], ['{"base_url": "http://x', 'Unterminated string']]) {
+      writeFileSync(path.join(home, 'agent-identity/config.json'), content);
+      const r = await runCli(['whoami', '--json'], { url: svc.url, home });
+      expect([content, r.code, r.error?.message]).toEqual([content, 2, expect.stringContaining(why)]);
+      expect(r.error?.message).toContain('Repair it, or remove it and log in again');
+    }
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
 test('a service that accepts the connection but never answers: network_error (exit 21) once AIS_TIMEOUT has passed, not minutes per attempt', async () => {
   const sockets = new Set<net.Socket>();
   const silent = net.createServer((socket) => sockets.add(socket)); // reads nothing, answers nothing
@@ -294,8 +323,12 @@ describe('a logged-in agent', () => {
     expect(who.stdout).toContain(`\nidentity: ranger (${other})  [used by identity commands: from --identity, this run only]`);
     expect(who.stdout).toContain(`\ndefault_identity: scout (${identity})  [not used in this run]`);
     expect((await ais(['whoami', '--json'])).json.default_identity).toBe(identity); // --json: unchanged
+    // An empty AIS_IDENTITY selects none, not even the default (docs/CLI.md).
     const none = await ais(['whoami'], { env: { AIS_IDENTITY: '' } });
     expect(none.stdout).toMatch(/\nidentity: none selected: identity commands need --identity/);
+    // A name no header can carry (a line break) names no identity: said so (exit 12), not a network error.
+    const unsendable = await ais(['--identity', 'a\nb', 'inbox', 'list', '--json']);
+    expect([unsendable.code, unsendable.error?.message]).toEqual([12, 'No identity is named "a\\nb": see `ais identities list`.']);
   });
 
   test('a name that names no identity is told as such by every command, never as one that "no longer exists"', async () => {

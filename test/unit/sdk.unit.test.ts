@@ -41,6 +41,17 @@ describe('retries', () => {
     expect(seen).toHaveLength(3);
   });
 
+  test('a credential or identity no header can carry is refused before sending, without quoting it (not retried as a network failure)', async () => {
+    handler = (_q, _b, res) => json(res, 200, []);
+    const calls = [() => createClient({ baseUrl: url, managementKey: 'svc_mgmt_SECRET\nrest', backoffMs: 1 }).whoami(), () => createClient({ baseUrl: url, token: 't', identity: 'a\u202eb\u{1F600}', backoffMs: 1 }).email.inbox()];
+    for (const call of calls) {
+      const err = await call().catch((e) => e);
+      expect([err.name, err.message]).toEqual(['TypeError', expect.stringMatching(/header cannot carry the value given/)]);
+      expect(err.message).not.toContain('SECRET');
+    }
+    expect(seen).toHaveLength(0);
+  });
+
   test('a POST answered 500 is NOT retried (it may have been applied)', async () => {
     handler = (_q, _b, res) => json(res, 500, { detail: 'Internal server error.' });
     const c = createClient({ baseUrl: url, token: 't', backoffMs: 5 });

@@ -80,7 +80,7 @@ export const pinCommands: Record<string, Command> = {
       const metadata = await metadataFor(c);
       const recoveryKey = await readSecret(ctx, 'AIS_RECOVERY_KEY', 'Recovery key');
       const newPin = await readSecret(ctx, 'AIS_NEW_PIN', 'New PIN', { confirm: true });
-      const known = ctx.env.AIS_DEVICE_SECRET ?? ctx.config.device_secret;
+      const known = ctx.env.AIS_DEVICE_SECRET || ctx.config.device_secret;
       const r = await recover({ recoveryKey, newPin, metadata, deviceSecret: known, lockStore: lockStore(ctx, metadata.salt) });
       await c.encryption.rewrap(r.upload);
       // Kept only beside the stored login of this same account (never over another account's,
