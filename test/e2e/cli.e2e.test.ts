@@ -182,6 +182,11 @@ test('what cannot work is refused before anything is sent (exit 2), never quotin
   expect([timeout.code, timeout.error?.message]).toEqual([2, expect.stringMatching(/^AIS_TIMEOUT takes at most 2147483 seconds/)]); // Node made it 1 ms
   const extra = await ais(['identities', 'create', 'my', 'agent']);
   expect([extra.code, extra.stderr.trim()]).toEqual([2, 'error: Unexpected argument: "agent" (quote a value that has spaces).\nUsage: ais identities create <name> [--email-identifier LOCAL] [--phone] [--use]']); // created "my"
+  // Two ways of saying one thing, or an empty value: which was meant is not guessed (the file was sent; the device login started).
+  for (const args of [['send', '--to', 'x@example.com', '--subject', 's', '--body', 'b', '--body-file', '/etc/hostname'], ['login', '--username=', '--no-wait'], ['login', '--username', 'u', '--email', 'e@example.com']]) {
+    const r = await ais([...args, '--json'], { env: { AIS_API_KEY: 'svc_mgmt_x', AIS_IDENTITY: '01900000-0000-7000-8000-000000000000' } });
+    expect([args.join(' '), r.code, r.error?.code]).toEqual([args.join(' '), 2, 'usage']);
+  }
   const home = mkdtempSync(path.join(os.tmpdir(), 'ais-cli-broken-'));
   try {
     mkdirSync(path.join(home, 'agent-identity'));

@@ -143,6 +143,9 @@ export const authCommands: Record<string, Command> = {
     async run(ctx, _p, v) {
       const timeoutMs = requestTimeoutMs(ctx.env);
       const c = createClient({ baseUrl: ctx.baseUrl, userAgent: 'ais-cli/1.0', timeoutMs });
+      // An empty one (`--username=`) started the device login silently; both, the username won.
+      if (v.username === '' || v.email === '') throw new CliError('usage', `--${v.username === '' ? 'username' : 'email'} takes a value.`, EXIT.usage);
+      if (v.username && v.email) throw new CliError('usage', 'Give --username or --email, not both.', EXIT.usage);
       if (v.username || v.email) {
         const password = await readSecret(ctx, 'AIS_PASSWORD', 'Password');
         const pair = await c.auth.login({ password, ...(v.username ? { username: v.username } : { email: v.email }) });

@@ -128,6 +128,8 @@ function sentLine(m: EmailMessage): string {
 }
 
 function bodyOf(v: Record<string, any>): string {
+  // Both given: one of them was meant not to be sent (the file went, silently).
+  if (v.body !== undefined && v['body-file'] !== undefined) throw new CliError('usage', 'Give --body TEXT or --body-file FILE, not both.', EXIT.usage);
   if (v['body-file']) {
     try {
       return readFileSync(v['body-file'], 'utf8');
