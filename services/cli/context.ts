@@ -127,6 +127,8 @@ export function client(ctx: Ctx, opts: { identity?: boolean } = {}): AisClient {
 
 /** How long a request waits for an answer by default (AIS_TIMEOUT, in seconds). */
 export const DEFAULT_TIMEOUT_S = 30;
+/** The longest timer Node keeps (2^31 - 1 ms): a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * AIS_TIMEOUT: the seconds one attempt of a request waits for an answer (0: no limit). Without
@@ -134,13 +136,11 @@ export const DEFAULT_TIMEOUT_S = 30;
  * minutes. Long-polls and event streams are not cut by it (the device login bounds its own
  * polls; a stream has its own idle timeout).
  */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 export function requestTimeoutMs(env: NodeJS.ProcessEnv): number | undefined {
   const raw = env.AIS_TIMEOUT?.trim();
   if (!raw) return DEFAULT_TIMEOUT_S * 1000;
   if (!/^\d+(\.\d+)?$/.test(raw)) throw new CliError('usage', `AIS_TIMEOUT takes a number of seconds (0: no limit), not ${raw}.`, EXIT.usage);
-  // A timer takes at most 2^31 - 1 ms; Node makes a longer one 1 ms (every request then timed out).
+  // Past it, every request timed out at once.
   if (Number(raw) * 1000 > MAX_TIMER_MS) throw new CliError('usage', `AIS_TIMEOUT takes at most ${Math.floor(MAX_TIMER_MS / 1000)} seconds (0: no limit), not ${raw}.`, EXIT.usage);
   return Number(raw) > 0 ? Number(raw) * 1000 : undefined;
 }
