@@ -55,9 +55,10 @@ const HEAD_READ = 1024 * 1024 + 4;
  * forged-sender check would not see it.
  */
 function hasObsoleteFrom(raw: Buffer): boolean {
-  const head = raw.subarray(0, HEAD_READ).toString('latin1');
-  const end = head.search(/\r?\n\r?\n/);
-  return /^from[ \t]+:/im.test(end === -1 ? head : head.slice(0, end));
+  const start = raw.subarray(0, HEAD_READ);
+  // Only the header section is made text (a message's first bytes: not 1 MiB of its body).
+  const ends = [start.indexOf('\r\n\r\n'), start.indexOf('\n\n')].filter((i) => i !== -1);
+  return /^from[ \t]+:/im.test(start.subarray(0, ends.length ? Math.min(...ends) : start.length).toString('latin1'));
 }
 
 /**
