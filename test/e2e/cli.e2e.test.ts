@@ -183,7 +183,9 @@ test('what cannot work is refused before anything is sent (exit 2), never quotin
   const extra = await ais(['identities', 'create', 'my', 'agent']);
   expect([extra.code, extra.stderr.trim()]).toEqual([2, 'error: Unexpected argument: "agent" (quote a value that has spaces).\nUsage: ais identities create <name> [--email-identifier LOCAL] [--phone] [--use]']); // created "my"
   // Two ways of saying one thing, or an empty value: which was meant is not guessed (the file was sent; the device login started).
-  for (const args of [['send', '--to', 'x@example.com', '--subject', 's', '--body', 'b', '--body-file', '/etc/hostname'], ['login', '--username=', '--no-wait'], ['login', '--username', 'u', '--email', 'e@example.com']]) {
+  // A file without end (/dev/zero) was read forever.
+  const endless = [['send', '--to', 'x@example.com', '--subject', 's', '--body', 'b', '--attach', '/dev/zero'], ['send', '--to', 'x@example.com', '--subject', 's', '--body-file', '/dev/zero']];
+  for (const args of [['send', '--to', 'x@example.com', '--subject', 's', '--body', 'b', '--body-file', '/etc/hostname'], ['login', '--username=', '--no-wait'], ['login', '--username', 'u', '--email', 'e@example.com'], ...endless]) {
     const r = await ais([...args, '--json'], { env: { AIS_API_KEY: 'svc_mgmt_x', AIS_IDENTITY: '01900000-0000-7000-8000-000000000000' } });
     expect([args.join(' '), r.code, r.error?.code]).toEqual([args.join(' '), 2, 'usage']);
   }

@@ -1,5 +1,5 @@
 // `ais inbox list|show|watch|attachment`, `send`, `reply`, `reply-all`: email.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Attachment, EmailMessage } from '../../sdk/client.js';
 import { client, type Command } from '../context.js';
@@ -127,13 +127,40 @@ function sentLine(m: EmailMessage): string {
   return `Queued for delivery: ${m.id} (the service's mailer sends it; ${later})`;
 }
 
+/** An attachment's most bytes (the presign's limit), and a body's (the API's for a request). */
+const MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024;
+const MAX_BODY_BYTES = 1024 * 1024;
+
+/**
+ * A file's bytes, at most `max` of them: a pipe or `/dev/stdin` is read as given, and a file
+ * without end (`/dev/zero`) is refused once past the limit instead of read forever.
+ */
+function readAtMost(file: string, max: number, what: string): Buffer {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  const fd = openSync(file, 'r');
+  try {
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(64 * 1024);
+      const n = readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) return Buffer.concat(chunks, total);
+      total += n;
+      if (total > max) throw new CliError('usage', `The ${what} ${file} is larger than ${formatBytes(max)}, the most the service takes.`, EXIT.usage);
+      chunks.push(chunk.subarray(0, n));
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function bodyOf(v: Record<string, any>): string {
   // Both given: one of them was meant not to be sent (the file went, silently).
   if (v.body !== undefined && v['body-file'] !== undefined) throw new CliError('usage', 'Give --body TEXT or --body-file FILE, not both.', EXIT.usage);
   if (v['body-file']) {
     try {
-      return readFileSync(v['body-file'], 'utf8');
+      return readAtMost(v['body-file'], MAX_BODY_BYTES, 'body file').toString('utf8');
     } catch (err) {
+      if (err instanceof CliError) throw err;
       throw new CliError('usage', `Cannot read the body file ${v['body-file']}: ${fileProblem(err)}.`, EXIT.usage);
     }
   }
@@ -146,8 +173,9 @@ function files(paths: string[] | undefined): Attachment[] {
   return (paths ?? []).map((p) => {
     let data: Buffer;
     try {
-      data = readFileSync(p);
+      data = readAtMost(p, MAX_ATTACHMENT_BYTES, 'attachment');
     } catch (err) {
+      if (err instanceof CliError) throw err;
       throw new CliError('usage', `Cannot read the attachment ${p}: ${fileProblem(err)}.`, EXIT.usage);
     }
     return { filename: path.basename(p), content_type: TYPES[path.extname(p).toLowerCase()] ?? 'application/octet-stream', data };
