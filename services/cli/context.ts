@@ -1,7 +1,7 @@
 // What every command runs with: the run's context, the API client built from the stored
 // credentials, and the translation of SDK errors into the CLI's conditions.
 import type { ParseArgsConfig } from 'node:util';
-import { ApiRequestError, createClient, NetworkError, type AisClient, type Identity } from '../sdk/client.js';
+import { ApiRequestError, createClient, isHeaderValue, NetworkError, type AisClient, type Identity } from '../sdk/client.js';
 import { CryptoError } from '../sdk/crypto.js';
 import { loadConfig, saveConfig, withConfigLock, type CliConfig } from './config.js';
 import { CliError, EXIT, usage } from './errors.js';
@@ -338,7 +338,7 @@ export async function resolveIdentityName(ctx: Ctx): Promise<void> {
   } catch (err) {
     // No such name: commands that need no identity go on; the others get the 404 as usual,
     // unless the name cannot go in a header at all (a line break, beyond Latin-1): said now.
-    if (!(err instanceof CliError && err.code === 'identity_not_found') || !/^[\t\x20-\x7e\x80-\xff]*$/.test(ref)) throw err;
+    if (!(err instanceof CliError && err.code === 'identity_not_found') || !isHeaderValue(ref)) throw err;
   }
 }
 

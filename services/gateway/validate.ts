@@ -195,8 +195,9 @@ export function validator<T>(ref: string, options: { allowNul?: boolean } = {}):
   };
   const forJson = compile(asTyped, `typed ${fullRef}`);
   const forText = compile(coercing, fullRef);
-  const lists = listLimitsOf(forJson.schema);
-  const numbers = numberTextsOf(forJson.schema, fullRef);
+  const fields = fieldsOf(forJson.schema, fullRef);
+  const lists = listLimitsOf(fields);
+  const numbers = numberTextsOf(fields);
   return (data: unknown) => {
     refuseLongLists(data, lists);
     const json = typeof data === 'object' && data !== null && jsonBodies.has(data);
@@ -216,14 +217,27 @@ export function validator<T>(ref: string, options: { allowNul?: boolean } = {}):
 /** Items a list field takes when its schema names no `maxItems`. */
 const MAX_LIST_ITEMS = 1000;
 
-/** The fields of an object schema that may be lists, with the items each takes. */
-function listLimitsOf(schema: unknown): Map<string, number> {
-  const limits = new Map<string, number>();
-  const properties = (schema as { properties?: Record<string, { type?: unknown; maxItems?: unknown }> }).properties ?? {};
-  for (const [field, property] of Object.entries(properties)) {
-    const types = Array.isArray(property.type) ? property.type : [property.type];
-    if (types.includes('array')) limits.set(field, typeof property.maxItems === 'number' ? property.maxItems : MAX_LIST_ITEMS);
+interface FieldSchema {
+  /** The JSON types the field takes. */
+  types: unknown[];
+  maxItems?: unknown;
+}
+
+/** The top-level fields of an object schema (a `$ref`'d one read from its definition). */
+function fieldsOf(schema: unknown, base: string): Map<string, FieldSchema> {
+  const fields = new Map<string, FieldSchema>();
+  const properties = (schema as { properties?: Record<string, { type?: unknown; maxItems?: unknown; $ref?: unknown }> }).properties ?? {};
+  for (const [field, declared] of Object.entries(properties)) {
+    const property = typeof declared.$ref === 'string' ? ((asTyped.getSchema(new URL(declared.$ref, base).href)?.schema ?? {}) as typeof declared) : declared;
+    fields.set(field, { types: Array.isArray(property.type) ? property.type : [property.type], maxItems: property.maxItems });
   }
+  return fields;
+}
+
+/** The fields that may be lists, with the items each takes. */
+function listLimitsOf(fields: Map<string, FieldSchema>): Map<string, number> {
+  const limits = new Map<string, number>();
+  for (const [field, { types, maxItems }] of fields) if (types.includes('array')) limits.set(field, typeof maxItems === 'number' ? maxItems : MAX_LIST_ITEMS);
   return limits;
 }
 
@@ -245,13 +259,10 @@ const INTEGER_TEXT = /^\s*[+-]?\d+(\.0*)?\s*$/;
 /** Text of a number as its FloatField reads it: decimal, with an exponent. */
 const NUMBER_TEXT = /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/;
 
-/** The fields of an object schema that take a number, with the text each reads one from. */
-function numberTextsOf(schema: unknown, base: string): Map<string, RegExp> {
+/** The fields that take a number, with the text each reads one from. */
+function numberTextsOf(fields: Map<string, FieldSchema>): Map<string, RegExp> {
   const texts = new Map<string, RegExp>();
-  const properties = (schema as { properties?: Record<string, { type?: unknown; $ref?: unknown }> }).properties ?? {};
-  for (const [field, declared] of Object.entries(properties)) {
-    const property = typeof declared.$ref === 'string' ? ((asTyped.getSchema(new URL(declared.$ref, base).href)?.schema ?? {}) as { type?: unknown }) : declared;
-    const types = Array.isArray(property.type) ? property.type : [property.type];
+  for (const [field, { types }] of fields) {
     if (types.includes('number')) texts.set(field, NUMBER_TEXT);
     else if (types.includes('integer')) texts.set(field, INTEGER_TEXT);
   }
@@ -259,7 +270,7 @@ function numberTextsOf(schema: unknown, base: string): Map<string, RegExp> {
 }
 
 /**
- * A form field or query parameter is text, and ajv's coercion reads it as JavaScript does
+ * A form field is text, and ajv's coercion reads it as JavaScript does
  * (`Number(text)`): `0x10`, `1e1` and blanks became numbers, `Infinity` got past `maximum`
  * and was stored as null. Text that is no decimal number, or none a double holds, is made
  * NaN here, which the schema then refuses with the field's usual message.

@@ -69,7 +69,7 @@ function hasObsoleteFrom(raw: Buffer): boolean {
 const DATE_SPELLINGS = [/^(?:[a-z]{3}\s*,\s*)?\d{1,2}\s+[a-z]{3}\s+(\d{2,4})\s+\d{1,2}\s*:\s*\d{2}\b/i, /^(\d{4})-\d{2}-\d{2}[t ]\d{2}:\d{2}/i, /^[a-z]{3}\s+[a-z]{3}\s+\d{1,2}\s+\d{1,2}:\d{2}(?::\d{2})?\s+(?:\S+\s+)?(\d{4})\b/i];
 
 /** The sender's Date header as a time, or null: no date, or one RFC 3339 cannot write (a year past 9999). */
-export function senderDate(dateLine: string | undefined, parsed: Date | undefined): string | null {
+function senderDate(dateLine: string | undefined, parsed: Date | undefined): string | null {
   const year = dateLine && DATE_SPELLINGS.map((spelling) => spelling.exec(dateLine)?.[1]).find(Boolean);
   if (!year || !parsed || Number.isNaN(parsed.getTime())) return null;
   const parsedYear = parsed.getUTCFullYear();

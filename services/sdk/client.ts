@@ -285,6 +285,9 @@ export function createClient(options: ClientOptions): AisClient {
   return new AisClient(options);
 }
 
+/** Whether fetch can send `value` in a header: no line break or other control, nothing beyond Latin-1. */
+export const isHeaderValue = (value: string): boolean => /^[\t\x20-\x7e\x80-\xff]*$/.test(value);
+
 export class AisClient {
   readonly baseUrl: string;
   readonly identity: string | undefined;
@@ -344,7 +347,7 @@ export class AisClient {
     // fetch refuses a line break or a character beyond Latin-1 in a header, in an error that
     // quotes the value (a key, a token): refused here without it, and not retried as a network failure.
     for (const [name, value] of Object.entries(h)) {
-      if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(value)) throw new TypeError(`The ${name} header cannot carry the value given (a line break or a character beyond Latin-1).`);
+      if (!isHeaderValue(value)) throw new TypeError(`The ${name} header cannot carry the value given (a line break or a character beyond Latin-1).`);
     }
     return h;
   }

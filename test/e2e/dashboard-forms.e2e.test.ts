@@ -15,6 +15,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { jest } from '@jest/globals';
 import { mailedResetLink, signedInBrowser, submit } from '../support/browser.js';
 import { startTestServer, type TestServer } from '../support/server.js';
+import { runClient } from '../support/client-process.js';
 
 jest.setTimeout(120_000);
 
@@ -387,6 +388,16 @@ describe('dashboard forms and page answers', () => {
     expect((await threads()).body[0].unread_count).toBe(1); // the HEADs read it before: 0
     await page.goto(`${s.url}/identities/${reader.uuid}/mail/${thread.thread_id}`);
     expect((await threads()).body[0].unread_count).toBe(0);
+    // An SMS conversation's page alike (the account is on a plan with phones since the release test).
+    const texted = await s.createIdentity(me.access, 'Head texted', { provision_phone: true });
+    const hook = await fetch(`${s.url}/api/webhooks/sms/`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ From: '+15550142', To: texted.phone!, Body: 'unread?', MessageSid: `SM${Date.now()}` }) });
+    expect(hook.status).toBe(200);
+    const conversations = () => s.api('GET', '/api/sms-inbox/', { token: me.access, identity: texted.uuid });
+    const conversation = (await conversations()).body[0];
+    expect(await head(`/identities/${texted.uuid}/sms/${conversation.conversation_id}`)).toBe(200);
+    expect((await conversations()).body[0].unread_count).toBe(1);
+    await page.goto(`${s.url}/identities/${texted.uuid}/sms/${conversation.conversation_id}`);
+    expect((await conversations()).body[0].unread_count).toBe(0);
   });
 
   it('a "." or ".." where a page takes an id names nothing: the not-found page, not the list the API has there', async () => {
@@ -431,6 +442,25 @@ describe('dashboard forms and page answers', () => {
       expect(notUtf8.text).toContain('The form body is not valid UTF-8');
       const xml = await post(path, 'application/xml', '<name>x</name>');
       expect([xml.path, xml.status, xml.type]).toEqual([path, 415, 'text/html; charset=utf-8']);
+    }
+    // Over 1 MiB and still being sent: the page reaches the client (the body's rest drained
+    // first, as for the API), not a reset. A client process of its own (runClient says why).
+    const client = `
+      const [url, cookie] = process.argv.slice(1);
+      const chunked = () => new ReadableStream({ start(c) { for (let i = 0; i < 48; i++) c.enqueue(new TextEncoder().encode('z'.repeat(64 * 1024))); c.close(); } });
+      const seen = [];
+      for (const body of [() => 'name=' + 'y'.repeat(5 * 1024 * 1024), chunked]) {
+        for (let i = 0; i < 4; i++) {
+          seen.push(await fetch(url, { method: 'POST', headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' }, body: body(), duplex: 'half' }).then(
+            (res) => res.status + ' ' + res.headers.get('content-type'),
+            (err) => String(err.cause?.code ?? err.message),
+          ));
+        }
+      }
+      console.log(JSON.stringify(seen));
+    `;
+    for (const path of ['/identities', '/login', '/device/approve']) {
+      expect([path, await runClient<string[]>(client, `${s.url}${path}`, await cookieHeader())]).toEqual([path, Array(8).fill('413 text/html; charset=utf-8')]);
     }
   });
 });

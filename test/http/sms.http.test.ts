@@ -62,6 +62,16 @@ describe('POST /api/webhooks/sms/ (local provider)', () => {
     expect(list.body[0]).toMatchObject({ from_number: '+15557770001', to_number: phoneA, body: 'hello there', direction: 'inbound', read: false });
   });
 
+  it('NumMedia reads decimal text only (Infinity, 0x5 or a blank were numbers): 400, nothing recorded', async () => {
+    const before = (await get('/api/messages/', idA)).body.length;
+    for (const NumMedia of ['Infinity', '1e400', '0x5', ' ']) {
+      const res = await webhook({ From: '+15557770093', To: phoneA, Body: 'x', MessageSid: nextSid(), NumMedia });
+      expect([NumMedia, res.status, res.body]).toEqual([NumMedia, 400, { NumMedia: ['A valid integer is required.'] }]);
+    }
+    expect((await get('/api/messages/', idA)).body.length).toBe(before);
+    expect((await webhook({ From: '+15557770093', To: phoneA, Body: 'x', MessageSid: nextSid(), NumMedia: ' 1 ' })).status).toBe(200);
+  });
+
   it('403 with a wrong or missing X-Webhook-Secret; nothing is recorded', async () => {
     const before = (await get('/api/messages/', idA)).body.length;
     const wrong = await webhook({ From: '+15557770002', To: phoneA, Body: 'x', MessageSid: nextSid() }, { 'x-webhook-secret': `${SECRET}x` });
