@@ -271,6 +271,21 @@ describe('email', () => {
     const shown = await ais(['inbox', 'show', sent.thread_id]);
     expect(shown.stdout).toContain(`\nFrom: courier <${identity.inbox}>\nTo: ${identity.inbox}\nStatus: sent\n`);
   });
+
+  test('a send a recipient did not get ends in not_delivered (exit 1), with or without the others getting it', async () => {
+    const nobody = `nobody-${randomBytes(4).toString('hex')}@${identity.inbox.split('@')[1]}`;
+    const none = await ais(['send', '--to', nobody, '--subject', 'Lost', '--body', 'x']);
+    expect(none.code).toBe(1);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toMatch(new RegExp(`^error: Not sent \\(${nobody}: 550 5\\.1\\.1 no such mailbox\\): [0-9a-f-]{36}\\n$`));
+    // Part of them: the message is shown (--json), and the error names who did not get it.
+    const some = await ais(['send', '--to', `${identity.inbox}, ${nobody}`, '--subject', 'Half', '--body', 'x', '--json']);
+    expect(some.code).toBe(1);
+    expect(some.json).toMatchObject({ status: 'sent', rejected: [nobody] });
+    expect(JSON.parse(some.stderr)).toEqual({
+      error: { code: 'not_delivered', message: `Not delivered to ${nobody}; the other recipients got it: ${some.json.id}`, exit_code: 1, id: some.json.id, thread_id: some.json.thread_id, status: 'sent', rejected: [nobody], error: null },
+    });
+  });
 });
 
 describe('sms and phone', () => {

@@ -2,9 +2,9 @@
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Attachment, EmailMessage } from '../../sdk/client.js';
-import { client, type Command } from '../context.js';
+import { client, type Command, type Ctx } from '../context.js';
 import { CliError, EXIT, fileProblem, usage } from '../errors.js';
-import { formatBytes, kv, progressReporter, show, table } from '../output.js';
+import { formatBytes, forTerminal, kv, progressReporter, show, table } from '../output.js';
 import { watch } from '../watch.js';
 
 /** The selected identity's inbox address (lower case), or null when it cannot be read. */
@@ -84,7 +84,7 @@ export const mailCommands: Record<string, Command> = {
       if (!v.to) throw usage('ais send --to ADDR --subject S --body TEXT');
       const c = client(ctx, { identity: true });
       const m = await c.email.sendWithAttachments({ to: v.to, subject: v.subject ?? '', body: bodyOf(v), cc: v.cc ?? '', bcc: v.bcc ?? '' }, files(v.attach), progressReporter(ctx));
-      show(ctx, m, () => sentLine(m));
+      showSent(ctx, m);
     },
   },
   reply: replyCommand(false),
@@ -100,7 +100,7 @@ function replyCommand(all: boolean): Command {
       if (!p[0]) throw usage(this.usage);
       const c = client(ctx, { identity: true });
       const m = await c.email.sendWithAttachments({ replyTo: p[0], all, body: bodyOf(v), ...(v.cc ? { cc: v.cc } : {}), ...(v.bcc ? { bcc: v.bcc } : {}) }, files(v.attach), progressReporter(ctx));
-      show(ctx, m, () => sentLine(m));
+      showSent(ctx, m);
     },
   };
 }
@@ -113,18 +113,28 @@ function mailbox(name: string | undefined | null, address: string): string {
 }
 
 /**
- * What `send` and the replies answered, in words: mail between inboxes of the service is
- * delivered at once (`sent`); mail to other domains is queued for the service's mailer.
+ * What `send` and the replies answered. Mail between inboxes of the service is delivered at
+ * once (`sent`, or refused for an address without an inbox); mail to other domains is queued
+ * for the service's mailer. A recipient refused already ends the command in `not_delivered`
+ * (exit 1) after the message is shown with --json: a script must not take it for sent.
  */
+function showSent(ctx: Ctx, m: EmailMessage): void {
+  const rejected = m.rejected ?? [];
+  const refused = m.status === 'failed' || rejected.length > 0;
+  if (!refused || ctx.json) show(ctx, m, () => sentLine(m));
+  if (!refused) return;
+  const why = m.error ? ` (${m.error})` : '';
+  const message = m.status === 'failed' ? `Not sent${why}: ${m.id}` : `Not delivered to ${rejected.join(', ')}${why}; the other recipients got it: ${m.id}`;
+  throw new CliError('not_delivered', forTerminal(message), EXIT.error, { id: m.id, thread_id: m.thread_id, status: m.status, rejected, error: m.error ?? null });
+}
+
 function sentLine(m: EmailMessage): string {
   const domain = (a: string) => a.slice(a.lastIndexOf('@') + 1).toLowerCase();
   const own = domain(m.from_email ?? m.from ?? '');
   const all = [...(m.to ?? []), ...(m.cc ?? []), ...(m.bcc ?? [])];
   const internal = all.length > 0 && all.every((a) => domain(a) === own);
-  const later = `\`ais inbox show ${m.thread_id}\` shows its status`;
   if (m.status === 'sent') return internal ? `Delivered: ${m.id}` : `Sent: ${m.id}`;
-  if (m.status === 'failed') return `Not sent (${m.error ?? 'delivery failed'}): ${m.id}`;
-  return `Queued for delivery: ${m.id} (the service's mailer sends it; ${later})`;
+  return `Queued for delivery: ${m.id} (the service's mailer sends it; \`ais inbox show ${m.thread_id}\` shows its status)`;
 }
 
 /** An attachment's most bytes (the presign's limit), and a body's (the API's for a request). */
