@@ -1,7 +1,7 @@
 // What every command runs with: the run's context, the API client built from the stored
 // credentials, and the translation of SDK errors into the CLI's conditions.
 import type { ParseArgsConfig } from 'node:util';
-import { ApiRequestError, createClient, isHeaderValue, NetworkError, type AisClient, type Identity } from '../sdk/client.js';
+import { ApiRequestError, createClient, isHeaderValue, NetworkError, UnexpectedResponseError, type AisClient, type Identity } from '../sdk/client.js';
 import { CryptoError } from '../sdk/crypto.js';
 import { loadConfig, saveConfig, withConfigLock, type CliConfig } from './config.js';
 import { CliError, EXIT, usage } from './errors.js';
@@ -281,6 +281,8 @@ export async function translate(err: unknown, c?: AisClient, ctx: Pick<Ctx, 'env
     }
     return new CliError(err.code ?? `http_${err.status}`, err.detail, EXIT.api_error, { status: err.status, ...(err.fields ? { fields: err.fields } : {}) });
   }
+  // Something else answers at the address (a web page, another service): the service is not reached.
+  if (err instanceof UnexpectedResponseError) return new CliError('unexpected_response', err.message, EXIT.network_error);
   if (err instanceof NetworkError) {
     // Timed out: say how long was waited, and where that is set.
     const timedOut = (err.cause as Error | undefined)?.name === 'TimeoutError';

@@ -17,6 +17,7 @@
  * No dependency beyond the platform's `fetch`.
  */
 import { EventStream, type EventStreamOptions } from './events.js';
+import { ANSWER_SHAPES } from './types.gen.js';
 
 import type {
   AccountsBindResult,
@@ -135,6 +136,60 @@ export class NetworkError extends Error {
     super(message);
     this.name = 'NetworkError';
   }
+}
+
+/**
+ * A successful answer that is not this API's: an HTML page, an empty body, or JSON of another
+ * shape, from whatever answers at the address the client was given (a web server, a proxy's
+ * sign-in page, another service). Never retried: asking again gets the same.
+ */
+export class UnexpectedResponseError extends Error {
+  readonly code = 'unexpected_response';
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'UnexpectedResponseError';
+  }
+
+  /** `<base> answered GET /api/x/ with <what>, ...`: the call, what came, and the likely cause. */
+  static of(baseUrl: string, status: number, method: string, path: string, what: string): UnexpectedResponseError {
+    const where = `${method.toUpperCase()} ${new URL(path, 'http://x').pathname}`;
+    return new UnexpectedResponseError(status, `${baseUrl} answered ${where} with ${what}, not with this service's API: is ${baseUrl} the service's address?`);
+  }
+}
+
+/** What an operation of the schemas answers: a list or not, and the field naming its object. */
+type AnswerShape = { list: boolean; field: string | null };
+
+/** `ANSWER_SHAPES` with each path template in segments (`{uuid}` is any one segment). */
+const SHAPES = Object.entries(ANSWER_SHAPES).map(([key, shape]) => {
+  const [method, template] = key.split(' ');
+  const segments = template.split('/').slice(1);
+  return { method, segments, params: segments.filter((s) => s.startsWith('{')).length, shape };
+});
+
+/** A content type in words, for an answer of the wrong one. */
+export const describeType = (type: string): string => (type === 'text/html' ? 'an HTML page' : type ? `a ${type} document` : 'a body of no content type');
+
+const anotherShape = (shape: AnswerShape): string => `JSON of another shape (${shape.list ? 'a list of objects' : 'an object'}${shape.field ? ` with "${shape.field}"` : ''} expected)`;
+
+/**
+ * The shape of what `method` on `pathname` answers, or undefined for a path outside the
+ * schemas. The path may sit under a prefix (a service behind a proxy path); a literal segment
+ * wins over a template's (`compose/` is not an `{id}/`).
+ */
+function answerShape(method: string, pathname: string): AnswerShape | undefined {
+  const parts = pathname.split('/');
+  let best: (typeof SHAPES)[number] | undefined;
+  for (const s of SHAPES) {
+    if (s.method !== method || s.segments.length > parts.length) continue;
+    const tail = parts.slice(parts.length - s.segments.length);
+    if (!s.segments.every((t, i) => (t.startsWith('{') ? tail[i] !== '' : t === tail[i]))) continue;
+    if (!best || s.params < best.params) best = s;
+  }
+  return best?.shape;
 }
 
 /** Why fetch failed, in words: undici says only "fetch failed" and keeps the reason in `cause`. */
@@ -352,17 +407,46 @@ export class AisClient {
     return h;
   }
 
-  /** One call with the retry, backoff and refresh rules above; parsed JSON (null for 204). */
+  /** One call with the retry, backoff and refresh rules above; parsed JSON (null for 204), checked by `#answer`. */
   async request<T>(method: string, path: string, o: RequestOptions = {}): Promise<T> {
-    const res = await this.send(method, path, o);
-    if (res.status === 204) return null as T;
-    const text = await res.text();
-    if (!text) return null as T;
-    try {
-      return JSON.parse(text) as T;
-    } catch {
-      return text as T;
+    return (await this.#answer(await this.send(method, path, o), method, path)) as T;
+  }
+
+  /**
+   * The body of a successful answer to `method` on `path`, checked to come from this API: for
+   * an operation of the schemas it must be JSON (by its content type), a list or an object as
+   * the schema says, each object with the field naming it (`ANSWER_SHAPES`); anything else is
+   * an {@link UnexpectedResponseError}, so a wrong base URL is said as such instead of handing
+   * the caller `undefined` fields. Outside the schemas: JSON when it parses, else the text.
+   */
+  async #answer(res: Response, method: string, path: string, shape = answerShape(method.toUpperCase(), new URL(path, 'http://x').pathname)): Promise<unknown> {
+    const text = res.status === 204 ? '' : await res.text();
+    const unexpected = (what: string) => this.#unexpected(res, method, path, what);
+    if (!shape) {
+      if (!text) return null;
+      try {
+        return JSON.parse(text);
+      } catch {
+        return text;
+      }
     }
+    const type = res.headers.get('content-type')?.split(';')[0].trim().toLowerCase() ?? '';
+    if (!text) throw unexpected('nothing');
+    if (!/^application\/([\w.-]+\+)?json$/.test(type)) throw unexpected(describeType(type));
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw unexpected('JSON that does not parse');
+    }
+    const items = shape.list ? (Array.isArray(body) ? body : null) : [body];
+    const named = (i: unknown) => !!i && typeof i === 'object' && !Array.isArray(i) && (shape.field === null || shape.field in i);
+    if (!items || !items.every(named)) throw unexpected(anotherShape(shape));
+    return body;
+  }
+
+  #unexpected(res: Response, method: string, path: string, what: string): UnexpectedResponseError {
+    return UnexpectedResponseError.of(this.baseUrl, res.status, method, path, what);
   }
 
   /** Like {@link request} but returns the Response (for Link headers and streams). */
@@ -531,7 +615,10 @@ export class AisClient {
       }
       throw err;
     }
-    const body = (await res.json()) as { access?: string; access_token?: string; refresh?: string };
+    // `access_token` is the spelling of one of the spec's examples: taken too.
+    const path = '/api/auth/token/refresh/';
+    const body = (await this.#answer(res, 'POST', path, { list: false, field: null })) as { access?: string; access_token?: string; refresh?: string };
+    if (typeof (body.access ?? body.access_token) !== 'string') throw this.#unexpected(res, 'POST', path, anotherShape({ list: false, field: 'access' }));
     this.#creds.token = body.access ?? body.access_token;
     if (body.refresh) this.#creds.refresh = body.refresh;
     await this.#options.onTokens?.({ access: this.#creds.token!, refresh: this.#creds.refresh! });
@@ -545,7 +632,7 @@ export class AisClient {
     while (next) {
       const res = await this.send('GET', next, first ? o : { ...o, query: undefined });
       first = false;
-      out.push(...((await res.json()) as T[]));
+      out.push(...((await this.#answer(res, 'GET', next)) as T[]));
       // The link is built from the service's PUBLIC_URL, which may not be how this client
       // reaches it: only its path and query are followed, on this client's base URL (the
       // credential is never sent to a host a header names).
@@ -563,7 +650,7 @@ export class AisClient {
   async listPage<T>(path: string, q: ListOptions = {}, identity?: string | false): Promise<{ items: T[]; cursor: string | null }> {
     const query = Object.fromEntries(Object.entries(q).filter(([, v]) => v !== undefined)) as RequestOptions['query'];
     const res = await this.send('GET', path, { query, identity });
-    const items = (await res.json()) as T[];
+    const items = (await this.#answer(res, 'GET', path)) as T[];
     const link = nextLink(res.headers.get('link'));
     return { items, cursor: link === null ? null : new URL(link, this.baseUrl).searchParams.get('cursor') };
   }
@@ -620,8 +707,8 @@ export class AisClient {
         accept: [400],
         signal: opts.signal,
       });
+      if (res.ok) return (await this.#answer(res, 'POST', '/api/auth/device/token/')) as DeviceTokens;
       const body = (await res.json().catch(() => ({}))) as Record<string, unknown>;
-      if (res.ok) return body as unknown as DeviceTokens;
       if (body.error === 'authorization_pending' || body.error === 'slow_down') return body as DevicePending;
       const code = body.error === 'expired_token' ? 'device_code_expired' : String(body.code ?? body.error ?? 'invalid_request');
       throw new ApiRequestError(res.status, code, String(body.detail ?? body.error_description ?? body.error ?? 'Device authorization failed.'), undefined, body);

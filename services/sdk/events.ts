@@ -12,7 +12,7 @@
  * with the ApiRequestError.
  */
 import type { AisClient } from './client.js';
-import { ApiRequestError, hasExpired, sleep } from './client.js';
+import { ApiRequestError, describeType, hasExpired, sleep, UnexpectedResponseError } from './client.js';
 
 export interface ServerEvent<T = Record<string, unknown>> {
   /** The id to resume after (opaque). */
@@ -176,10 +176,17 @@ export class EventStream implements AsyncIterable<ServerEvent> {
           }
           throw new ApiRequestError(401, body.code, body.detail ?? 'Unauthorized', undefined, body);
         }
+        // Not an event stream (a web page at that address): failed for good, as an EventSource
+        // fails a connection of another content type (WHATWG HTML §9.2), not retried.
+        const type = res.headers.get('content-type')?.split(';')[0].trim().toLowerCase() ?? '';
+        if (type !== 'text/event-stream') {
+          await res.body?.cancel().catch(() => undefined);
+          throw UnexpectedResponseError.of(this.client.baseUrl, res.status, 'GET', '/api/events/stream/', describeType(type));
+        }
       } catch (err) {
         signal?.removeEventListener('abort', stop);
         if (signal?.aborted) return;
-        if (err instanceof ApiRequestError && err.status < 500 && err.status !== 429) throw err;
+        if ((err instanceof ApiRequestError && err.status < 500 && err.status !== 429) || err instanceof UnexpectedResponseError) throw err;
         yield* this.#wait(++failures, err);
         continue;
       }

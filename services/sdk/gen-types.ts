@@ -6,6 +6,11 @@
  *   (`accounts.json#/$defs/User` → `AccountsUser`, see services/gateway/openapi.ts).
  * - `Operations` maps `"METHOD /path/"` of every `x-operations` entry to its request body,
  *   response body and success status.
+ * - `ANSWER_SHAPES`, the one runtime value: for every operation answering JSON, whether it is
+ *   a list, and the first field its object (each item of a list) is required to have, the one
+ *   that names it (`uuid`, `access`, `detail`): the SDK tells an answer of this API from one
+ *   of something else at that address by them (services/sdk/client.ts). One field, not all:
+ *   a field added in a later version must not make this SDK refuse an older service.
  *
  * Run `npm run gen:sdk-types` after changing a schema; test/unit/sdk-types.unit.test.ts fails
  * while the committed file is stale.
@@ -73,6 +78,20 @@ function localize(node: unknown, file: string): unknown {
   return out;
 }
 
+/**
+ * The fields an object of `def` always has (its `required`, with those of every `allOf` part,
+ * `$ref`s followed), or null when it is no object.
+ */
+function requiredOf(def: unknown, defs: Json): string[] | null {
+  const d = def as { $ref?: string; type?: unknown; required?: string[]; allOf?: unknown[] };
+  if (d.$ref) return requiredOf(defs[d.$ref.slice('#/$defs/'.length)], defs);
+  if (d.allOf) {
+    const parts = d.allOf.map((p) => requiredOf(p, defs));
+    return parts.some((p) => p === null) ? null : [...new Set(parts.flatMap((p) => p!))];
+  }
+  return d.type === 'object' ? [...(d.required ?? [])] : null;
+}
+
 const HEADER = `/**
  * GENERATED FILE: DO NOT EDIT. Regenerate with \`npm run gen:sdk-types\`
  * (services/sdk/gen-types.ts) from schemas/*.json.
@@ -91,6 +110,7 @@ export async function generateSdkTypes(files: Record<string, Json> = loadSchemas
   const defs: Json = {};
   const names: string[] = [];
   const ops: string[] = [];
+  const shapes: string[] = [];
   for (const [file, schema] of Object.entries(files)) {
     for (const [name, def] of Object.entries((schema.$defs ?? {}) as Json)) {
       const full = `${prefixOf(file)}${name}`;
@@ -111,6 +131,10 @@ export async function generateSdkTypes(files: Record<string, Json> = loadSchemas
       const noBody = status === 204 || (status >= 300 && status < 400);
       const response = op.response ? `${check(op.response)}${op.array ? '[]' : ''}` : noBody ? 'null' : 'unknown';
       ops.push(`  '${op.method.toUpperCase()} ${op.path}': { request: ${request}; response: ${response}; status: ${status} };`);
+      if (op.response && (op.contentType ?? 'application/json') === 'application/json') {
+        const field = requiredOf(defs[check(op.response)], defs)?.[0];
+        if (field) shapes.push(`  '${op.method.toUpperCase()} ${op.path}': { list: ${!!op.array}, field: '${field}' },`);
+      }
     }
   }
   // One root whose `$defs` are every file's defs; the root itself is dropped below.
@@ -134,7 +158,10 @@ export async function generateSdkTypes(files: Record<string, Json> = loadSchemas
   for (const n of names) {
     if (!new RegExp(`^export (interface|type) ${n}\\b`, 'm').test(body)) throw new Error(`no type generated for ${n}`);
   }
-  return `${HEADER}\n${body}\n\n/** Every endpoint of the schemas' \`x-operations\`. */\nexport interface Operations {\n${ops.join('\n')}\n}\n\nexport type OperationKey = keyof Operations;\nexport type RequestOf<K extends OperationKey> = Operations[K]['request'];\nexport type ResponseOf<K extends OperationKey> = Operations[K]['response'];\n`;
+  return (
+    `${HEADER}\n${body}\n\n/** Every endpoint of the schemas' \`x-operations\`. */\nexport interface Operations {\n${ops.join('\n')}\n}\n\nexport type OperationKey = keyof Operations;\nexport type RequestOf<K extends OperationKey> = Operations[K]['request'];\nexport type ResponseOf<K extends OperationKey> = Operations[K]['response'];\n` +
+    `\n/** Every JSON answer of \`Operations\`: a list or one object, and the field naming its object (each item of a list), the first its schema requires. */\nexport const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: string }>> = {\n${shapes.join('\n')}\n};\n`
+  );
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {

@@ -174,3 +174,40 @@ test("a running process keeps to its own login: one stored meanwhile for another
     await serviceA.close();
   }
 });
+
+test('a base URL where something else answers (a web page, another JSON API) is said as such (unexpected_response, exit 21), and changes nothing stored', async () => {
+  const a = await newAccount('wrong');
+  const page = await fakeHttp((_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'text/html' });
+    res.end('<html><body>Sign in to the proxy</body></html>');
+  });
+  const other = await fakeHttp((_req, _body, res) => json(res, 200, { ok: true, items: {} }));
+  const dir = home({});
+  const config = () => readFileSync(path.join(dir, 'agent-identity/config.json'), 'utf8');
+  const before = config();
+  try {
+    for (const [service, what] of [
+      [page, 'an HTML page'],
+      [other, 'JSON of another shape (an object with "uuid" expected)'],
+    ] as const) {
+      // `identities create` made the first identity the default from what came back: undefined fields.
+      const r = await runCli(['identities', 'create', 'scout', '--json'], { url: service.url, home: dir, env: { AIS_API_KEY: a.key } });
+      expect([r.code, r.stdout]).toEqual([21, '']);
+      expect(r.error).toEqual({
+        code: 'unexpected_response',
+        message: `${service.url} answered POST /api/identities/ with ${what}, not with this service's API: is ${service.url} the service's address?`,
+        exit_code: 21,
+      });
+    }
+    const list = await runCli(['inbox', 'list', '--identity', a.identity.uuid], { url: page.url, home: dir, env: { AIS_API_KEY: a.key } });
+    expect([list.code, list.stderr]).toEqual([21, `error: ${page.url} answered GET /api/email-inbox/ with an HTML page, not with this service's API: is ${page.url} the service's address?\n`]);
+    expect(config()).toBe(before);
+    // The same commands at the service itself work as ever.
+    const real = await runCli(['identities', 'create', 'scout', '--json'], { url: svc.url, home: dir, env: { AIS_API_KEY: a.key } });
+    expect([real.code, real.json.name]).toEqual([0, 'scout']);
+  } finally {
+    await page.close();
+    await other.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

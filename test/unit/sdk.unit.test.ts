@@ -2,7 +2,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
+import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser, UnexpectedResponseError, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
 
 type Handler = (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void;
 let server: http.Server;
@@ -99,10 +99,10 @@ describe('retries', () => {
 
   test('429 waits for Retry-After, for a POST too', async () => {
     let n = 0;
-    handler = (_q, _b, res) => (++n === 1 ? json(res, 429, { detail: 'slow down', code: 'throttled' }, { 'retry-after': '1' }) : json(res, 201, { id: 'm1' }));
+    handler = (_q, _b, res) => (++n === 1 ? json(res, 429, { detail: 'slow down', code: 'throttled' }, { 'retry-after': '1' }) : json(res, 201, { uuid: 'm1' }));
     const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
     const t0 = Date.now();
-    await expect(c.email.compose({ to: 'a@b.c', subject: 's', body: 'b' })).resolves.toEqual({ id: 'm1' });
+    await expect(c.email.compose({ to: 'a@b.c', subject: 's', body: 'b' })).resolves.toEqual({ uuid: 'm1' });
     expect(Date.now() - t0).toBeGreaterThanOrEqual(950);
     expect(seen).toHaveLength(2);
   });
@@ -156,12 +156,12 @@ describe('refresh on 401 token_expired', () => {
         expect(JSON.parse(body)).toEqual({ refresh: 'r1' });
         return json(res, 200, { access: 'a2', refresh: 'r2' });
       }
-      if (req.headers.authorization === 'Bearer a2') return json(res, 200, { username: 'u' });
+      if (req.headers.authorization === 'Bearer a2') return json(res, 200, { pk: 1, username: 'u' });
       json(res, 401, { detail: 'expired', code: 'token_expired' });
     };
     const saved: unknown[] = [];
     const c = createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1', onTokens: (t) => void saved.push(t) });
-    await expect(c.auth.user()).resolves.toEqual({ username: 'u' });
+    await expect(c.auth.user()).resolves.toEqual({ pk: 1, username: 'u' });
     expect(saved).toEqual([{ access: 'a2', refresh: 'r2' }]);
     expect(seen.map((s) => s.url)).toEqual(['/api/auth/user/', '/api/auth/token/refresh/', '/api/auth/user/']);
   });
@@ -319,6 +319,61 @@ describe('errors and identity', () => {
     const tokens = await c.auth.deviceWait({ device_code: 'dc', user_code: 'ABCD-EFGH', verification_uri: 'x', verification_uri_complete: 'x', expires_in: 60, interval: 1 } as never, { wait: true });
     expect([tokens.access, n]).toEqual(['a', 3]);
   }, 15_000);
+});
+
+describe('answers of something else at the address (a web page, another service)', () => {
+  const page = (res: http.ServerResponse) => {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    res.end('<html><body>Sign in to the proxy</body></html>');
+  };
+
+  test('an HTML page, JSON of another shape, nothing: an UnexpectedResponseError naming the call and the address, not retried', async () => {
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1', backoffMs: 1 });
+    const cases: Array<[http.RequestListener, () => Promise<unknown>, string]> = [
+      [(_q, res) => page(res), () => c.identities.list(), 'GET /api/identities/ with an HTML page'],
+      [(_q, res) => json(res, 200, { ok: true, items: {} }), () => c.identities.create({ name: 'x' }), 'POST /api/identities/ with JSON of another shape (an object with "uuid" expected)'],
+      [(_q, res) => json(res, 200, { ok: true }), () => c.email.inbox(), 'GET /api/email-inbox/ with JSON of another shape (a list of objects with "thread_id" expected)'],
+      [(_q, res) => json(res, 200, [{ uuid: 'a' }, null]), () => c.identities.list({ limit: 10 }), 'GET /api/identities/ with JSON of another shape (a list of objects with "uuid" expected)'],
+      [(_q, res) => json(res, 200, null), () => c.whoami(), 'GET /api/health/whoami/ with JSON of another shape (an object with "kind" expected)'],
+      [(_q, res) => res.writeHead(200).end(), () => c.email.compose({ to: 'a@b.c', subject: 's', body: 'b' }), 'POST /api/email-messages/compose/ with nothing'],
+      [(_q, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"uuid":'), () => c.vault.list(), 'GET /api/vault/ with JSON that does not parse'],
+      [(_q, res) => page(res), () => c.auth.devicePoll('dc'), 'POST /api/auth/device/token/ with an HTML page'],
+    ];
+    for (const [answer, call, said] of cases) {
+      seen.length = 0;
+      handler = (q, _b, res) => answer(q, res);
+      const err = await call().then(() => undefined, (e: Error & { code?: string; status?: number }) => e);
+      expect(err).toBeInstanceOf(UnexpectedResponseError);
+      expect([err?.code, err?.status, err?.message]).toEqual(['unexpected_response', 200, `${url} answered ${said}, not with this service's API: is ${url} the service's address?`]);
+      expect(seen).toHaveLength(1);
+    }
+  });
+
+  test('a token refresh answered with a page is unexpected too; `access_token` (a spelling of the spec\'s) is taken', async () => {
+    let refreshAnswer: (res: http.ServerResponse) => void = page;
+    handler = (req, _b, res) => {
+      if (req.url === '/api/auth/token/refresh/') return refreshAnswer(res);
+      if (req.headers.authorization === 'Bearer a2') return json(res, 200, { pk: 1, username: 'u' });
+      json(res, 401, { detail: 'expired', code: 'token_expired' });
+    };
+    const err = await createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' }).auth.user().catch((e) => e);
+    expect(err).toBeInstanceOf(UnexpectedResponseError);
+    expect(err.message).toContain('answered POST /api/auth/token/refresh/ with an HTML page');
+    refreshAnswer = (res) => json(res, 200, { access_token: 'a2', refresh: 'r2' });
+    await expect(createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' }).auth.user()).resolves.toEqual({ pk: 1, username: 'u' });
+    refreshAnswer = (res) => json(res, 200, { token: 'a2' });
+    await expect(createClient({ baseUrl: url, token: 'a1', refreshToken: 'r1' }).auth.user()).rejects.toThrow('with JSON of another shape (an object with "access" expected)');
+  });
+
+  test('what the schemas do not describe is answered as before (JSON when it parses, else the text); a path under a prefix is still checked', async () => {
+    handler = (_q, _b, res) => page(res);
+    const c = createClient({ baseUrl: url, token: 't' });
+    await expect(c.request('GET', '/api/something-new/')).resolves.toBe('<html><body>Sign in to the proxy</body></html>');
+    await expect(createClient({ baseUrl: `${url}/ais`, token: 't' }).identities.list()).rejects.toThrow(`${url}/ais answered GET /api/identities/ with an HTML page`);
+    // A literal path is not taken for a template's: compose/ is no message id.
+    handler = (_q, _b, res) => json(res, 201, { uuid: 'm1', extra: 1 });
+    await expect(c.withIdentity('i1').email.compose({ to: 'a@b.c', subject: 's', body: 'b' })).resolves.toEqual({ uuid: 'm1', extra: 1 });
+  });
 });
 
 describe('attachment upload', () => {
@@ -503,6 +558,19 @@ describe('event stream', () => {
     ac.abort();
     expect(ids).toEqual(['t1', 't2']);
     expect(seen[1].headers['x-service-identity']).toBe('i1');
+  });
+
+  test('an answer that is no event stream (a web page at that address) fails at once as unexpected, not retried', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end('<html>proxy</html>');
+    };
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const run = async () => {
+      for await (const _ of c.events({ maxBackoffMs: 10 })) return 'an event';
+    };
+    await expect(run()).rejects.toThrow(new UnexpectedResponseError(200, `${url} answered GET /api/events/stream/ with an HTML page, not with this service's API: is ${url} the service's address?`));
+    expect(seen).toHaveLength(1);
   });
 
   test('cut off before its first event, it resumes from the id its stream started with (a frame without data)', async () => {
