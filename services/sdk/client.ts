@@ -153,10 +153,13 @@ export class UnexpectedResponseError extends Error {
     this.name = 'UnexpectedResponseError';
   }
 
-  /** `<base> answered GET /api/x/ with <what>, ...`: the call, what came, and the likely cause. */
-  static of(baseUrl: string, status: number, method: string, path: string, what: string): UnexpectedResponseError {
+  /**
+   * `<base> answered GET /api/x/ with <what>, ...`: the call, what came (by default the
+   * answer's content type, in words), and the likely cause.
+   */
+  static of(baseUrl: string, res: Response, method: string, path: string, what = contentTypeInWords(res)): UnexpectedResponseError {
     const where = `${method.toUpperCase()} ${new URL(path, 'http://x').pathname}`;
-    return new UnexpectedResponseError(status, `${baseUrl} answered ${where} with ${what}, not with this service's API: is ${baseUrl} the service's address?`);
+    return new UnexpectedResponseError(res.status, `${baseUrl} answered ${where} with ${what}, not with this service's API: is ${baseUrl} the service's address?`);
   }
 }
 
@@ -170,8 +173,14 @@ const SHAPES = Object.entries(ANSWER_SHAPES).map(([key, shape]) => {
   return { method, segments, params: segments.filter((s) => s.startsWith('{')).length, shape };
 });
 
-/** A content type in words, for an answer of the wrong one. */
-export const describeType = (type: string): string => (type === 'text/html' ? 'an HTML page' : type ? `a ${type} document` : 'a body of no content type');
+/** An answer's content type, lower case, without parameters ('' when it has none). */
+export const contentTypeOf = (res: Response): string => res.headers.get('content-type')?.split(';')[0].trim().toLowerCase() ?? '';
+
+/** An answer's content type in words, for an answer of the wrong one. */
+function contentTypeInWords(res: Response): string {
+  const type = contentTypeOf(res);
+  return type === 'text/html' ? 'an HTML page' : type ? `a ${type} document` : 'a body of no content type';
+}
 
 const anotherShape = (shape: AnswerShape): string => `JSON of another shape (${shape.list ? 'a list of objects' : 'an object'}${shape.field ? ` with "${shape.field}"` : ''} expected)`;
 
@@ -430,9 +439,8 @@ export class AisClient {
         return text;
       }
     }
-    const type = res.headers.get('content-type')?.split(';')[0].trim().toLowerCase() ?? '';
     if (!text) throw unexpected('nothing');
-    if (!/^application\/([\w.-]+\+)?json$/.test(type)) throw unexpected(describeType(type));
+    if (!/^application\/([\w.-]+\+)?json$/.test(contentTypeOf(res))) throw this.#unexpected(res, method, path);
     let body: unknown;
     try {
       body = JSON.parse(text);
@@ -445,8 +453,8 @@ export class AisClient {
     return body;
   }
 
-  #unexpected(res: Response, method: string, path: string, what: string): UnexpectedResponseError {
-    return UnexpectedResponseError.of(this.baseUrl, res.status, method, path, what);
+  #unexpected(res: Response, method: string, path: string, what?: string): UnexpectedResponseError {
+    return UnexpectedResponseError.of(this.baseUrl, res, method, path, what);
   }
 
   /** Like {@link request} but returns the Response (for Link headers and streams). */

@@ -12,7 +12,7 @@
  * with the ApiRequestError.
  */
 import type { AisClient } from './client.js';
-import { ApiRequestError, describeType, hasExpired, sleep, UnexpectedResponseError } from './client.js';
+import { ApiRequestError, contentTypeOf, hasExpired, sleep, UnexpectedResponseError } from './client.js';
 
 export interface ServerEvent<T = Record<string, unknown>> {
   /** The id to resume after (opaque). */
@@ -178,10 +178,9 @@ export class EventStream implements AsyncIterable<ServerEvent> {
         }
         // Not an event stream (a web page at that address): failed for good, as an EventSource
         // fails a connection of another content type (WHATWG HTML §9.2), not retried.
-        const type = res.headers.get('content-type')?.split(';')[0].trim().toLowerCase() ?? '';
-        if (type !== 'text/event-stream') {
+        if (contentTypeOf(res) !== 'text/event-stream') {
           await res.body?.cancel().catch(() => undefined);
-          throw UnexpectedResponseError.of(this.client.baseUrl, res.status, 'GET', '/api/events/stream/', describeType(type));
+          throw UnexpectedResponseError.of(this.client.baseUrl, res, 'GET', '/api/events/stream/');
         }
       } catch (err) {
         signal?.removeEventListener('abort', stop);
