@@ -163,8 +163,8 @@ export class UnexpectedResponseError extends Error {
   }
 }
 
-/** What an operation of the schemas answers: a list or not, and the field naming its object. */
-type AnswerShape = { list: boolean; field: string | null };
+/** What an operation of the schemas answers: a list or not and the field naming its object, or no body. */
+type AnswerShape = { list: boolean; field: string | null } | { none: true };
 
 /** `ANSWER_SHAPES` with each path template in segments (`{uuid}` is any one segment). */
 const SHAPES = Object.entries(ANSWER_SHAPES).map(([key, shape]) => {
@@ -176,13 +176,19 @@ const SHAPES = Object.entries(ANSWER_SHAPES).map(([key, shape]) => {
 /** An answer's content type, lower case, without parameters ('' when it has none). */
 export const contentTypeOf = (res: Response): string => res.headers.get('content-type')?.split(';')[0].trim().toLowerCase() ?? '';
 
+/** Statuses a proxy in front of the service answers by itself, meaning what they say. */
+const PROXY_STATUSES = new Set([408, 413, 429]);
+
+const isJson = (res: Response): boolean => /^application\/([\w.-]+\+)?json$/.test(contentTypeOf(res));
+
 /** An answer's content type in words, for an answer of the wrong one. */
 function contentTypeInWords(res: Response): string {
   const type = contentTypeOf(res);
-  return type === 'text/html' ? 'an HTML page' : type ? `a ${type} document` : 'a body of no content type';
+  const what = type === 'text/html' ? 'an HTML page' : type ? `a ${type} document` : 'a body of no content type';
+  return res.ok ? what : `${what} (HTTP ${res.status})`;
 }
 
-const anotherShape = (shape: AnswerShape): string => `JSON of another shape (${shape.list ? 'a list of objects' : 'an object'}${shape.field ? ` with "${shape.field}"` : ''} expected)`;
+const anotherShape = (shape: { list: boolean; field: string | null }): string => `JSON of another shape (${shape.list ? 'a list of objects' : 'an object'}${shape.field ? ` with "${shape.field}"` : ''} expected)`;
 
 /**
  * The shape of what `method` on `pathname` answers, or undefined for a path outside the
@@ -240,7 +246,8 @@ async function toError(res: Response): Promise<ApiRequestError> {
       if (typeof b.detail !== 'string') detail = f.map(([k, v]) => `${k}: ${(v as string[]).join(' ')}`).join('; ');
     }
   } else if (typeof body === 'string' && body) {
-    detail = body.slice(0, 300);
+    // A page (a proxy's 502) is said as such, not pasted into a message.
+    detail = contentTypeOf(res) === 'text/html' ? `${detail} (an HTML page)` : body.slice(0, 300);
   }
   const wait = retryAfterMs(res.headers.get('retry-after'));
   return new ApiRequestError(res.status, code, detail, fields, body, wait === null ? undefined : Math.ceil(wait / 1000));
@@ -306,6 +313,8 @@ export interface RequestOptions {
    * repeated key (MAIL.md "Sending"): on another POST a retry would apply it twice.
    */
   idempotencyKey?: string;
+  /** Attempts after the first on a network error, 5xx or 429 (default: the client's `retries`). */
+  retries?: number;
 }
 
 /** A send's options: its Idempotency-Key (default: a new UUID for this call and its retries). */
@@ -439,8 +448,12 @@ export class AisClient {
         return text;
       }
     }
+    if ('none' in shape) {
+      if (!text) return null;
+      throw this.#unexpected(res, method, path, `${contentTypeInWords(res)} where no body was due`);
+    }
     if (!text) throw unexpected('nothing');
-    if (!/^application\/([\w.-]+\+)?json$/.test(contentTypeOf(res))) throw this.#unexpected(res, method, path);
+    if (!isJson(res)) throw this.#unexpected(res, method, path);
     let body: unknown;
     try {
       body = JSON.parse(text);
@@ -460,7 +473,7 @@ export class AisClient {
   /** Like {@link request} but returns the Response (for Link headers and streams). */
   async send(method: string, path: string, o: RequestOptions = {}): Promise<Response> {
     method = method.toUpperCase();
-    const retries = this.#options.retries ?? 3;
+    const retries = o.retries ?? this.#options.retries ?? 3;
     const idempotent = IDEMPOTENT.has(method) || o.idempotencyKey !== undefined;
     let refreshed = false;
     for (let attempt = 0; ; attempt++) {
@@ -487,6 +500,13 @@ export class AisClient {
         throw new NetworkError(`Cannot reach ${this.baseUrl}: ${networkReason(err)}`, err);
       }
       if (res.ok || o.accept?.includes(res.status)) return res;
+      // This API's errors are JSON: a 4xx page or text (a web server's 404 at a wrong address) is
+      // no answer of it, and must not be taken for "not found". A proxy's own 408, 413 and 429
+      // mean what they say.
+      if (res.status < 500 && !PROXY_STATUSES.has(res.status) && contentTypeOf(res) && !isJson(res) && answerShape(method, new URL(path, 'http://x').pathname)) {
+        await res.body?.cancel().catch(() => undefined);
+        throw this.#unexpected(res, method, path);
+      }
       if (res.status === 401 && !refreshed && !o.anonymous && this.#creds.token && this.#creds.refresh) {
         const err = await toError(res);
         if (err.code !== 'token_expired') throw err;
@@ -531,19 +551,20 @@ export class AisClient {
   async #upload(p: Presigned, data: Uint8Array, contentType: string, onProgress?: (sent: number, total: number) => void, signal?: AbortSignal): Promise<void> {
     const sameOrigin = new URL(p.upload_url).origin === new URL(this.baseUrl).origin;
     // A presigned URL carries its own authority; the Bearer goes only to our own gateway.
-    const headers: Record<string, string> = {
-      'content-type': contentType,
-      ...(p.headers ?? {}),
-      ...(sameOrigin && this.credential ? { authorization: `Bearer ${this.credential}` } : {}),
-    };
+    // Names in lower case: the presign's `Content-Type` beside ours made one doubled value.
+    const headers: Record<string, string> = { 'content-type': contentType };
+    for (const [name, value] of Object.entries(p.headers ?? {})) headers[name.toLowerCase()] = value;
+    if (sameOrigin && this.credential) headers.authorization = `Bearer ${this.credential}`;
     const method = p.method || 'PUT';
     const retries = this.#options.retries ?? 3;
     for (let attempt = 0; ; attempt++) {
       let res: Response;
       try {
+        // timeoutMs as for every call: with our own streaming, a socket silent that long (a
+        // large upload on a slow link still makes progress); through a given fetch, no answer.
         res = this.#options.fetch
-          ? await this.#options.fetch(p.upload_url, { method, headers, body: data as RequestInit['body'], signal })
-          : await streamUpload(p.upload_url, method, headers, data, onProgress, signal);
+          ? await this.#fetchBounded(p.upload_url, { method, headers, body: data as RequestInit['body'], signal })
+          : await streamUpload(p.upload_url, method, headers, data, onProgress, signal, signal ? undefined : this.#options.timeoutMs);
       } catch (err) {
         if (signal?.aborted) throw err;
         if (attempt < retries) {
@@ -796,7 +817,13 @@ export class AisClient {
     presign: (body: PresignRequest): Promise<Presigned> => this.request('POST', '/api/email-attachments/presign/', { body }),
     /** An attachment's bytes (of a received or sent message), by its uuid. */
     download: async (uuid: string): Promise<{ bytes: Uint8Array; contentType: string }> => {
-      const res = await this.send('GET', `/api/email-attachments/${enc(uuid)}/`);
+      const path = `/api/email-attachments/${enc(uuid)}/`;
+      const res = await this.send('GET', path);
+      // The file's own type may be anything (an HTML page too): the service marks the download.
+      if (!/^attachment\b/i.test(res.headers.get('content-disposition') ?? '')) {
+        await res.body?.cancel().catch(() => undefined);
+        throw this.#unexpected(res, 'GET', path, `${contentTypeInWords(res)} that is no attachment download (no Content-Disposition: attachment)`);
+      }
       return { bytes: new Uint8Array(await res.arrayBuffer()), contentType: res.headers.get('content-type') ?? 'application/octet-stream' };
     },
     /**
@@ -936,12 +963,14 @@ async function streamUpload(
   data: Uint8Array,
   onProgress?: (sent: number, total: number) => void,
   signal?: AbortSignal,
+  idleTimeoutMs?: number,
 ): Promise<Response> {
   const mod = url.startsWith('https:') ? await import('node:https') : await import('node:http');
   const total = data.byteLength;
   return new Promise<Response>((resolve, reject) => {
     let answered = false;
     const req = mod.request(url, { method, headers: { ...headers, 'content-length': String(total) }, signal });
+    if (idleTimeoutMs) req.setTimeout(idleTimeoutMs, () => req.destroy(new DOMException('no answer in time', 'TimeoutError')));
     req.on('error', (err) => {
       if (!answered) reject(err);
     });

@@ -155,11 +155,17 @@ export class EventStream implements AsyncIterable<ServerEvent> {
         idle = setTimeout(() => connection.abort(new Error('no data from the event stream: connection taken for dead')), this.options.idleTimeoutMs ?? 75_000);
       };
       try {
+        // The watchdog covers the wait for the answer too (a frozen process or a stalled proxy
+        // that took the connection), and this loop does the reconnecting, with onStatus: the
+        // request itself is not sent again.
+        watch();
         res = await this.client.send('GET', '/api/events/stream/', {
           headers: { accept: 'text/event-stream', ...(this.lastEventId ? { 'last-event-id': this.lastEventId } : {}) },
           signal: connection.signal,
           accept: [401],
+          retries: 0,
         });
+        clearTimeout(idle);
         if (res.status === 401) {
           const body = (await res.json().catch(() => ({}))) as { code?: string; detail?: string };
           // Once per connection, or again when the token the last refresh gave has expired since
@@ -183,10 +189,11 @@ export class EventStream implements AsyncIterable<ServerEvent> {
           throw UnexpectedResponseError.of(this.client.baseUrl, res, 'GET', '/api/events/stream/');
         }
       } catch (err) {
+        clearTimeout(idle);
         signal?.removeEventListener('abort', stop);
         if (signal?.aborted) return;
         if ((err instanceof ApiRequestError && err.status < 500 && err.status !== 429) || err instanceof UnexpectedResponseError) throw err;
-        yield* this.#wait(++failures, err);
+        yield* this.#wait(++failures, connection.signal.aborted ? connection.signal.reason : err);
         continue;
       }
       refreshed = false;
@@ -234,7 +241,9 @@ export class EventStream implements AsyncIterable<ServerEvent> {
   async *#wait(attempt: number, error: unknown): AsyncGenerator<never> {
     const cap = this.options.maxBackoffMs ?? 30_000;
     const delay = Math.min(cap, this.#retryMs * 2 ** Math.min(attempt - 1, 10));
-    const jittered = delay / 2 + Math.random() * (delay / 2);
+    // A 429 or 503 that said how long to wait (too many streams open) is not asked sooner.
+    const asked = error instanceof ApiRequestError && error.retryAfter !== undefined ? error.retryAfter * 1000 : 0;
+    const jittered = Math.max(asked, delay / 2 + Math.random() * (delay / 2));
     this.options.onStatus?.({ state: 'reconnecting', attempt, delayMs: Math.round(jittered), error });
     try {
       await sleep(jittered, this.options.signal);

@@ -8,9 +8,10 @@
  *   response body and success status.
  * - `ANSWER_SHAPES`, the one runtime value: for every operation answering JSON, whether it is
  *   a list, and the first field its object (each item of a list) is required to have, the one
- *   that names it (`uuid`, `access`, `detail`): the SDK tells an answer of this API from one
- *   of something else at that address by them (services/sdk/client.ts). One field, not all:
- *   a field added in a later version must not make this SDK refuse an older service.
+ *   that names it (`uuid`, `access`, `detail`); for every operation answering no body (204,
+ *   `emptyBody`), `{ none: true }`. The SDK tells an answer of this API from one of something
+ *   else at that address by them (services/sdk/client.ts). One field, not all: a field added
+ *   in a later version must not make this SDK refuse an older service.
  *
  * Run `npm run gen:sdk-types` after changing a schema; test/unit/sdk-types.unit.test.ts fails
  * while the committed file is stale.
@@ -34,6 +35,8 @@ export interface SchemaOperation {
   array?: boolean;
   status?: number;
   contentType?: string;
+  /** The success answer has no body (a 200 that says nothing, as a 204). */
+  emptyBody?: boolean;
 }
 
 /** Same as `prefixOf` in services/gateway/openapi.ts: `accounts.json` → `Accounts`. */
@@ -131,9 +134,12 @@ export async function generateSdkTypes(files: Record<string, Json> = loadSchemas
       const noBody = status === 204 || (status >= 300 && status < 400);
       const response = op.response ? `${check(op.response)}${op.array ? '[]' : ''}` : noBody ? 'null' : 'unknown';
       ops.push(`  '${op.method.toUpperCase()} ${op.path}': { request: ${request}; response: ${response}; status: ${status} };`);
+      const key = `'${op.method.toUpperCase()} ${op.path}'`;
       if (op.response && (op.contentType ?? 'application/json') === 'application/json') {
         const field = requiredOf(defs[check(op.response)], defs)?.[0];
-        if (field) shapes.push(`  '${op.method.toUpperCase()} ${op.path}': { list: ${!!op.array}, field: '${field}' },`);
+        if (field) shapes.push(`  ${key}: { list: ${!!op.array}, field: '${field}' },`);
+      } else if (!op.response && !op.contentType && (status === 204 || op.emptyBody)) {
+        shapes.push(`  ${key}: { none: true },`);
       }
     }
   }
@@ -160,7 +166,7 @@ export async function generateSdkTypes(files: Record<string, Json> = loadSchemas
   }
   return (
     `${HEADER}\n${body}\n\n/** Every endpoint of the schemas' \`x-operations\`. */\nexport interface Operations {\n${ops.join('\n')}\n}\n\nexport type OperationKey = keyof Operations;\nexport type RequestOf<K extends OperationKey> = Operations[K]['request'];\nexport type ResponseOf<K extends OperationKey> = Operations[K]['response'];\n` +
-    `\n/** Every JSON answer of \`Operations\`: a list or one object, and the field naming its object (each item of a list), the first its schema requires. */\nexport const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: string }>> = {\n${shapes.join('\n')}\n};\n`
+    `\n/** What the operations of \`Operations\` answer: a list or one object, and the field naming its object (each item of a list), the first its schema requires; or no body (\`none\`). */\nexport const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: string } | { none: true }>> = {\n${shapes.join('\n')}\n};\n`
   );
 }
 

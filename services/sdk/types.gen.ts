@@ -898,12 +898,13 @@ export type OperationKey = keyof Operations;
 export type RequestOf<K extends OperationKey> = Operations[K]['request'];
 export type ResponseOf<K extends OperationKey> = Operations[K]['response'];
 
-/** Every JSON answer of `Operations`: a list or one object, and the field naming its object (each item of a list), the first its schema requires. */
-export const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: string }>> = {
+/** What the operations of `Operations` answer: a list or one object, and the field naming its object (each item of a list), the first its schema requires; or no body (`none`). */
+export const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: string } | { none: true }>> = {
   'POST /api/auth/social/': { list: false, field: 'access' },
   'POST /api/auth/login/': { list: false, field: 'access' },
   'POST /api/auth/logout/': { list: false, field: 'detail' },
   'POST /api/auth/token/refresh/': { list: false, field: 'access' },
+  'POST /api/auth/token/verify/': { none: true },
   'POST /api/auth/bind-identity/': { list: false, field: 'access' },
   'POST /api/auth/social/resend-email/': { list: false, field: 'detail' },
   'POST /api/auth/social/verify-email/': { list: false, field: 'detail' },
@@ -915,6 +916,7 @@ export const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: stri
   'PATCH /api/auth/user/': { list: false, field: 'pk' },
   'GET /api/master/': { list: false, field: 'first_name' },
   'GET /api/auth/sessions/': { list: true, field: 'uuid' },
+  'DELETE /api/auth/sessions/{uuid}/': { none: true },
   'GET /api/subscription/': { list: false, field: 'plan' },
   'GET /api/admin/users/{pk}/subscription/': { list: false, field: 'plan' },
   'PUT /api/admin/users/{pk}/subscription/': { list: false, field: 'plan' },
@@ -931,10 +933,14 @@ export const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: stri
   'GET /api/identities/{uuid}/': { list: false, field: 'uuid' },
   'PUT /api/identities/{uuid}/': { list: false, field: 'uuid' },
   'PATCH /api/identities/{uuid}/': { list: false, field: 'uuid' },
+  'DELETE /api/identities/{uuid}/phone/': { none: true },
+  'DELETE /api/identities/{uuid}/': { none: true },
   'GET /api/auth/keys/identity/': { list: true, field: 'uuid' },
   'POST /api/auth/keys/identity/': { list: false, field: 'uuid' },
+  'DELETE /api/auth/keys/identity/{uuid}/': { none: true },
   'GET /api/auth/keys/management/': { list: true, field: 'uuid' },
   'POST /api/auth/keys/management/': { list: false, field: 'uuid' },
+  'DELETE /api/auth/keys/management/{uuid}/': { none: true },
   'GET /api/health/whoami/': { list: false, field: 'kind' },
   'GET /api/email-inbox/': { list: true, field: 'thread_id' },
   'GET /api/email-inbox/{thread_id}/': { list: false, field: 'thread_id' },
@@ -960,7 +966,9 @@ export const ANSWER_SHAPES: Readonly<Record<string, { list: boolean; field: stri
   'GET /api/passwords/{uuid}/': { list: false, field: 'uuid' },
   'PUT /api/passwords/{uuid}/': { list: false, field: 'uuid' },
   'PATCH /api/passwords/{uuid}/': { list: false, field: 'uuid' },
+  'DELETE /api/passwords/{uuid}/': { none: true },
   'GET /api/vault/': { list: true, field: 'uuid' },
   'POST /api/vault/': { list: false, field: 'uuid' },
   'GET /api/vault/{uuid}/': { list: false, field: 'uuid' },
+  'DELETE /api/vault/{uuid}/': { none: true },
 };

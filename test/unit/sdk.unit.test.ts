@@ -1,7 +1,9 @@
 /** SDK client behaviour (SPEC "Errors": retry 5xx with backoff; 401 token_expired: refresh and retry). */
 import http from 'node:http';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { eventually } from '../support/eventually.js';
 import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser, UnexpectedResponseError, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
 
 type Handler = (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void;
@@ -349,6 +351,37 @@ describe('answers of something else at the address (a web page, another service)
     }
   });
 
+  test('an operation without a body, an attachment download, a 4xx page: unexpected too; a proxy\'s 502, 413 and 429 pages stay API errors, said without the page', async () => {
+    const c = createClient({ baseUrl: url, managementKey: 'svc_mgmt_x', identity: 'i1', retries: 0 });
+    const cases: Array<[http.RequestListener, () => Promise<unknown>, string]> = [
+      [(_q, res) => page(res), () => c.identities.delete('abc'), 'DELETE /api/identities/abc/ with an HTML page where no body was due'],
+      [(_q, res) => page(res), () => c.auth.verify('t'), 'POST /api/auth/token/verify/ with an HTML page where no body was due'],
+      [(_q, res) => page(res), () => c.email.download('att-1'), 'GET /api/email-attachments/att-1/ with an HTML page that is no attachment download (no Content-Disposition: attachment)'],
+      [(_q, res) => res.writeHead(404, { 'content-type': 'text/html' }).end('<h1>Not Found</h1>'), () => c.identities.get('abc'), 'GET /api/identities/abc/ with an HTML page (HTTP 404)'],
+      [(_q, res) => res.writeHead(404, { 'content-type': 'text/plain' }).end('404 page not found'), () => c.keys.management.revoke('k'), 'DELETE /api/auth/keys/management/k/ with a text/plain document (HTTP 404)'],
+    ];
+    for (const [answer, call, said] of cases) {
+      handler = (q, _b, res) => answer(q, res);
+      const err = (await call().catch((e: Error) => e)) as Error;
+      expect([err.constructor, err.message]).toEqual([UnexpectedResponseError, `${url} answered ${said}, not with this service's API: is ${url} the service's address?`]);
+    }
+    // What a proxy in front says by itself is what it means (and the page is not pasted into the message).
+    for (const [status, text] of [[502, 'Bad Gateway'], [413, 'Payload Too Large'], [429, 'Too Many Requests']] as const) {
+      handler = (_q, _b, res) => res.writeHead(status, { 'content-type': 'text/html' }).end(`<html><body><h1>${status}</h1>${'x'.repeat(2000)}</body></html>`);
+      const err = await c.identities.list().catch((e) => e);
+      expect([err.constructor, err.status, err.detail]).toEqual([ApiRequestError, status, `${text} (an HTML page)`]);
+    }
+    // The real answers pass: 204s, an empty 200 of verify, a download marked as one (an HTML file too).
+    handler = (q, _b, res) => {
+      if (q.method === 'DELETE') return res.writeHead(204).end();
+      if (q.url === '/api/auth/token/verify/') return res.writeHead(200).end();
+      res.writeHead(200, { 'content-type': 'text/html', 'content-disposition': 'attachment; filename="page.html"' }).end('<p>a file</p>');
+    };
+    await expect(c.identities.delete('abc')).resolves.toBeNull();
+    await expect(c.auth.verify('t')).resolves.toBeNull();
+    await expect(c.email.download('att-1')).resolves.toEqual({ bytes: new TextEncoder().encode('<p>a file</p>'), contentType: 'text/html' });
+  });
+
   test('a token refresh answered with a page is unexpected too; `access_token` (a spelling of the spec\'s) is taken', async () => {
     let refreshAnswer: (res: http.ServerResponse) => void = page;
     handler = (req, _b, res) => {
@@ -416,6 +449,38 @@ describe('attachment upload', () => {
     const c = createClient({ baseUrl: url, token: 't', identity: 'i1', backoffMs: 1 });
     await expect(c.email.upload({ filename: 'a.txt', data: new Uint8Array(10) })).resolves.toBe('att-1');
     expect(puts).toBe(2);
+  });
+
+  test('with a fetch of the caller\'s own, the presign\'s `Content-Type` is sent once (it was joined with ours: "text/plain, text/plain")', async () => {
+    handler = (req, _b, res) => {
+      if (req.url === '/api/email-attachments/presign/') {
+        return json(res, 201, { uuid: 'att-1', upload_url: `${url}/upload/`, method: 'PUT', headers: { 'Content-Type': 'text/plain' }, expires_at: new Date().toISOString() });
+      }
+      json(res, 200, { status: 'uploaded' });
+    };
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1', fetch: (input, init) => fetch(input, init) });
+    await expect(c.email.upload({ filename: 'a.txt', content_type: 'text/plain', data: new TextEncoder().encode('hi') })).resolves.toBe('att-1');
+    expect(seen[1].headers['content-type']).toBe('text/plain');
+  });
+
+  test('timeoutMs bounds an upload to a URL that takes the connection and says nothing: a NetworkError (TimeoutError), not a wait for good', async () => {
+    const silent = net.createServer(() => undefined); // accepts, reads nothing, answers nothing
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const sockets: net.Socket[] = [];
+    silent.on('connection', (s) => sockets.push(s));
+    try {
+      handler = (_req, _b, res) => presign(res, `http://127.0.0.1:${(silent.address() as AddressInfo).port}/up/`);
+      for (const fetchOption of [{}, { fetch: (input: any, init: any) => fetch(input, init) }]) {
+        const c = createClient({ baseUrl: url, token: 't', identity: 'i1', timeoutMs: 300, retries: 0, ...fetchOption });
+        const t0 = Date.now();
+        const err = await c.email.upload({ filename: 'a.txt', data: new Uint8Array(10) }).catch((e) => e);
+        expect([err.name, err.cause?.name]).toEqual(['NetworkError', 'TimeoutError']);
+        expect(Date.now() - t0).toBeLessThan(5_000);
+      }
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => silent.close(() => r()));
+    }
   });
 
   test('a refused upload surfaces the API error', async () => {
@@ -571,6 +636,43 @@ describe('event stream', () => {
     };
     await expect(run()).rejects.toThrow(new UnexpectedResponseError(200, `${url} answered GET /api/events/stream/ with an HTML page, not with this service's API: is ${url} the service's address?`));
     expect(seen).toHaveLength(1);
+  });
+
+  test('a connection that gets no answer at all (a frozen process) is given up after idleTimeoutMs and made again, each attempt said through onStatus', async () => {
+    const silent = net.createServer(() => undefined);
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const sockets: net.Socket[] = [];
+    silent.on('connection', (s) => sockets.push(s));
+    try {
+      const ac = new AbortController();
+      const statuses: Array<{ state: string; error?: unknown }> = [];
+      const c = createClient({ baseUrl: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, token: 't', identity: 'i1' });
+      const run = (async () => {
+        for await (const _ of c.events({ signal: ac.signal, idleTimeoutMs: 200, maxBackoffMs: 20, onStatus: (st) => statuses.push(st) })) return;
+      })();
+      await eventually(() => sockets.length >= 3, 5_000);
+      ac.abort();
+      await run;
+      expect(statuses[0]).toMatchObject({ state: 'reconnecting', error: new Error('no data from the event stream: connection taken for dead') });
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => silent.close(() => r()));
+    }
+  });
+
+  test('too many streams (429 with Retry-After) is said at once through onStatus and waited out as asked, not retried silently first', async () => {
+    handler = (_q, _b, res) => json(res, 429, { detail: 'Too many event streams.', code: 'too_many_streams' }, { 'retry-after': '1' });
+    const ac = new AbortController();
+    const statuses: Array<{ state: string; delayMs?: number; error?: unknown }> = [];
+    const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
+    const run = (async () => {
+      for await (const _ of c.events({ signal: ac.signal, maxBackoffMs: 20, onStatus: (st) => statuses.push(st) })) return;
+    })();
+    await eventually(() => statuses.length >= 1, 5_000);
+    expect(seen).toHaveLength(1);
+    expect(statuses[0]).toMatchObject({ state: 'reconnecting', delayMs: 1000, error: { status: 429, code: 'too_many_streams' } });
+    ac.abort();
+    await run;
   });
 
   test('cut off before its first event, it resumes from the id its stream started with (a frame without data)', async () => {
