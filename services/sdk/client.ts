@@ -697,8 +697,12 @@ export class AisClient {
       this.setTokens(pair);
       return pair;
     },
-    register: (body: AccountsRegister): Promise<TokenPair> =>
-      this.request('POST', '/api/auth/social/', { body, anonymous: true }),
+    /** Registers, and switches the client to the new account's tokens (as `login`). */
+    register: async (body: AccountsRegister): Promise<TokenPair> => {
+      const pair = await this.request<TokenPair>('POST', '/api/auth/social/', { body, anonymous: true });
+      this.setTokens(pair);
+      return pair;
+    },
     refresh: (): Promise<Tokens> => this.refresh(),
     verify: (token: string): Promise<null> => this.request('POST', '/api/auth/token/verify/', { body: { token }, anonymous: true }),
     /**

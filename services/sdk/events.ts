@@ -12,6 +12,7 @@
  * with the ApiRequestError.
  */
 import type { AisClient } from './client.js';
+import type { EventsEmailEvent, EventsSmsEvent } from './types.gen.js';
 import { ApiRequestError, contentTypeOf, hasExpired, sleep, UnexpectedResponseError } from './client.js';
 
 export interface ServerEvent<T = Record<string, unknown>> {
@@ -23,6 +24,12 @@ export interface ServerEvent<T = Record<string, unknown>> {
   data: T;
   raw: string;
 }
+
+/** An `email` frame (SPEC "Events"): `if (isEmailEvent(e)) e.data.thread_id` is typed. */
+export const isEmailEvent = (e: ServerEvent<unknown>): e is ServerEvent<EventsEmailEvent> => e.event === 'email' && typeof e.data === 'object' && e.data !== null;
+
+/** An `sms` frame (SPEC "Events"): `if (isSmsEvent(e)) e.data.conversation_id` is typed. */
+export const isSmsEvent = (e: ServerEvent<unknown>): e is ServerEvent<EventsSmsEvent> => e.event === 'sms' && typeof e.data === 'object' && e.data !== null;
 
 export interface EventStreamOptions {
   /** Resume after this id. */

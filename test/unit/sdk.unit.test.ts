@@ -4,7 +4,7 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { eventually } from '../support/eventually.js';
-import { ApiRequestError, createClient, nextLink, retryAfterMs, SseParser, UnexpectedResponseError, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
+import { ApiRequestError, createClient, isEmailEvent, isSmsEvent, nextLink, retryAfterMs, SseParser, UnexpectedResponseError, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
 
 type Handler = (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void;
 let server: http.Server;
@@ -290,6 +290,14 @@ describe('errors and identity', () => {
       ['/api/identities/', 'Bearer t'],
       ['/api/identities/?cursor=c2', 'Bearer t'],
     ]);
+  });
+
+  test('register switches the client to the new account\'s tokens, as login does', async () => {
+    handler = (req, _b, res) => (req.url === '/api/auth/social/' ? json(res, 201, { access: 'fresh', refresh: 'r', user: { pk: 7, username: 'ada', email: 'a@x' } }) : json(res, 200, []));
+    const c = createClient({ baseUrl: url });
+    await c.auth.register({ username: 'ada', email: 'a@x', password1: 'p', password2: 'p' });
+    await c.identities.list();
+    expect([seen[0].headers.authorization, seen[1].headers.authorization]).toEqual([undefined, 'Bearer fresh']);
   });
 
   test('bindIdentity switches the client to the bound tokens', async () => {
@@ -617,7 +625,9 @@ describe('event stream', () => {
     const c = createClient({ baseUrl: url, token: 't', identity: 'i1' });
     const ids: string[] = [];
     for await (const e of c.events({ signal: ac.signal, maxBackoffMs: 50 })) {
-      ids.push((e.data as { thread_id: string }).thread_id);
+      // The guards type the frames' data (no cast); an sms frame is not an email one.
+      if (isEmailEvent(e)) ids.push(e.data.thread_id);
+      expect(isSmsEvent(e)).toBe(false);
       if (ids.length === 2) break;
     }
     ac.abort();
