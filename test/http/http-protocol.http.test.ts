@@ -169,8 +169,11 @@ it('a request refused below the router while the service shuts down does not sto
   const own = await startTestServer();
   const c = await connection({ base: own.url });
   const body = JSON.stringify({ username: 'x', password: 'y' });
+  // The request is in flight (its headers read) before the shutdown starts: a fixed 100 ms
+  // was not always enough on a loaded machine (the shutdown then found an idle connection).
+  const inFlight = new Promise((resolve) => own.runtime.server.once('request', resolve));
   c.send(request('POST', '/api/auth/login/', { 'content-type': 'application/json', 'content-length': body.length }, body.slice(0, 5)));
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  await inFlight;
   const closing = own.close(); // draining: every answer from now on says Connection: close
   c.send(body.slice(5) + 'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n');
   await closing; // threw ERR_HTTP_HEADERS_SENT in a listener (the process died) before
