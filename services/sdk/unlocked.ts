@@ -28,7 +28,8 @@ export class UnlockedVault {
     readonly client: AisClient,
     private readonly key: VaultKey,
   ) {
-    if (!client.identity) throw new Error('UnlockedVault needs a client scoped to an identity (withIdentity).');
+    // An identity key's client is scoped by its key alone: the uuid still has to be named here.
+    if (!client.identity) throw new Error('UnlockedVault needs a client scoped to an identity: client.withIdentity(uuid) (with an identity key, the uuid whoami() names).');
     this.identity = client.identity;
   }
 
