@@ -29,6 +29,19 @@ beforeAll(async () => {
 afterAll(() => new Promise<void>((r) => server.close(() => r())));
 beforeEach(() => (seen.length = 0));
 
+/** Runs `body` with a server that takes connections and never answers (a frozen process); `connections()` counts them. */
+async function withSilentServer(body: (url: string, connections: () => number) => Promise<void>): Promise<void> {
+  const sockets: net.Socket[] = [];
+  const silent = net.createServer((socket) => void sockets.push(socket));
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+  try {
+    await body(`http://127.0.0.1:${(silent.address() as AddressInfo).port}`, () => sockets.length);
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((r) => silent.close(() => r()));
+  }
+}
+
 const json = (res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) => {
   res.writeHead(status, { 'content-type': 'application/json', ...headers });
   res.end(body === undefined ? undefined : JSON.stringify(body));
@@ -472,23 +485,14 @@ describe('attachment upload', () => {
   });
 
   test('timeoutMs bounds an upload to a URL that takes the connection and says nothing: a NetworkError (TimeoutError), not a wait for good', async () => {
-    const silent = net.createServer(() => undefined); // accepts, reads nothing, answers nothing
-    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
-    const sockets: net.Socket[] = [];
-    silent.on('connection', (s) => sockets.push(s));
-    try {
-      handler = (_req, _b, res) => presign(res, `http://127.0.0.1:${(silent.address() as AddressInfo).port}/up/`);
+    await withSilentServer(async (silentUrl) => {
+      handler = (_req, _b, res) => presign(res, `${silentUrl}/up/`);
       for (const fetchOption of [{}, { fetch: (input: any, init: any) => fetch(input, init) }]) {
         const c = createClient({ baseUrl: url, token: 't', identity: 'i1', timeoutMs: 300, retries: 0, ...fetchOption });
-        const t0 = Date.now();
         const err = await c.email.upload({ filename: 'a.txt', data: new Uint8Array(10) }).catch((e) => e);
         expect([err.name, err.cause?.name]).toEqual(['NetworkError', 'TimeoutError']);
-        expect(Date.now() - t0).toBeLessThan(5_000);
       }
-    } finally {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((r) => silent.close(() => r()));
-    }
+    });
   });
 
   test('a refused upload surfaces the API error', async () => {
@@ -649,25 +653,18 @@ describe('event stream', () => {
   });
 
   test('a connection that gets no answer at all (a frozen process) is given up after idleTimeoutMs and made again, each attempt said through onStatus', async () => {
-    const silent = net.createServer(() => undefined);
-    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
-    const sockets: net.Socket[] = [];
-    silent.on('connection', (s) => sockets.push(s));
-    try {
+    await withSilentServer(async (silentUrl, connections) => {
       const ac = new AbortController();
       const statuses: Array<{ state: string; error?: unknown }> = [];
-      const c = createClient({ baseUrl: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, token: 't', identity: 'i1' });
+      const c = createClient({ baseUrl: silentUrl, token: 't', identity: 'i1' });
       const run = (async () => {
         for await (const _ of c.events({ signal: ac.signal, idleTimeoutMs: 200, maxBackoffMs: 20, onStatus: (st) => statuses.push(st) })) return;
       })();
-      await eventually(() => sockets.length >= 3, 5_000);
+      await eventually(() => connections() >= 3);
       ac.abort();
       await run;
       expect(statuses[0]).toMatchObject({ state: 'reconnecting', error: new Error('no data from the event stream: connection taken for dead') });
-    } finally {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((r) => silent.close(() => r()));
-    }
+    });
   });
 
   test('too many streams (429 with Retry-After) is said at once through onStatus and waited out as asked, not retried silently first', async () => {
