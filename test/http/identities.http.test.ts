@@ -345,8 +345,12 @@ describe('read and update', () => {
     const socket = net.connect(Number(url.port), url.hostname);
     await new Promise((resolve) => socket.once('connect', resolve));
     socket.on('error', () => undefined);
+    // The write is past its credential and identity checks and reading its body (the server's
+    // request starts flowing), which never comes: a fixed 200 ms could be too short on a
+    // loaded machine, and a deletion that came first proved nothing.
+    const reading = new Promise<void>((resolve) => s.runtime.server.once('request', (req: http.IncomingMessage) => req.once('resume', () => resolve())));
     socket.write(`POST /api/vault/ HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${owner.access}\r\nX-Service-Identity: ${target.uuid}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"key":`);
-    await new Promise((r) => setTimeout(r, 200)); // the request is in, its body is not
+    await reading; // the request is in, its body is not
     const started = Date.now();
     const deleted = await s.api('DELETE', `/api/identities/${target.uuid}/`, { token: owner.access });
     expect(deleted.status).toBe(204);
@@ -531,9 +535,11 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
     const post = (body: Record<string, unknown>) => limited.api('POST', '/api/identities/', { token: access, body });
     /**
      * Sends `first`; once it holds its first reservation (it is inside its turn then), sends
-     * `second`, which gets 200 ms after reaching the server to be refused by that hold before
-     * `first` goes on. Sent side by side, either could reach the server first (a CI run once
-     * had the valid one first).
+     * `second`, and lets `first` go on only once `second` has read its body (from there its
+     * handler goes straight to the turn `first` holds, with no wait of its own) or has been
+     * answered. Sent side by side, either could reach the server first (a CI run once had the
+     * valid one first); a fixed 200 ms after `second` reached the server could be too short
+     * on a loaded machine for it to get there.
      */
     async function whileFirstHolds<T>(first: () => Promise<T>, second: () => Promise<T>): Promise<[T, T]> {
       const events = limited.runtime.events;
@@ -555,10 +561,12 @@ describe('limit per account (IDENTITY_LIMIT)', () => {
       try {
         const answer = first();
         await held;
-        const arrived = new Promise<void>((resolve) => limited.runtime.server.once('request', () => resolve()));
+        const arrived = new Promise<http.IncomingMessage>((resolve) => limited.runtime.server.once('request', resolve));
         const other = second();
-        await arrived; // at the server: 200 ms more to reach the turn the first holds
-        await new Promise((resolve) => setTimeout(resolve, 200));
+        const req = await arrived; // at the server
+        const bodyRead = new Promise<void>((resolve) => (req.readableEnded ? resolve() : req.once('end', () => resolve())));
+        await Promise.race([bodyRead, other]);
+        await new Promise((resolve) => setImmediate(resolve)); // its handler has gone on, to wait for the turn the first holds
         release();
         return [await answer, await other];
       } finally {

@@ -4,7 +4,7 @@
  * they resume after the last delivered event, with no gap and no duplicate, and give up
  * only after attempts in a row that got nowhere.
  */
-import { openEventStoreDb, type ResubscribePolicy } from '../../infra/eventstoredb/event-store.js';
+import { openEventStoreDb, type EventStoreDbLogger, type ResubscribePolicy } from '../../infra/eventstoredb/event-store.js';
 import { EventStoreUnavailableError, type EventStore, type RecordedEvent } from '../../infra/ports/event-store.js';
 import { eventually } from '../support/eventually.js';
 import { startFakeEventStoreDb, type FakeEventStoreDb } from '../support/fake-eventstoredb.js';
@@ -14,8 +14,8 @@ const quiet = { warn: () => {}, error: () => {} };
 let fake: FakeEventStoreDb;
 let store: EventStore | undefined;
 
-async function open(resubscribe: Partial<ResubscribePolicy> = { firstDelayMs: 5, maxDelayMs: 20 }): Promise<EventStore> {
-  store = await openEventStoreDb({ url: fake.url, logger: quiet, resubscribe });
+async function open(resubscribe: Partial<ResubscribePolicy> = { firstDelayMs: 5, maxDelayMs: 20 }, logger: EventStoreDbLogger = quiet): Promise<EventStore> {
+  store = await openEventStoreDb({ url: fake.url, logger, resubscribe });
   return store;
 }
 
@@ -82,11 +82,13 @@ describe('resubscribing', () => {
   });
 
   it('close() during the backoff ends it at once, and done resolves', async () => {
-    const store = await open({ firstDelayMs: 60_000, maxDelayMs: 60_000 });
+    const warned: string[] = [];
+    const store = await open({ firstDelayMs: 60_000, maxDelayMs: 60_000 }, { warn: (_obj, msg) => void warned.push(msg ?? ''), error: () => {} });
     fake.refuseSubscriptions(1);
     const sub = store.subscribeAll({ after: null }, () => {});
-    await eventually(() => subscriptionStarts().length === 1, 5000);
-    await new Promise((resolve) => setTimeout(resolve, 50)); // now waiting to resubscribe
+    // Now waiting to resubscribe: the drop is logged as the wait starts (a fixed 50 ms could be
+    // too short on a loaded machine, and a close before it tested no backoff).
+    await eventually(() => subscriptionStarts().length === 1 && warned.includes('event store: subscription dropped; resubscribing'), 5000);
     const started = Date.now();
     sub.close();
     await expect(sub.done).resolves.toBeUndefined();
