@@ -9,7 +9,8 @@
  * later event (DECISIONS "SSE": no gap, no duplicate). An expired access token is refreshed
  * through the client (a refresh that cannot reach the service is retried like a connect; one
  * the service refuses ends the stream as token_expired); other 4xx answers end the stream
- * with the ApiRequestError.
+ * with the ApiRequestError, and an answer that is no event stream (a web page at that
+ * address) with an UnexpectedResponseError.
  */
 import type { AisClient } from './client.js';
 import type { EventsEmailEvent, EventsSmsEvent } from './types.gen.js';
