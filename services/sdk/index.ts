@@ -1,5 +1,45 @@
 /** The public SDK: `import { createClient } from 'agent-identity-service/sdk'` (package.json "exports"; TypeScript source: run it with tsx), or this path. */
-export * from './client.js';
+// The client, its errors and its types; the helpers it uses inside (sleep, nextLink, ...) stay its own.
+export { AisClient, ApiRequestError, createClient, NetworkError, UnexpectedResponseError } from './client.js';
+export type {
+  Attachment,
+  ClientOptions,
+  Compose,
+  CreatedIdentityKey,
+  CreatedManagementKey,
+  DeviceAuthorization,
+  DevicePending,
+  DeviceTokens,
+  EmailMessage,
+  EmailThread,
+  EmailThreadDetail,
+  EncryptionMetadataWire,
+  Identity,
+  IdentityCreate,
+  IdentityKey,
+  IdentityUpdate,
+  ListOptions,
+  ManagementKey,
+  PasswordEntry,
+  PasswordReplace,
+  PasswordWrite,
+  Phone,
+  PresignRequest,
+  Presigned,
+  Reply,
+  RequestOptions,
+  SendOptions,
+  Session,
+  SmsConversation,
+  SmsConversationDetail,
+  SmsMessage,
+  Subscription,
+  TokenPair,
+  Tokens,
+  User,
+  VaultSecret,
+  WhoAmI,
+} from './client.js';
 /** Every wire type and the `Operations` map, generated from schemas/*.json. */
 export type * from './types.gen.js';
 export * from './events.js';

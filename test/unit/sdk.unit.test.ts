@@ -4,7 +4,8 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { eventually } from '../support/eventually.js';
-import { ApiRequestError, createClient, isEmailEvent, isSmsEvent, nextLink, retryAfterMs, SseParser, UnexpectedResponseError, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
+import { ApiRequestError, createClient, isEmailEvent, isSmsEvent, SseParser, UnexpectedResponseError, UnlockedVault, VaultKey } from '../../services/sdk/index.js';
+import { nextLink, retryAfterMs } from '../../services/sdk/client.js';
 
 type Handler = (req: http.IncomingMessage, body: string, res: http.ServerResponse) => void;
 let server: http.Server;
