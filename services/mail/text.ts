@@ -317,7 +317,8 @@ export function messageIds(value: unknown): string[] {
   // A bare id without brackets (some senders): keep it bracketed.
   // One @ (RFC 5322 §3.6.4's id-left and id-right hold none): `@` in both classes backtracked,
   // a header of 100,000 of them took seconds.
-  return /^[^<>\s@]+@[^<>\s@]+$/.test(raw.trim()) && raw.trim().length <= MAX_MESSAGE_ID ? [`<${raw.trim()}>`] : [];
+  const bare = raw.trim();
+  return /^[^<>\s@]+@[^<>\s@]+$/.test(bare) && bare.length <= MAX_MESSAGE_ID ? [`<${bare}>`] : [];
 }
 
 /** The key of a thread's participant set, the identity's own inbox left out. */

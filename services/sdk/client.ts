@@ -191,12 +191,12 @@ function contentTypeInWords(res: Response): string {
 const anotherShape = (shape: { list: boolean; field: string | null }): string => `JSON of another shape (${shape.list ? 'a list of objects' : 'an object'}${shape.field ? ` with "${shape.field}"` : ''} expected)`;
 
 /**
- * The shape of what `method` on `pathname` answers, or undefined for a path outside the
- * schemas. The path may sit under a prefix (a service behind a proxy path); a literal segment
- * wins over a template's (`compose/` is not an `{id}/`).
+ * The shape of what `method` on `path` (its query aside) answers, or undefined for a path
+ * outside the schemas. The path may sit under a prefix (a service behind a proxy path); a
+ * literal segment wins over a template's (`compose/` is not an `{id}/`).
  */
-function answerShape(method: string, pathname: string): AnswerShape | undefined {
-  const parts = pathname.split('/');
+function answerShape(method: string, path: string): AnswerShape | undefined {
+  const parts = new URL(path, 'http://x').pathname.split('/');
   let best: (typeof SHAPES)[number] | undefined;
   for (const s of SHAPES) {
     if (s.method !== method || s.segments.length > parts.length) continue;
@@ -437,9 +437,9 @@ export class AisClient {
    * an {@link UnexpectedResponseError}, so a wrong base URL is said as such instead of handing
    * the caller `undefined` fields. Outside the schemas: JSON when it parses, else the text.
    */
-  async #answer(res: Response, method: string, path: string, shape = answerShape(method.toUpperCase(), new URL(path, 'http://x').pathname)): Promise<unknown> {
+  async #answer(res: Response, method: string, path: string, shape = answerShape(method.toUpperCase(), path)): Promise<unknown> {
     const text = res.status === 204 ? '' : await res.text();
-    const unexpected = (what: string) => this.#unexpected(res, method, path, what);
+    const unexpected = (what?: string) => this.#unexpected(res, method, path, what);
     if (!shape) {
       if (!text) return null;
       try {
@@ -450,10 +450,10 @@ export class AisClient {
     }
     if ('none' in shape) {
       if (!text) return null;
-      throw this.#unexpected(res, method, path, `${contentTypeInWords(res)} where no body was due`);
+      throw unexpected(`${contentTypeInWords(res)} where no body was due`);
     }
     if (!text) throw unexpected('nothing');
-    if (!isJson(res)) throw this.#unexpected(res, method, path);
+    if (!isJson(res)) throw unexpected();
     let body: unknown;
     try {
       body = JSON.parse(text);
@@ -503,7 +503,7 @@ export class AisClient {
       // This API's errors are JSON: a 4xx page or text (a web server's 404 at a wrong address) is
       // no answer of it, and must not be taken for "not found". A proxy's own 408, 413 and 429
       // mean what they say.
-      if (res.status < 500 && !PROXY_STATUSES.has(res.status) && contentTypeOf(res) && !isJson(res) && answerShape(method, new URL(path, 'http://x').pathname)) {
+      if (res.status < 500 && !PROXY_STATUSES.has(res.status) && contentTypeOf(res) && !isJson(res) && answerShape(method, path)) {
         await res.body?.cancel().catch(() => undefined);
         throw this.#unexpected(res, method, path);
       }

@@ -133,8 +133,8 @@ export async function generateSdkTypes(files: Record<string, Json> = loadSchemas
       const request = op.request ? check(op.request) : 'undefined';
       const noBody = status === 204 || (status >= 300 && status < 400);
       const response = op.response ? `${check(op.response)}${op.array ? '[]' : ''}` : noBody ? 'null' : 'unknown';
-      ops.push(`  '${op.method.toUpperCase()} ${op.path}': { request: ${request}; response: ${response}; status: ${status} };`);
       const key = `'${op.method.toUpperCase()} ${op.path}'`;
+      ops.push(`  ${key}: { request: ${request}; response: ${response}; status: ${status} };`);
       if (op.response && (op.contentType ?? 'application/json') === 'application/json') {
         const field = requiredOf(defs[check(op.response)], defs)?.[0];
         if (field) shapes.push(`  ${key}: { list: ${!!op.array}, field: '${field}' },`);
